@@ -1,0 +1,46 @@
+# The README's whole set-up: `make run` and `make test`, on a fresh machine.
+# Each creates .venv when missing and installs what it needs.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+EXAMPLE := examples/gitops-repo
+
+.PHONY: run test lint typecheck imports pytest schema bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/cronstable validate $(EXAMPLE)
+	$(BIN)/cronstable next $(EXAMPLE) -n 3
+
+test: lint typecheck imports pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check cronstable tests bench
+	$(BIN)/ruff format --check cronstable tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict cronstable
+
+imports: $(STAMP)
+	$(BIN)/lint-imports
+
+pytest: $(STAMP)
+	$(BIN)/pytest
+
+schema: $(STAMP)
+	$(BIN)/cronstable schema > schema/cronstable.schema.json
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_load.py
+	$(BIN)/python bench/bench_schedule.py
+	$(BIN)/python bench/bench_cli.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,100 @@
+"""Command-line interface.
+
+Each subcommand lives in its own module and is imported only when chosen, so
+``--version``, ``validate``, ``schema``, ``job-set-id`` and ``next`` never
+import asyncio or aiohttp.
+
+Exit codes: 0 success (valid), 1 invalid configuration, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from cronstable import __version__
+from cronstable.platform import DEFAULT_CONFIG_PATH
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cronstable",
+        description="A GitOps cron daemon: schedules from a watched repository.",
+    )
+    parser.add_argument("--version", action="version", version=__version__)
+    # yacron's flags, kept so existing deployments and scripts work unchanged
+    parser.add_argument(
+        "-c",
+        "--config",
+        metavar="PATH",
+        default=None,
+        help=f"configuration file or directory (default {DEFAULT_CONFIG_PATH})",
+    )
+    parser.add_argument(
+        "-v",
+        "--validate-config",
+        action="store_true",
+        help="with -c: validate the configuration and exit (yacron's spelling of 'validate')",
+    )
+    parser.add_argument(
+        "-l",
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        type=str.upper,
+        help="log level (default INFO)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("validate", help="validate configurations; exit 1 if any is invalid")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="each path is its own configuration")
+
+    p = sub.add_parser("job-set-id", help="print the job-set id of a configuration")
+    p.add_argument("path", nargs="?", default=None, metavar="PATH")
+
+    sub.add_parser("schema", help="print the JSON Schema of configuration files")
+
+    p = sub.add_parser("next", help="print the next fires of every job (JOB<TAB>TIME)")
+    p.add_argument("path", nargs="?", default=None, metavar="PATH")
+    p.add_argument(
+        "-n", "--count", type=int, default=1, metavar="N", help="fires per job (default 1)"
+    )
+    p.add_argument(
+        "--after",
+        metavar="TIME",
+        default=None,
+        help="ISO 8601 time to start from (default now; UTC when it has no offset)",
+    )
+    return parser
+
+
+def run_cli(argv: list[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    command: str | None = args.command
+    if command == "validate" or (command is None and args.validate_config):
+        from cronstable.cli.validate import cmd_validate
+
+        paths = getattr(args, "paths", None) or [args.config or DEFAULT_CONFIG_PATH]
+        return cmd_validate(paths)
+    if command == "job-set-id":
+        from cronstable.cli.validate import cmd_job_set_id
+
+        return cmd_job_set_id(args.path or args.config or DEFAULT_CONFIG_PATH)
+    if command == "schema":
+        from cronstable.cli.schema import cmd_schema
+
+        return cmd_schema()
+    if command == "next":
+        from cronstable.cli.next import cmd_next
+
+        if args.count < 1:
+            parser.error("-n must be at least 1")
+        return cmd_next(args.path or args.config or DEFAULT_CONFIG_PATH, args.count, args.after)
+    parser.error(
+        "the daemon is not part of this release yet; use validate, next, schema or job-set-id"
+    )
+    return EXIT_USAGE  # pragma: no cover - parser.error exits

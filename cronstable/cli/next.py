@@ -1,0 +1,48 @@
+"""``cronstable next``: when will each job fire?"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+
+from cronstable.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from cronstable.cli.validate import load_or_report
+from cronstable.config import DesiredState
+
+
+def parse_after(text: str | None) -> datetime:
+    """ISO 8601 → aware datetime; a time without offset is UTC; None is now."""
+    if text is None:
+        return datetime.now(UTC)
+    value = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def next_fires(state: DesiredState, after: datetime, count: int) -> list[tuple[str, str]]:
+    """(job name, ISO time) pairs, soonest first; @reboot jobs show ``@reboot``."""
+    timed: list[tuple[datetime, int, str]] = []
+    reboot: list[tuple[str, str]] = []
+    for order, job in enumerate(state.jobs.values()):
+        if not job.config.enabled:
+            continue
+        if job.schedule.is_reboot:
+            reboot.append((job.name, "@reboot"))
+            continue
+        for fire in job.schedule.fires(after, job.timezone, count):
+            timed.append((fire, order, job.name))
+    timed.sort(key=lambda item: (item[0], item[1]))
+    return reboot + [(name, fire.isoformat()) for fire, _, name in timed]
+
+
+def cmd_next(path: str, count: int, after_text: str | None) -> int:
+    try:
+        after = parse_after(after_text)
+    except ValueError:
+        print(f"cronstable next: --after {after_text!r} is not an ISO 8601 time", file=sys.stderr)
+        return EXIT_USAGE
+    state = load_or_report(path)
+    if state is None:
+        return EXIT_INVALID
+    for name, when in next_fires(state, after, count):
+        print(f"{name}\t{when}")
+    return EXIT_OK

@@ -1,0 +1,41 @@
+"""``cronstable validate`` and ``cronstable job-set-id``."""
+
+from __future__ import annotations
+
+import sys
+
+from cronstable.cli import EXIT_INVALID, EXIT_OK
+from cronstable.config import ConfigError, DesiredState, load_path
+
+
+def load_or_report(path: str) -> DesiredState | None:
+    try:
+        return load_path(path)
+    except ConfigError as exc:
+        count = len(exc.problems)
+        print(f"{path}: invalid ({count} problem{'s' if count != 1 else ''})", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return None
+
+
+def cmd_validate(paths: list[str]) -> int:
+    status = EXIT_OK
+    for path in paths:
+        state = load_or_report(path)
+        if state is None:
+            status = EXIT_INVALID
+            continue
+        count = len(state.jobs)
+        print(
+            f"{path}: valid, {count} job{'s' if count != 1 else ''}, job-set id {state.job_set_id}"
+        )
+    return status
+
+
+def cmd_job_set_id(path: str) -> int:
+    state = load_or_report(path)
+    if state is None:
+        return EXIT_INVALID
+    print(state.job_set_id)
+    return EXIT_OK

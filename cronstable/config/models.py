@@ -1,0 +1,560 @@
+"""The configuration format, defined once as pydantic models.
+
+Field aliases are the YAML spelling (yacron's camelCase); attribute names are
+snake_case.  Every default here is yacron 0.19's.  The JSON Schema in
+``schema/cronstable.schema.json`` is generated from these models
+(:mod:`cronstable.config.jsonschema`), so descriptions and examples written
+here are what editors show on hover.
+
+Models are frozen; unknown keys are errors (the loader adds a did-you-mean).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from cronstable.config.types import (
+    Flag,
+    Int,
+    Number,
+    OptInt,
+    OptNumber,
+    OptText,
+    Text,
+    to_list,
+    to_text,
+)
+from cronstable.schedule import ScheduleError, parse_schedule
+
+DEFAULT_SUBJECT_TEMPLATE = (
+    "Cron job '{{name}}' {% if success %}completed{% else %}failed{% endif %}"
+)
+DEFAULT_BODY_TEMPLATE = """
+{% if fail_reason -%}
+(job failed because {{fail_reason}})
+{% endif %}
+{% if stdout and stderr -%}
+STDOUT:
+---
+{{stdout}}
+---
+STDERR:
+{{stderr}}
+{% elif stdout -%}
+{{stdout}}
+{% elif stderr -%}
+{{stderr}}
+{% else -%}
+(no output was captured)
+{% endif %}
+"""
+
+
+class Model(BaseModel):
+    """Base of every configuration model: frozen, strict about unknown keys."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        validate_default=False,
+        use_attribute_docstrings=True,
+    )
+
+
+# ---------------------------------------------------------------- small pieces
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _shared_factory(instance: _M) -> Callable[[], _M]:
+    """A default that hands out one frozen instance.
+
+    A plain model default is deep-copied for every job when it holds a list or a
+    dict (pydantic cannot tell it is frozen all the way down); a factory returning
+    the same instance costs nothing, and sharing is safe because models are frozen.
+    """
+    return lambda: instance
+
+
+def _shared(instance: _M) -> Any:
+    return Field(default_factory=_shared_factory(instance))
+
+
+def _text_list(value: Any) -> Any:
+    value = to_list(value)
+    if isinstance(value, list | tuple):
+        return [to_text(v) for v in value]
+    return value
+
+
+TextList = Annotated[list[str], BeforeValidator(_text_list)]
+
+
+def _command(value: Any) -> str | list[str]:
+    if isinstance(value, list | tuple):
+        if not value:
+            raise PydanticCustomError("command", "a command list must not be empty")
+        return [to_text(v) for v in value]
+    text = to_text(value)
+    if not text.strip():
+        raise PydanticCustomError("command", "the command must not be empty")
+    return text
+
+
+Command = Annotated[str | list[str], BeforeValidator(_command)]
+
+
+class SecretSource(Model):
+    """A secret read from exactly one place, at the moment it is needed."""
+
+    value: OptText = None
+    """The secret itself, inline. Prefer fromFile or fromEnvVar for real secrets."""
+    from_file: OptText = Field(None, alias="fromFile")
+    """Path of a file holding the secret (surrounding whitespace is stripped)."""
+    from_env_var: OptText = Field(None, alias="fromEnvVar")
+    """Name of an environment variable of the daemon holding the secret."""
+
+
+class SentryReport(Model):
+    """Send an event to Sentry."""
+
+    dsn: SecretSource = _shared(SecretSource())
+    """The project's DSN. The reporter is off until a DSN resolves."""
+    fingerprint: TextList = Field(
+        default_factory=lambda: ["cronstable", "{{ environment.HOSTNAME }}", "{{ name }}"]
+    )
+    """Jinja2 templates grouping events in Sentry (lists merge by appending, as yacron)."""
+    level: OptText = None
+    """Event level (error, warning, info, ...)."""
+    extra: dict[str, Text] = Field(default_factory=dict)
+    """Extra data attached to every event."""
+    body: Text = DEFAULT_SUBJECT_TEMPLATE + "\n" + DEFAULT_BODY_TEMPLATE
+    """Jinja2 template of the event message."""
+    environment: OptText = None
+    """Sentry environment name."""
+    max_string_length: Int = Field(8192, alias="maxStringLength", ge=1)
+    """Longest string sent to Sentry."""
+
+
+def _recipients(value: Any) -> Any:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return _text_list(value) if value is not None else None
+
+
+class MailReport(Model):
+    """Send an email through an SMTP server."""
+
+    from_: OptText = Field(None, alias="from", examples=["cron@example.com"])
+    """Sender address. The reporter is off until from and to are set."""
+    to: Annotated[list[str] | str | None, BeforeValidator(_recipients)] = Field(
+        None, examples=[["ops@example.com"], "ops@example.com, dev@example.com"]
+    )
+    """Recipients: a list, or yacron's comma-separated string."""
+    smtp_host: OptText = Field(None, alias="smtpHost", examples=["smtp.example.com"])
+    """SMTP server host."""
+    smtp_port: Int = Field(25, alias="smtpPort", ge=1, le=65535)
+    """SMTP server port."""
+    subject: Text = DEFAULT_SUBJECT_TEMPLATE
+    """Jinja2 template of the subject."""
+    body: Text = DEFAULT_BODY_TEMPLATE
+    """Jinja2 template of the body."""
+    username: OptText = None
+    """SMTP login user name."""
+    password: SecretSource = _shared(SecretSource())
+    """SMTP login password."""
+    tls: Flag = False
+    """Connect with implicit TLS (SMTPS)."""
+    starttls: Flag = False
+    """Upgrade the connection with STARTTLS."""
+    validate_certs: Flag = False
+    """Verify the server's certificate (yacron's default is false)."""
+    html: Flag = False
+    """Send the body as HTML."""
+
+
+def _optional_command(value: Any) -> Any:
+    return None if value is None else _command(value)
+
+
+class ShellReport(Model):
+    """Run a command; the run's details are in its environment."""
+
+    shell: Text = "/bin/sh"
+    """Shell that runs a string command."""
+    command: Annotated[str | list[str] | None, BeforeValidator(_optional_command)] = None
+    """Command to run (string or list). The reporter is off until set."""
+
+
+class Report(Model):
+    """Where to report an outcome. Each reporter is off until its required fields are set."""
+
+    sentry: SentryReport = _shared(SentryReport())
+    mail: MailReport = _shared(MailReport())
+    shell: ShellReport = _shared(ShellReport())
+
+
+class Retry(Model):
+    """Retrying a failed run with exponential backoff."""
+
+    maximum_retries: Int = Field(0, alias="maximumRetries", ge=-1)
+    """How many retries after a failure; 0 for none, -1 for forever."""
+    initial_delay: Number = Field(1, alias="initialDelay", ge=0)
+    """Seconds before the first retry."""
+    maximum_delay: Number = Field(300, alias="maximumDelay", ge=0)
+    """Ceiling of the delay between retries, in seconds."""
+    backoff_multiplier: Number = Field(2, alias="backoffMultiplier", ge=1)
+    """Each delay is the previous one times this."""
+
+
+class OnFailure(Model):
+    retry: Retry = _shared(Retry())
+    report: Report = _shared(Report())
+
+
+class OnReport(Model):
+    report: Report = _shared(Report())
+
+
+class FailsWhen(Model):
+    """What makes a run a failure: any condition that is set and holds."""
+
+    produces_stdout: Flag = Field(False, alias="producesStdout")
+    """The run wrote to standard output (needs captureStdout)."""
+    produces_stderr: Flag = Field(True, alias="producesStderr")
+    """The run wrote to standard error (needs captureStderr)."""
+    nonzero_return: Flag = Field(True, alias="nonzeroReturn")
+    """The run exited with a code other than 0."""
+    always: Flag = False
+    """Every run is a failure (useful to test reporting)."""
+
+
+class EnvVar(Model):
+    key: Text = Field(examples=["PATH"])
+    """Variable name."""
+    value: Text = Field(examples=["/usr/local/bin:/usr/bin:/bin"])
+    """Variable value, taken as written (1.10 stays 1.10)."""
+
+    @field_validator("key")
+    @classmethod
+    def _key_form(cls, key: str) -> str:
+        if not key or "=" in key or "\0" in key:
+            raise PydanticCustomError(
+                "env_key", "{key} is not a valid variable name", {"key": repr(key)}
+            )
+        return key
+
+
+class Statsd(Model):
+    """Send start/stop/success/duration metrics over UDP to a statsd server."""
+
+    host: Text
+    port: Int = Field(ge=1, le=65535)
+    prefix: Text = Field(examples=["cron.jobs.backup"])
+
+
+_USER_RE = re.compile(r"^(?:\d+|[A-Za-z_][A-Za-z0-9._-]{0,31}\$?)$")
+
+
+def _principal(value: Any) -> Any:
+    if value is None:
+        return None
+    text = to_text(value).strip()
+    if not _USER_RE.match(text):
+        raise PydanticCustomError(
+            "principal", "{value} is neither a name nor a numeric id", {"value": repr(text)}
+        )
+    return text
+
+
+Principal = Annotated[str | None, BeforeValidator(_principal)]
+
+_PREFIX_FIELDS = frozenset({"job_name", "stream_name"})
+
+
+class JobSettings(Model):
+    """Every job setting that may also be given under ``defaults``."""
+
+    shell: Text = Field("/bin/sh", examples=["/bin/bash"])
+    """Shell that runs a string command as `[shell, "-c", command]`."""
+    utc: Flag = True
+    """Read the schedule in UTC (true) or in the daemon's local time zone (false)."""
+    timezone: OptText = Field(None, examples=["Europe/Lisbon", "America/New_York"])
+    """IANA time zone of the schedule; overrides utc."""
+    environment: Annotated[list[EnvVar], BeforeValidator(to_list)] = Field(default_factory=list)
+    """Variables added to the daemon's environment (the last entry of a key wins)."""
+    env_file: OptText = Field(None, examples=["env/backup.env"])
+    """File of KEY=VALUE lines, relative to the file naming it; environment wins over it."""
+    capture_stdout: Flag = Field(False, alias="captureStdout")
+    """Keep standard output for reports and failsWhen."""
+    capture_stderr: Flag = Field(True, alias="captureStderr")
+    """Keep standard error for reports and failsWhen."""
+    save_limit: Int = Field(4096, alias="saveLimit", ge=0)
+    """Lines of captured output kept: the first and last half."""
+    max_line_length: Int = Field(16777216, alias="maxLineLength", ge=1)
+    """Longest output line kept, in bytes; longer lines are dropped with a warning."""
+    stream_prefix: Text = Field("[{job_name} {stream_name}] ", alias="streamPrefix")
+    """Prefix of output lines mirrored to the daemon's own output."""
+    fails_when: FailsWhen = Field(default_factory=_shared_factory(FailsWhen()), alias="failsWhen")
+    on_failure: OnFailure = Field(default_factory=_shared_factory(OnFailure()), alias="onFailure")
+    """Retries and reports after a failed run."""
+    on_permanent_failure: OnReport = Field(
+        default_factory=_shared_factory(OnReport()), alias="onPermanentFailure"
+    )
+    """Reports once retries are exhausted (or when there are none)."""
+    on_success: OnReport = Field(default_factory=_shared_factory(OnReport()), alias="onSuccess")
+    """Reports after a successful run."""
+    concurrency_policy: Literal["Allow", "Forbid", "Replace"] = Field(
+        "Allow", alias="concurrencyPolicy"
+    )
+    """What a fire does while a run is still going: start another (Allow), skip (Forbid),
+    or stop the old run and start anew (Replace)."""
+    execution_timeout: OptNumber = Field(None, alias="executionTimeout", gt=0)
+    """Seconds a run may take before it is stopped and fails with code -100."""
+    kill_timeout: Number = Field(30, alias="killTimeout", ge=0)
+    """Seconds between SIGTERM and SIGKILL when a run is stopped."""
+    user: Principal = Field(None, examples=["backup", "1000"])
+    """Run as this user (name or uid); the daemon must be root."""
+    group: Principal = Field(None, examples=["backup", "1000"])
+    """Run with this group (name or gid); the daemon must be root."""
+    statsd: Statsd | None = None
+    enabled: Flag = True
+    """A disabled job stays in the configuration but never fires."""
+    starting_deadline_seconds: OptNumber = Field(None, alias="startingDeadlineSeconds", ge=0)
+    """Fires missed by at most this many seconds (suspend, clock jump, restart) run once,
+    late; unset: missed fires are skipped and logged."""
+    cluster_policy: Literal["EveryNode", "Leader", "PreferLeader"] = Field(
+        "EveryNode", alias="clusterPolicy"
+    )
+    """Which nodes of a cluster run the job."""
+    concurrency_scope: Literal["node", "cluster"] = Field("node", alias="concurrencyScope")
+    """Whether concurrencyPolicy counts runs on this node or in the whole cluster."""
+    priority: OptInt = Field(None, ge=-20, le=19)
+    """Nice value of the job's processes (-20..19); unset inherits the daemon's."""
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, zone: str | None) -> str | None:
+        if zone is None:
+            return None
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise PydanticCustomError(
+                "timezone", "unknown time zone {zone}", {"zone": repr(zone)}
+            ) from None
+        return zone
+
+    @field_validator("stream_prefix")
+    @classmethod
+    def _prefix_fields(cls, prefix: str) -> str:
+        try:
+            names = {name for _, name, _, _ in string.Formatter().parse(prefix) if name is not None}
+        except ValueError as exc:
+            raise PydanticCustomError(
+                "stream_prefix", "invalid prefix template: {error}", {"error": str(exc)}
+            ) from None
+        unknown = names - _PREFIX_FIELDS
+        if unknown:
+            raise PydanticCustomError(
+                "stream_prefix",
+                "unknown placeholder {names}; use {{job_name}} and {{stream_name}}",
+                {"names": ", ".join(sorted("{" + n + "}" for n in unknown))},
+            )
+        return prefix
+
+
+class JobDefaults(JobSettings):
+    """Settings applied to every job of this file (and of files including it)."""
+
+
+class ScheduleFields(Model):
+    """yacron's mapping form of a schedule; a missing field is `*`."""
+
+    second: Text = "0"
+    minute: Text = "*"
+    hour: Text = "*"
+    day_of_month: Text = Field("*", alias="dayOfMonth")
+    month: Text = "*"
+    day_of_week: Text = Field("*", alias="dayOfWeek")
+    year: Text = "*"
+
+
+def _schedule_shape(value: Any) -> Any:
+    if isinstance(value, dict | ScheduleFields):
+        return value
+    if isinstance(value, str):
+        return value
+    raise PydanticCustomError(
+        "schedule",
+        "expected a cron expression or a mapping of fields, got {got}",
+        {"got": "a list" if isinstance(value, list) else repr(value)},
+    )
+
+
+def _schedule_kind(value: Any) -> str:
+    return "<fields>" if isinstance(value, dict | ScheduleFields) else "<expression>"
+
+
+# A discriminated union validates only the branch that applies, so a bad mapping
+# reports its own errors and not also "expected text".  Tags start with "<" so the
+# loader can drop them from error locations.
+ScheduleSpec = Annotated[
+    Annotated[str, Tag("<expression>")] | Annotated[ScheduleFields, Tag("<fields>")],
+    Discriminator(_schedule_kind),
+    BeforeValidator(_schedule_shape),
+]
+
+
+def schedule_source(spec: str | ScheduleFields) -> str | dict[str, str]:
+    """What :func:`cronstable.schedule.parse_schedule` takes for a validated spec."""
+    if isinstance(spec, str):
+        return spec
+    return spec.model_dump(by_alias=True)
+
+
+_NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
+
+
+class JobConfig(JobSettings):
+    """One scheduled job."""
+
+    name: Text = Field(examples=["nightly-backup"])
+    """Unique name of the job in the whole configuration."""
+    command: Command = Field(
+        examples=["pg_dump app > /backups/app.sql", ["rsync", "-a", "/src", "/dst"]]
+    )
+    """A string runs through `shell -c`; a list is executed directly."""
+    schedule: ScheduleSpec = Field(
+        examples=["*/5 * * * *", "0 3 * * mon-fri", "*/10 * * * * * *", "@daily", {"minute": "*/2"}]
+    )
+    """Cron expression (5 fields; 6 add a year; 7 are second..year), an @alias, or a mapping."""
+
+    @field_validator("name")
+    @classmethod
+    def _name_form(cls, name: str) -> str:
+        if not name.strip():
+            raise PydanticCustomError("name", "a job name must not be empty")
+        if not _NAME_RE.match(name):
+            raise PydanticCustomError(
+                "name", "a job name must be 1-200 characters without control characters"
+            )
+        return name
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule_parses(cls, spec: str | ScheduleFields) -> str | ScheduleFields:
+        try:
+            parse_schedule(schedule_source(spec))
+        except ScheduleError as exc:
+            shown = f"{spec!r}: " if isinstance(spec, str) else ""
+            raise PydanticCustomError(
+                "schedule", "{spec}{error}", {"spec": shown, "error": str(exc)}
+            ) from None
+        return spec
+
+
+# ------------------------------------------------------------- other sections
+
+_LISTEN_RE = re.compile(
+    r"^(?:http://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})/?|unix://(?P<path>/.+))$"
+)
+
+
+def _listen_url(value: Any) -> str:
+    url = to_text(value).strip()
+    match = _LISTEN_RE.match(url)
+    if not match or (match["port"] and not 0 <= int(match["port"]) <= 65535):
+        raise PydanticCustomError(
+            "listen",
+            "{url} is not a listen address; use http://HOST:PORT or unix:///PATH",
+            {"url": repr(url)},
+        )
+    return url
+
+
+class WebConfig(Model):
+    """The HTTP API."""
+
+    listen: Annotated[
+        list[Annotated[str, BeforeValidator(_listen_url)]], BeforeValidator(to_list)
+    ] = Field(examples=[["http://127.0.0.1:8080", "unix:///run/cronstable.sock"]])
+    """Addresses to serve on: http://HOST:PORT or unix:///PATH."""
+
+
+_YAML12_INT = re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$")
+_YAML12_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
+
+
+def _plain_values(value: Any) -> Any:
+    """Inside free-form logging settings, numbers, booleans and null are typed as YAML 1.2 does."""
+    if isinstance(value, dict):
+        return {k: _plain_values(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_values(v) for v in value]
+    if isinstance(value, str):
+        if value in ("true", "True", "TRUE"):
+            return True
+        if value in ("false", "False", "FALSE"):
+            return False
+        if value in ("null", "Null", "NULL", "~"):
+            return None
+        if _YAML12_INT.match(value):
+            return int(value)
+        if _YAML12_FLOAT.match(value):
+            return float(value)
+    return value
+
+
+FreeForm = Annotated[dict[str, Any], BeforeValidator(_plain_values)]
+
+
+class LoggingConfig(Model):
+    """Python's logging.config.dictConfig schema, applied when it changes."""
+
+    version: Literal[1]
+    """Always 1."""
+    incremental: Flag = False
+    disable_existing_loggers: Flag = True
+    formatters: FreeForm = Field(default_factory=dict)
+    filters: FreeForm = Field(default_factory=dict)
+    handlers: FreeForm = Field(default_factory=dict)
+    loggers: FreeForm = Field(default_factory=dict)
+    root: FreeForm = Field(default_factory=dict)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, value: Any) -> Any:
+        return 1 if value in ("1", 1) else value
+
+    def dict_config(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_unset=True) | {"version": 1}
+
+
+class ConfigFile(Model):
+    """One configuration file."""
+
+    jobs: list[JobConfig] = Field(default_factory=list)
+    """The jobs defined in this file."""
+    defaults: JobDefaults = _shared(JobDefaults())
+    """Settings for every job of this file; included files' defaults come first."""
+    include: TextList = Field(default_factory=list, examples=[["_defaults.yaml"]])
+    """Files or directories loaded before this one, relative to it."""
+    web: WebConfig | None = None
+    logging: LoggingConfig | None = None

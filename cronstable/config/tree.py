@@ -1,0 +1,150 @@
+"""Where configuration files come from: a read-only tree of files.
+
+The loader never touches the file system directly; it asks a :class:`ConfigTree`.
+Paths are relative POSIX paths inside the tree (``jobs/team.yaml``); the tree's
+root is the boundary that ``include`` and ``env_file`` may not leave.
+
+* :class:`MemoryTree` holds the files of one snapshot (a git commit, an etcd
+  revision) in memory: what the sources of the GitOps pipeline produce.
+* :class:`DiskTree` reads a directory lazily, for ``validate``/``next`` on a path.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from collections.abc import Mapping
+from typing import Protocol
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+class TreeError(Exception):
+    """A path is outside the tree or cannot be read."""
+
+
+def normalize(base_dir: str, name: str) -> str:
+    """Resolve ``name`` (relative to the directory ``base_dir``) to a tree path.
+
+    Raises :class:`TreeError` if the result would leave the tree.
+    """
+    if not name:
+        raise TreeError("empty path")
+    if name.startswith("/"):
+        raise TreeError(f"{name!r} is an absolute path; paths are relative to the file naming them")
+    joined = posixpath.normpath(posixpath.join(base_dir, name))
+    if joined == ".." or joined.startswith("../"):
+        raise TreeError(f"{name!r} leaves the configuration tree")
+    return "" if joined == "." else joined
+
+
+def is_loadable_name(path: str) -> bool:
+    """True for ``*.yaml``/``*.yml`` whose own name and every parent avoid ``_`` and ``.``."""
+    parts = path.split("/")
+    if any(p.startswith(("_", ".")) for p in parts):
+        return False
+    return parts[-1].endswith(YAML_SUFFIXES)
+
+
+class ConfigTree(Protocol):
+    """A read-only view of the files of one configuration revision."""
+
+    def read(self, path: str) -> bytes:
+        """The bytes of a file; :class:`TreeError` if absent or unreadable."""
+        ...
+
+    def is_dir(self, path: str) -> bool:
+        """True if ``path`` names a directory (``""`` is the root)."""
+        ...
+
+    def config_files_below(self, path: str) -> list[str]:
+        """The configuration files directory ``path`` loads, recursively, in path order.
+
+        That is every ``*.yaml``/``*.yml`` below it whose name, and the name of
+        every directory between, starts with neither ``_`` nor ``.``.
+        """
+        ...
+
+
+class MemoryTree:
+    """The files of one snapshot, held in memory."""
+
+    def __init__(self, files: Mapping[str, bytes]) -> None:
+        self._files = dict(files)
+        dirs: set[str] = {""}
+        for name in self._files:
+            parent = posixpath.dirname(name)
+            while parent and parent not in dirs:
+                dirs.add(parent)
+                parent = posixpath.dirname(parent)
+        self._dirs = frozenset(dirs)
+
+    @property
+    def files(self) -> Mapping[str, bytes]:
+        return self._files
+
+    def read(self, path: str) -> bytes:
+        try:
+            return self._files[path]
+        except KeyError:
+            if path in self._dirs:
+                raise TreeError(f"{path!r} is a directory") from None
+            raise TreeError(f"{path!r} does not exist") from None
+
+    def is_dir(self, path: str) -> bool:
+        return path in self._dirs
+
+    def config_files_below(self, path: str) -> list[str]:
+        prefix = f"{path}/" if path else ""
+        return sorted(
+            name
+            for name in self._files
+            if name.startswith(prefix) and is_loadable_name(name[len(prefix) :])
+        )
+
+
+class DiskTree:
+    """A directory on disk, read lazily.  Symlinks are followed but must stay inside."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = os.path.realpath(os.fspath(root))
+
+    def _real(self, path: str) -> str:
+        full = os.path.join(self.root, path) if path else self.root
+        real = os.path.realpath(full)
+        if real != self.root and not real.startswith(self.root + os.sep):
+            raise TreeError(f"{path!r} resolves outside the configuration tree")
+        return real
+
+    def read(self, path: str) -> bytes:
+        real = self._real(path)
+        try:
+            with open(real, "rb") as fh:
+                return fh.read()
+        except IsADirectoryError:
+            raise TreeError(f"{path!r} is a directory") from None
+        except FileNotFoundError:
+            raise TreeError(f"{path!r} does not exist") from None
+        except OSError as exc:
+            raise TreeError(f"cannot read {path!r}: {exc.strerror or exc}") from exc
+
+    def is_dir(self, path: str) -> bool:
+        try:
+            return stat.S_ISDIR(os.stat(self._real(path)).st_mode)
+        except (OSError, TreeError):
+            return False
+
+    def config_files_below(self, path: str) -> list[str]:
+        found: list[str] = []
+        start = os.path.join(self.root, path) if path else self.root
+        self._real(path)
+        for dirpath, dirnames, filenames in os.walk(start):
+            # prune hidden and private directories (.git, _templates) before descending
+            dirnames[:] = [d for d in dirnames if not d.startswith(("_", "."))]
+            rel = os.path.relpath(dirpath, self.root)
+            rel = "" if rel == "." else rel.replace(os.sep, "/")
+            for name in filenames:
+                if is_loadable_name(name):
+                    found.append(f"{rel}/{name}" if rel else name)
+        return sorted(found)

@@ -1,0 +1,121 @@
+"""Scalar types of the configuration format.
+
+YAML scalars reach the models as the text written (see :mod:`.yamlread`); these
+annotated types convert that text by the field's type, with messages written
+for operators rather than for Python programmers.  Python callers may pass
+native values (``True``, ``30``) as well.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+from pydantic_core import PydanticCustomError
+
+TRUE_WORDS = frozenset({"true", "yes", "on"})
+FALSE_WORDS = frozenset({"false", "no", "off"})
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if value is None:
+        return "nothing"
+    return repr(value)
+
+
+def to_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    raise PydanticCustomError("text", "expected text, got {got}", {"got": _describe(value)})
+
+
+def to_flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in TRUE_WORDS:
+            return True
+        if word in FALSE_WORDS:
+            return False
+    raise PydanticCustomError(
+        "flag",
+        "expected true or false (also yes/no, on/off), got {got}",
+        {"got": _describe(value)},
+    )
+
+
+def to_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise PydanticCustomError("integer", "expected an integer, got {got}", {"got": repr(value)})
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip().replace("_", ""), 10)
+        except ValueError:
+            pass
+    raise PydanticCustomError(
+        "integer", "expected an integer, got {got}", {"got": _describe(value)}
+    )
+
+
+def to_number(value: Any) -> float:
+    if isinstance(value, bool):
+        raise PydanticCustomError("number", "expected a number, got {got}", {"got": repr(value)})
+    if isinstance(value, int | float):
+        result = float(value)
+    elif isinstance(value, str):
+        try:
+            result = float(value.strip())
+        except ValueError:
+            raise PydanticCustomError(
+                "number", "expected a number, got {got}", {"got": repr(value)}
+            ) from None
+    else:
+        raise PydanticCustomError(
+            "number", "expected a number, got {got}", {"got": _describe(value)}
+        )
+    if not math.isfinite(result):
+        raise PydanticCustomError(
+            "number", "expected a finite number, got {got}", {"got": repr(value)}
+        )
+    return result
+
+
+def to_list(value: Any) -> Any:
+    """An empty value (``key:`` with nothing after it) is an empty list."""
+    return [] if value is None else value
+
+
+Text = Annotated[str, BeforeValidator(to_text)]
+Flag = Annotated[bool, BeforeValidator(to_flag)]
+Int = Annotated[int, BeforeValidator(to_int)]
+Number = Annotated[float, BeforeValidator(to_number)]
+
+
+def _optional(convert: Any) -> Any:
+    def validate(value: Any) -> Any:
+        if value is None or (isinstance(value, str) and value.strip() in ("", "~", "null")):
+            return None
+        return convert(value)
+
+    return validate
+
+
+OptText = Annotated[str | None, BeforeValidator(_optional(to_text))]
+OptInt = Annotated[int | None, BeforeValidator(_optional(to_int))]
+OptNumber = Annotated[float | None, BeforeValidator(_optional(to_number))]

@@ -1,0 +1,256 @@
+"""Reading YAML the way yacron's strictyaml does, fast.
+
+Every scalar is read as the text written (``1.10`` stays ``"1.10"``, ``12:30``
+stays ``"12:30"``, ``yes`` stays ``"yes"``); the models convert it by the
+field's type.  The one exception is an empty plain scalar (``key:`` with
+nothing after it), read as ``None``.  Duplicate keys are errors (PyYAML would
+silently keep the last one).  ``<<`` merge keys work as in YAML 1.1.
+
+Parsing is done by libyaml when available; the composed node tree is kept
+beside the values so an error can be located (:func:`locate`) without
+parsing again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from cronstable.errors import KeyPath
+
+try:  # libyaml is an order of magnitude faster; fall back to pure Python without it
+    from yaml._yaml import CParser as _Parser
+except ImportError:  # pragma: no cover - depends on how PyYAML was built
+
+    class _Parser(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser):  # type: ignore[no-redef]
+        def __init__(self, stream: str | bytes) -> None:
+            yaml.reader.Reader.__init__(self, stream)
+            yaml.scanner.Scanner.__init__(self)
+            yaml.parser.Parser.__init__(self)
+
+
+_STR = "tag:yaml.org,2002:str"
+_NULL = "tag:yaml.org,2002:null"
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+class YamlError(Exception):
+    """A document is not well-formed YAML or uses a construct we refuse."""
+
+    def __init__(self, message: str, line: int | None, column: int | None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
+
+
+class DuplicateKeyError(YamlError):
+    pass
+
+
+_STANDARD_TAGS = frozenset(
+    f"tag:yaml.org,2002:{name}"
+    for name in ("str", "int", "float", "bool", "null", "timestamp", "binary", "seq", "map")
+)
+_MAX_NODES = 1_000_000  # expanded through aliases; stops "billion laughs" documents
+
+
+class _Resolver(yaml.resolver.BaseResolver):
+    """Every plain scalar is text, except the empty one (null) and ``<<`` (merge)."""
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+        if kind is ScalarNode:
+            if implicit[0]:
+                if value == "":
+                    return _NULL
+                if value == "<<":
+                    return _MERGE
+            return _STR
+        if kind is SequenceNode:
+            return "tag:yaml.org,2002:seq"
+        return "tag:yaml.org,2002:map"
+
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        pass
+
+    def ascend_resolver(self) -> None:
+        pass
+
+
+class _NodeLoader(_Parser, yaml.composer.Composer, _Resolver):
+    """Composes nodes with their positions; :func:`_build` turns them into values."""
+
+    def __init__(self, stream: str) -> None:
+        _Parser.__init__(self, stream)
+        yaml.composer.Composer.__init__(self)
+        _Resolver.__init__(self)
+
+
+def _error(message: str, node: Node) -> YamlError:
+    return YamlError(message, node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+class _Builder:
+    """Nodes → str/None/list/dict, checking what PyYAML lets through."""
+
+    def __init__(self) -> None:
+        self.done: dict[int, Any] = {}
+        self.busy: set[int] = set()
+        self.size: dict[int, int] = {}
+
+    def build(self, node: Node) -> Any:
+        key = id(node)
+        if key in self.done:
+            return self.done[key]
+        if key in self.busy:
+            raise _error("an alias refers to a node that contains it", node)
+        if node.tag not in _STANDARD_TAGS and node.tag != _MERGE:
+            raise _error(f"unsupported tag {node.tag!r}", node)
+        self.busy.add(key)
+        size = 1
+        value: Any
+        if isinstance(node, ScalarNode):
+            value = None if node.tag == _NULL and node.value in ("", "~", "null") else node.value
+        elif isinstance(node, SequenceNode):
+            value = []
+            for child in node.value:
+                value.append(self.build(child))
+                size += self.size[id(child)]
+        else:
+            value, size = self.mapping(node)
+        self.busy.discard(key)
+        self.size[key] = size
+        if size > _MAX_NODES:
+            raise _error("the document expands to too many values through aliases", node)
+        self.done[key] = value
+        return value
+
+    def mapping(self, node: Node) -> tuple[dict[str, Any], int]:
+        merged: dict[str, Any] = {}
+        own: dict[str, Any] = {}
+        seen: dict[str, Node] = {}
+        size = 1
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE:
+                sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
+                for source in reversed(sources):
+                    if not isinstance(source, MappingNode):
+                        raise _error("a merge key (<<) takes a mapping or a list of them", source)
+                    merged.update(self.build(source))
+                    size += self.size[id(source)]
+                continue
+            if not isinstance(key_node, ScalarNode) or key_node.value is None:
+                raise _error("mapping keys must be plain text", key_node)
+            name = key_node.value
+            if name in seen:
+                first = seen[name].start_mark.line + 1
+                mark = key_node.start_mark
+                raise DuplicateKeyError(
+                    f"duplicate key {name!r} (first defined on line {first})",
+                    mark.line + 1,
+                    mark.column + 1,
+                )
+            seen[name] = key_node
+            own[name] = self.build(value_node)
+            size += self.size[id(value_node)]
+        if merged:
+            merged.update(own)
+            return merged, size
+        return own, size
+
+
+def _mark_of(exc: yaml.YAMLError) -> tuple[int | None, int | None]:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if mark is None:
+        return None, None
+    return mark.line + 1, mark.column + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A parsed file: its values, and the node tree that knows where each came from."""
+
+    data: Any
+    root: Node | None
+
+    def locate(self, path: KeyPath) -> tuple[int, int] | None:
+        return locate(self.root, path)
+
+
+def parse(data: bytes | str) -> Document:
+    """Parse one YAML document into str/None/list/dict values (and positions).
+
+    Raises :class:`YamlError` with a position for anything malformed, including
+    a stream of several documents and text that is not UTF-8.
+    """
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad_line = data[: exc.start].count(b"\n") + 1
+            raise YamlError(f"not valid UTF-8 ({exc.reason})", bad_line, None) from exc
+    else:
+        text = data
+    loader = _NodeLoader(text.removeprefix("\ufeff"))
+    try:
+        root: Node | None = loader.get_single_node()
+        return Document(None if root is None else _Builder().build(root), root)
+    except YamlError:
+        raise
+    except yaml.YAMLError as exc:
+        where = _mark_of(exc)
+        problem = getattr(exc, "problem", None) or str(exc)
+        context = getattr(exc, "context", None)
+        message = f"{context}, {problem}" if context else str(problem)
+        raise YamlError(f"invalid YAML: {message}", *where) from exc
+    except RecursionError as exc:
+        raise YamlError("the document nests too deeply", None, None) from exc
+    finally:
+        loader.dispose()
+
+
+def _entries(node: MappingNode) -> list[tuple[Node, Node]]:
+    """Key/value pairs of a mapping, merged (``<<``) entries first, as YAML 1.1 does."""
+    merged: list[tuple[Node, Node]] = []
+    own: list[tuple[Node, Node]] = []
+    for key, value in node.value:
+        if key.tag == _MERGE:
+            sources = value.value if isinstance(value, SequenceNode) else [value]
+            for source in sources:
+                if isinstance(source, MappingNode):
+                    merged.extend(_entries(source))
+        else:
+            own.append((key, value))
+    return merged + own
+
+
+def locate(root: Node | None, path: KeyPath) -> tuple[int, int] | None:
+    """Line and column (1-based) of the deepest node along ``path``.
+
+    For a mapping entry that is the position of its key; for a list item, of
+    the item.  When the path goes further than the document, the position of
+    the deepest node that exists is returned.
+    """
+    if root is None:
+        return None
+    node: Node = root
+    mark = node.start_mark
+    for part in path:
+        found: Node | None = None
+        if isinstance(node, MappingNode) and isinstance(part, str):
+            for key, value in reversed(_entries(node)):
+                if isinstance(key, ScalarNode) and key.value == part:
+                    mark = key.start_mark
+                    found = value
+                    break
+        elif isinstance(node, SequenceNode) and isinstance(part, int):
+            if 0 <= part < len(node.value):
+                found = node.value[part]
+                mark = found.start_mark
+        if found is None:
+            break
+        node = found
+    return mark.line + 1, mark.column + 1

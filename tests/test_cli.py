@@ -1,0 +1,206 @@
+"""The command line, run as a real process the way operators and CI run it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "gitops-repo"
+
+
+def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cronstable", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_version() -> None:
+    from cronstable import __version__
+
+    result = cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == __version__
+
+
+def test_validate_example_repository() -> None:
+    result = cli("validate", str(EXAMPLE))
+    assert result.returncode == 0, result.stderr
+    assert "valid, 8 jobs" in result.stdout
+
+
+def test_validate_reports_every_problem_with_location(tmp_path: Path) -> None:
+    write(
+        tmp_path / "jobs" / "backup.yaml",
+        """\
+        jobs:
+          - name: a
+            command: echo a
+            schedule: "* * * * *"
+          - name: b
+            command: echo b
+            schedule: "*/5 * * * *"
+          - name: backup
+            command: pg_dump
+            schedule: '61 * * * *'
+            killTimout: 3
+        """,
+    )
+    result = cli("validate", str(tmp_path))
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert lines[0] == f"{tmp_path}: invalid (2 problems)"
+    assert (
+        f"{tmp_path}/jobs/backup.yaml:10:5: jobs[2].schedule: '61 * * * *': "
+        "minute 61 is out of range 0-59"
+    ) in result.stderr
+    assert (
+        f"{tmp_path}/jobs/backup.yaml:11:5: jobs[2]: unknown key 'killTimout' "
+        "(did you mean 'killTimeout'?)"
+    ) in result.stderr
+
+
+def test_validate_each_path_is_its_own_config(tmp_path: Path) -> None:
+    good = write(tmp_path / "good.yaml", "jobs: [{name: x, command: 'true', schedule: '@daily'}]\n")
+    bad = write(tmp_path / "bad.yaml", "jobs: [{name: x, command: 'true'}]\n")
+    result = cli("validate", str(good), str(bad))
+    assert result.returncode == 1
+    assert f"{good}: valid, 1 job" in result.stdout
+    assert f"{bad}: invalid (1 problem)" in result.stderr
+    assert "missing required key 'schedule'" in result.stderr
+
+
+def test_yacron_validate_flags(tmp_path: Path) -> None:
+    good = write(tmp_path / "good.yaml", "jobs: [{name: x, command: 'true', schedule: '@daily'}]\n")
+    assert cli("-c", str(good), "-v").returncode == 0
+    assert cli("-c", str(good), "--validate-config").returncode == 0
+    assert cli("-c", str(tmp_path / "missing.yaml"), "-v").returncode == 1
+
+
+def test_missing_path_is_invalid(tmp_path: Path) -> None:
+    result = cli("validate", str(tmp_path / "nope"))
+    assert result.returncode == 1
+    assert "no such file or directory" in result.stderr
+
+
+def test_job_set_id_prints_the_id_alone() -> None:
+    result = cli("job-set-id", str(EXAMPLE))
+    assert result.returncode == 0
+    (line,) = result.stdout.splitlines()
+    assert line.startswith("v1:") and len(line) == len("v1:") + 64
+
+
+def test_job_set_id_ignores_job_order(tmp_path: Path) -> None:
+    one = write(
+        tmp_path / "one.yaml",
+        """\
+        jobs:
+          - {name: a, command: echo a, schedule: "@daily"}
+          - {name: b, command: echo b, schedule: "@hourly"}
+        """,
+    )
+    two = write(
+        tmp_path / "two.yaml",
+        """\
+        # same jobs, other order and style
+        jobs:
+          - name: b
+            schedule: "@hourly"
+            command: echo b
+          - schedule: "@daily"
+            name: a
+            command: echo a
+        """,
+    )
+    assert cli("job-set-id", str(one)).stdout == cli("job-set-id", str(two)).stdout
+
+
+def test_next_output_is_chronological(tmp_path: Path) -> None:
+    config = write(
+        tmp_path / "c.yaml",
+        """\
+        jobs:
+          - {name: lisbon, command: "true", schedule: "30 1 * * *", timezone: Europe/Lisbon}
+          - {name: utc, command: "true", schedule: "0 12 * * *"}
+          - {name: boot, command: "true", schedule: "@reboot"}
+          - {name: off, command: "true", schedule: "* * * * *", enabled: false}
+        """,
+    )
+    result = cli("next", str(config), "-n", "2", "--after", "2026-10-24T12:00:00")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "boot\t@reboot",
+        # fall-back night in Lisbon: 01:30 runs once, at its first occurrence (summer time)
+        "lisbon\t2026-10-25T01:30:00+01:00",
+        "utc\t2026-10-25T12:00:00+00:00",
+        "lisbon\t2026-10-26T01:30:00+00:00",
+        "utc\t2026-10-26T12:00:00+00:00",
+    ]
+
+
+def test_next_after_with_offset_and_bad_after(tmp_path: Path) -> None:
+    config = write(
+        tmp_path / "c.yaml", "jobs: [{name: x, command: 'true', schedule: '0 * * * *'}]\n"
+    )
+    result = cli("next", str(config), "--after", "2026-01-01T10:30:00+02:00")
+    assert result.stdout == "x\t2026-01-01T09:00:00+00:00\n"
+    bad = cli("next", str(config), "--after", "yesterday")
+    assert bad.returncode == 2
+    assert "not an ISO 8601 time" in bad.stderr
+
+
+def test_schema_command_prints_the_committed_schema() -> None:
+    result = cli("schema")
+    assert result.returncode == 0
+    assert result.stdout == (REPO / "schema" / "cronstable.schema.json").read_text()
+
+
+def test_usage_errors_exit_2() -> None:
+    assert cli("frobnicate").returncode == 2
+    assert cli("next", str(EXAMPLE), "-n", "0").returncode == 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--version"],
+        ["validate", str(EXAMPLE)],
+        ["schema"],
+        ["next", str(EXAMPLE)],
+        ["job-set-id", str(EXAMPLE)],
+        ["-c", str(EXAMPLE), "-v"],
+    ],
+    ids=lambda a: " ".join(a[:1]),
+)
+def test_fast_paths_do_not_import_asyncio_or_aiohttp(args: list[str]) -> None:
+    probe = textwrap.dedent(
+        f"""\
+        import contextlib, io, sys
+        from cronstable.__main__ import main
+        with contextlib.redirect_stdout(io.StringIO()):
+            try:
+                main({args!r})
+            except SystemExit:
+                pass
+        print(sorted(m for m in ("asyncio", "aiohttp") if m in sys.modules))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
