@@ -1,0 +1,1 @@
+"""The daemon's runtime: running jobs as processes (and, later, scheduling them)."""

@@ -1,0 +1,463 @@
+"""One run of a job: spawn it, capture its output, enforce its timeout, stop it.
+
+A job runs in a session (and process group) of its own, so stopping a run
+signals everything the job started, not only the direct child (yacron bug #70):
+SIGTERM to the group, ``killTimeout`` seconds for the child to exit, then SIGKILL
+to the group, always, since descendants may survive the child and hold its pipes.
+
+Nothing here raises because of the job: a command that cannot be spawned ends
+as a :class:`RunResult` with return code 127.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from cronstable.config.desired import Job
+from cronstable.config.models import JobConfig
+from cronstable.runtime.identity import Identity
+from cronstable.runtime.output import CHUNK_SIZE, OutputMirror, StreamCapture, StreamName
+
+logger = logging.getLogger(__name__)
+
+SPAWN_FAILED_RETURNCODE = 127
+"""Return code of a run whose command could not be started (as a shell reports it)."""
+TIMEOUT_RETURNCODE = -100
+"""Return code of a run stopped by ``executionTimeout`` (yacron's value)."""
+REAP_GRACE = 5.0
+"""Seconds to wait for the child to be reaped after SIGKILL."""
+STREAM_GRACE = 5.0
+"""Seconds, after SIGKILL, that captured pipes may stay open before they are closed."""
+
+Outcome = Literal["exit", "cancel", "timeout"]
+
+
+def utc_now() -> datetime:
+    """The current time, aware, in UTC (the default wall clock)."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """How one run of a job went."""
+
+    job_name: str
+    scheduled_time: datetime
+    attempt: int
+    """1 for the first run of a fire, 2 for its first retry, ..."""
+    started_at: datetime
+    """Aware UTC, from the wall clock given to :class:`JobProcess`."""
+    finished_at: datetime
+    duration: float
+    """Seconds, measured on the monotonic clock."""
+    returncode: int | None
+    """Exit code; 127 when the spawn failed; -100 on executionTimeout; minus the
+    signal number when killed otherwise; None if the child could not be reaped."""
+    stdout: str | None
+    """Captured text (head, discarded marker, tail); None when not captured."""
+    stderr: str | None
+    stdout_discarded: int
+    stderr_discarded: int
+    fail_reason: str | None
+    """None for a success; otherwise why the run failed."""
+    timed_out: bool
+    cancelled: bool
+    """Stopped by :meth:`JobProcess.cancel` (Replace, shutdown), not by a timeout."""
+    pid: int | None
+
+    @property
+    def failed(self) -> bool:
+        return self.fail_reason is not None
+
+
+def command_argv(config: JobConfig) -> list[str]:
+    """What is executed: a list as is, a string as ``[shell, "-c", command]``."""
+    if isinstance(config.command, str):
+        return [config.shell, "-c", config.command]
+    return list(config.command)
+
+
+def job_environment(
+    job: Job, scheduled_time: datetime, attempt: int, base: Mapping[str, str]
+) -> dict[str, str]:
+    """The base (daemon's) environment, then the job's, then the ``CRONSTABLE_*`` variables."""
+    env = dict(base)
+    env.update(job.environment)
+    env["CRONSTABLE_JOB_NAME"] = job.name
+    env["CRONSTABLE_SCHEDULED_TIME"] = as_utc(scheduled_time).isoformat()
+    env["CRONSTABLE_ATTEMPT"] = str(attempt)
+    return env
+
+
+def as_utc(moment: datetime) -> datetime:
+    """``moment`` in UTC; a naive datetime is taken to be UTC already."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def _describe_returncode(returncode: int) -> str:
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        return f"killed by signal {-returncode}"
+    return f"killed by signal {-returncode} ({name})"
+
+
+def fail_reason(
+    config: JobConfig,
+    returncode: int | None,
+    stdout_produced: bool,
+    stderr_produced: bool,
+) -> str | None:
+    """failsWhen, in order: always, nonzeroReturn, producesStdout, producesStderr.
+
+    ``*_produced`` are false for a stream that was not captured.
+    """
+    when = config.fails_when
+    if when.always:
+        return "always"
+    if when.nonzero_return and returncode != 0:
+        shown = "unknown exit status" if returncode is None else _describe_returncode(returncode)
+        return f"nonzeroReturn ({shown})"
+    if when.produces_stdout and stdout_produced:
+        return "producesStdout"
+    if when.produces_stderr and stderr_produced:
+        return "producesStderr"
+    return None
+
+
+async def _wait_all(waitables: list[asyncio.Future[Any]]) -> None:
+    await asyncio.wait(waitables)
+
+
+class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Stream protocol that also tells when the child has exited.
+
+    On Python 3.11, ``Process.wait()`` returns only once the pipes are closed too,
+    so a descendant holding a pipe would hide the child's exit.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=CHUNK_SIZE, loop=loop)
+        self.exited: asyncio.Future[None] = loop.create_future()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+class JobProcess:
+    """One run of a job: :meth:`start` it, then :meth:`wait` for its :class:`RunResult`.
+
+    ``identity`` comes from :func:`cronstable.runtime.identity.resolve_identity`;
+    ``mirror`` receives captured lines (None: captured output is not mirrored);
+    ``base_environment`` defaults to the daemon's ``os.environ``.
+    """
+
+    def __init__(
+        self,
+        job: Job,
+        *,
+        scheduled_time: datetime,
+        attempt: int,
+        identity: Identity | None = None,
+        base_environment: Mapping[str, str] | None = None,
+        mirror: OutputMirror | None = None,
+        wall_clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.job = job
+        self.scheduled_time = scheduled_time
+        self.attempt = attempt
+        self.identity = identity
+        self._base_environment = base_environment
+        self._mirror = mirror
+        self._wall_clock = wall_clock
+        self.pid: int | None = None
+        self._started = False
+        self._started_at: datetime | None = None
+        self._started_mono = 0.0
+        self._captures: dict[StreamName, StreamCapture] = {}
+        self._capture_tasks: list[asyncio.Task[None]] = []
+        self._run_task: asyncio.Task[RunResult] | None = None
+        self._result: RunResult | None = None
+        self._stop = asyncio.Event()
+
+    @property
+    def name(self) -> str:
+        return self.job.name
+
+    @property
+    def running(self) -> bool:
+        """Started, and not finished yet (the process or its captured pipes are alive)."""
+        return self._run_task is not None and not self._run_task.done()
+
+    # ------------------------------------------------------------------ public
+
+    async def start(self) -> None:
+        """Spawn the process.  A spawn failure is logged and recorded, never raised."""
+        if self._started:
+            raise RuntimeError("JobProcess.start() called twice")
+        self._started = True
+        config = self.job.config
+        loop = asyncio.get_running_loop()
+        self._started_at = self._wall_clock()
+        self._started_mono = time.monotonic()
+        kwargs: dict[str, Any] = {}
+        if self.identity is not None:
+            kwargs = {
+                "user": self.identity.uid,
+                "group": self.identity.gid,
+                "extra_groups": list(self.identity.extra_groups),
+            }
+        try:
+            env = job_environment(
+                self.job,
+                self.scheduled_time,
+                self.attempt,
+                os.environ if self._base_environment is None else self._base_environment,
+            )
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _Protocol(loop),
+                *command_argv(config),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE if config.capture_stdout else None,
+                stderr=subprocess.PIPE if config.capture_stderr else None,
+                env=env,
+                start_new_session=True,
+                **kwargs,
+            )
+        except (OSError, ValueError, UnicodeEncodeError, subprocess.SubprocessError) as exc:
+            logger.error("job %s: could not start the command: %s", self.name, exc)
+            self._result = self._make_result(
+                returncode=SPAWN_FAILED_RETURNCODE,
+                outcome="exit",
+                reason=f"spawn failed: {exc}",
+            )
+            return
+        pid = transport.get_pid()
+        self.pid = pid
+        logger.debug("job %s: started, pid %d, attempt %d", self.name, pid, self.attempt)
+        if config.priority is not None:
+            self._set_priority(pid, config.priority)
+        readers: list[tuple[StreamName, asyncio.StreamReader | None]] = [
+            ("stdout", protocol.stdout),
+            ("stderr", protocol.stderr),
+        ]
+        for stream, reader in readers:
+            if reader is None:
+                continue
+            capture = StreamCapture(
+                stream,
+                save_limit=config.save_limit,
+                max_line_length=config.max_line_length,
+                job_name=self.name,
+                mirror=self._mirror,
+                prefix=self._prefix(stream),
+            )
+            self._captures[stream] = capture
+            self._capture_tasks.append(
+                asyncio.create_task(capture.consume(reader), name=f"{self.name} {stream}")
+            )
+        self._run_task = asyncio.create_task(
+            self._supervise(transport, protocol), name=f"job {self.name} pid {pid}"
+        )
+
+    async def wait(self) -> RunResult:
+        """Wait for the process to exit and its captured pipes to close; the run's result.
+
+        ``executionTimeout`` is enforced whether or not anyone waits.  Cancelling
+        a waiter does not stop the run (use :meth:`cancel`).
+        """
+        if self._result is not None:
+            return self._result
+        if self._run_task is None:
+            raise RuntimeError("JobProcess.wait() before start()")
+        return await asyncio.shield(self._run_task)
+
+    async def cancel(self) -> None:
+        """Stop the run: SIGTERM to its process group, ``killTimeout`` for the child,
+        then SIGKILL to the group.  Returns once the run has finished.
+
+        Idempotent; does nothing when the run was never started or has finished.
+        Called while :meth:`start` is still spawning, it marks the run to be stopped
+        as soon as it is up, and returns at once.
+        """
+        if not self._started or self._result is not None:
+            return
+        self._stop.set()
+        if self._run_task is not None:
+            await asyncio.shield(self._run_task)
+
+    # --------------------------------------------------------------- internals
+
+    async def _supervise(
+        self, transport: asyncio.SubprocessTransport, protocol: _Protocol
+    ) -> RunResult:
+        pid = transport.get_pid()
+        exited = protocol.exited
+        finished = asyncio.create_task(_wait_all([exited, *self._capture_tasks]))
+        stop_task = asyncio.create_task(self._stop.wait())
+        timeout = self.job.config.execution_timeout
+        remaining = (
+            None if timeout is None else max(0.0, self._started_mono + timeout - time.monotonic())
+        )
+        outcome: Outcome = "exit"
+        try:
+            done, _ = await asyncio.wait(
+                {finished, stop_task}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+            if finished not in done:
+                if stop_task in done:
+                    outcome = "cancel"
+                    logger.info("job %s: stopping pid %d (cancelled)", self.name, pid)
+                else:
+                    outcome = "timeout"
+                    logger.warning(
+                        "job %s: execution timeout of %g s exceeded; stopping pid %d",
+                        self.name,
+                        timeout,
+                        pid,
+                    )
+                await self._terminate(transport, exited)
+        except asyncio.CancelledError:
+            # Torn down without an orderly cancel(): leave no orphans behind.
+            self._signal_group(transport, signal.SIGKILL)
+            raise
+        finally:
+            for task in (stop_task, finished, *self._capture_tasks):
+                if not task.done():
+                    task.cancel()
+            transport.close()
+        exit_status = transport.get_returncode()
+        returncode = TIMEOUT_RETURNCODE if outcome == "timeout" else exit_status
+        if outcome == "timeout":
+            reason: str | None = f"executionTimeout ({timeout:g} s)"
+        elif outcome == "cancel":
+            reason = "cancelled"
+        else:
+            reason = fail_reason(
+                self.job.config,
+                exit_status,
+                self._produced("stdout"),
+                self._produced("stderr"),
+            )
+        self._result = self._make_result(returncode=returncode, outcome=outcome, reason=reason)
+        logger.debug(
+            "job %s: pid %d finished: return code %s, %.3f s, %s",
+            self.name,
+            pid,
+            returncode,
+            self._result.duration,
+            reason or "success",
+        )
+        return self._result
+
+    async def _terminate(
+        self, transport: asyncio.SubprocessTransport, exited: asyncio.Future[None]
+    ) -> None:
+        pid = transport.get_pid()
+        self._signal_group(transport, signal.SIGTERM)
+        kill_timeout = self.job.config.kill_timeout
+        if not exited.done() and kill_timeout > 0:
+            await asyncio.wait([exited], timeout=kill_timeout)
+        self._signal_group(transport, signal.SIGKILL)
+        if not exited.done():
+            await asyncio.wait([exited], timeout=REAP_GRACE)
+            if not exited.done():
+                logger.error(
+                    "job %s: pid %d still not reaped %g s after SIGKILL; giving up on it",
+                    self.name,
+                    pid,
+                    REAP_GRACE,
+                )
+        pending = [task for task in self._capture_tasks if not task.done()]
+        if pending:
+            _, still = await asyncio.wait(pending, timeout=STREAM_GRACE)
+            if still:
+                logger.warning(
+                    "job %s: output pipes still open %g s after SIGKILL (held by a process "
+                    "that left the job's process group); closing them",
+                    self.name,
+                    STREAM_GRACE,
+                )
+                for fd in (1, 2):
+                    pipe = transport.get_pipe_transport(fd)
+                    if pipe is not None:
+                        pipe.close()
+                await asyncio.wait(still, timeout=1.0)
+
+    def _signal_group(self, transport: asyncio.SubprocessTransport, sig: signal.Signals) -> None:
+        """Signal the run's process group (pgid == pid: the job is a session leader)."""
+        pgid = transport.get_pid()
+        if transport.get_returncode() is not None:
+            # The child is reaped and its pid free for reuse, except that a pgid stays
+            # reserved while its group has a member: an empty group means nothing to signal.
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            except PermissionError as exc:
+                logger.warning("job %s: cannot signal process group %d: %s", self.name, pgid, exc)
+                return
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            logger.debug("job %s: process group %d already gone", self.name, pgid)
+        except PermissionError as exc:
+            logger.warning(
+                "job %s: cannot send %s to process group %d: %s", self.name, sig.name, pgid, exc
+            )
+
+    def _set_priority(self, pid: int, priority: int) -> None:
+        try:
+            os.setpriority(os.PRIO_PGRP, pid, priority)
+        except OSError as exc:
+            logger.warning("job %s: cannot set priority %d: %s", self.name, priority, exc)
+
+    def _prefix(self, stream: StreamName) -> str:
+        try:
+            return self.job.config.stream_prefix.format(job_name=self.name, stream_name=stream)
+        except (ValueError, KeyError, IndexError, AttributeError):
+            return f"[{self.name} {stream}] "
+
+    def _produced(self, stream: StreamName) -> bool:
+        capture = self._captures.get(stream)
+        return capture is not None and capture.produced
+
+    def _make_result(
+        self, *, returncode: int | None, outcome: Outcome, reason: str | None
+    ) -> RunResult:
+        assert self._started_at is not None
+        out = self._captures.get("stdout")
+        err = self._captures.get("stderr")
+        config = self.job.config
+        return RunResult(
+            job_name=self.name,
+            scheduled_time=self.scheduled_time,
+            attempt=self.attempt,
+            started_at=self._started_at,
+            finished_at=self._wall_clock(),
+            duration=time.monotonic() - self._started_mono,
+            returncode=returncode,
+            stdout=out.text() if out is not None else ("" if config.capture_stdout else None),
+            stderr=err.text() if err is not None else ("" if config.capture_stderr else None),
+            stdout_discarded=out.discarded if out is not None else 0,
+            stderr_discarded=err.discarded if err is not None else 0,
+            fail_reason=reason,
+            timed_out=outcome == "timeout",
+            cancelled=outcome == "cancel",
+            pid=self.pid,
+        )
