@@ -1,0 +1,137 @@
+"""Time as the scheduler sees it, injectable so schedule tests run in milliseconds.
+
+The scheduler reads the wall clock (fires are wall-clock instants) and a
+monotonic clock (to notice when the wall clock jumps), and sleeps until a
+wall-clock deadline or until something wakes it.
+
+:class:`SystemClock` is the real one.  :class:`ManualClock` is a complete
+clock whose time moves only when a test moves it; sleepers wake in deadline
+order as it advances, so days of schedule run in milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+MAX_SLEEP = 30.0
+"""Longest single sleep of the real clock: asyncio sleeps on the monotonic clock,
+which stands still while the machine is suspended, so a long sleep would notice a
+resume (or an NTP step) late."""
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """The wall-clock time, aware, in UTC."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never jumps."""
+        ...
+
+    async def sleep_until(self, deadline: datetime | None, wake: asyncio.Event) -> None:
+        """Return at ``deadline`` (None: never), when ``wake`` is set, or earlier.
+
+        Callers re-read :meth:`now` after it returns: an early return is allowed.
+        """
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep for a duration (retry back-off)."""
+        ...
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep_until(self, deadline: datetime | None, wake: asyncio.Event) -> None:
+        timeout = MAX_SLEEP
+        if deadline is not None:
+            timeout = min(timeout, max(0.0, (deadline - self.now()).total_seconds()))
+        if wake.is_set():
+            return
+        try:
+            await asyncio.wait_for(wake.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class ManualClock:
+    """A clock driven by the test: ``await clock.advance(seconds)`` or ``clock.jump(...)``."""
+
+    def __init__(self, start: datetime) -> None:
+        if start.tzinfo is None:
+            raise ValueError("ManualClock needs an aware start time")
+        self._now = start.astimezone(UTC)
+        self._mono = 1000.0
+        self._sleepers: list[tuple[datetime, int, asyncio.Future[Any]]] = []
+        self._seq = itertools.count()
+
+    def now(self) -> datetime:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    async def sleep_until(self, deadline: datetime | None, wake: asyncio.Event) -> None:
+        if wake.is_set() or (deadline is not None and deadline <= self._now):
+            return
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if deadline is not None:
+            heapq.heappush(self._sleepers, (deadline, next(self._seq), future))
+        waiter: asyncio.Future[Any] = asyncio.ensure_future(wake.wait())
+        try:
+            await asyncio.wait({future, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            if not future.done():
+                future.cancel()
+
+    async def sleep(self, seconds: float) -> None:
+        never = asyncio.Event()
+        await self.sleep_until(self._now + timedelta(seconds=seconds), never)
+
+    async def _settle(self) -> None:
+        # let woken tasks run until they block again (they may spawn and sleep anew)
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    async def advance(self, seconds: float, *, step: float | None = None) -> None:
+        """Move time forward, waking every sleeper whose deadline passes, in order."""
+        target = self._now + timedelta(seconds=seconds)
+        await self._settle()
+        while True:
+            self._sleepers = [s for s in self._sleepers if not s[2].done()]
+            heapq.heapify(self._sleepers)
+            if not self._sleepers or self._sleepers[0][0] > target:
+                break
+            deadline, _, future = heapq.heappop(self._sleepers)
+            if deadline > self._now:
+                self._mono += (deadline - self._now).total_seconds()
+                self._now = deadline
+            future.set_result(None)
+            await self._settle()
+        self._mono += (target - self._now).total_seconds()
+        self._now = target
+        await self._settle()
+
+    async def advance_to(self, moment: datetime) -> None:
+        await self.advance((moment - self._now).total_seconds())
+
+    def jump(self, seconds: float) -> None:
+        """Step the wall clock without the monotonic clock (NTP step, suspend/resume)."""
+        self._now += timedelta(seconds=seconds)
+        for deadline, _, future in self._sleepers:
+            if deadline <= self._now and not future.done():
+                future.set_result(None)

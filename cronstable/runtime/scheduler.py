@@ -1,0 +1,519 @@
+"""The scheduler: a next-fire index over the job table, and the life of each fire.
+
+* **Index.** Each job's next fire sits in a heap; the loop sleeps exactly until
+  the soonest one (sub-second schedules included) or until woken.  No
+  per-minute scan of every job.
+* **Lateness.** A fire found due at most ``late_tolerance`` seconds late is
+  ordinary scheduling delay and runs.  Later than that, the wall clock jumped
+  (suspend, NTP step) or the daemon stalled: with ``startingDeadlineSeconds``
+  set, the most recent missed fire within the deadline runs once (catch-up);
+  every other missed fire is skipped, logged and counted.
+* **Swaps.** :meth:`Scheduler.replace_jobs` installs a new job table in one
+  step.  Unchanged jobs keep their next fire, retry state and running runs;
+  changed jobs keep their running runs and use the new definition from the
+  next fire on; removed jobs lose their pending retries and their running runs
+  finish.  Each job remembers the last fire it handled, so a swap landing at a
+  fire instant neither drops nor doubles that fire.
+* **Concurrency.** ``Allow`` starts another run, ``Forbid`` skips the fire
+  (the retry sequence in progress stays), ``Replace`` stops the running runs —
+  a replaced run is not a failure and triggers no retry — then starts anew.
+* **Retries.** A scheduled fire starts a fresh retry sequence; a failed run
+  is retried after an exponential back-off capped at ``maximumDelay``
+  (``maximumRetries: -1`` forever); success ends the sequence.
+* **@reboot** jobs run once when :meth:`Scheduler.run` starts, never again in
+  that daemon's life (also not when a reload adds one).
+
+Time comes from an injected :class:`~cronstable.runtime.clock.Clock` and runs
+from an injected spawner, so the semantics are tested in milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Literal, Protocol
+
+from cronstable.config.desired import Job
+from cronstable.runtime.clock import Clock
+from cronstable.runtime.process import RunResult
+from cronstable.runtime.retry import RetryState
+
+logger = logging.getLogger(__name__)
+
+LATE_TOLERANCE = 5.0
+"""Seconds a fire may be found late and still count as on time."""
+MISSED_SCAN_LIMIT = 10_000
+"""Most missed fires enumerated one by one after a jump (a per-second job after a
+day-long suspend would otherwise take seconds to count)."""
+
+Outcome = Literal["success", "failure", "permanent_failure"]
+
+
+class Run(Protocol):
+    """One run of a job, as the scheduler drives it (:class:`~.process.JobProcess`)."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    async def start(self) -> None: ...
+
+    async def wait(self) -> RunResult: ...
+
+    async def cancel(self) -> None: ...
+
+
+Spawner = Callable[[Job, datetime, int], Run]
+"""(job, scheduled time, attempt) → a run not yet started."""
+ResultListener = Callable[[Job, RunResult, Outcome], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SwapSummary:
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    changed: tuple[str, ...]
+    unchanged: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class SchedulerStats:
+    fires: int = 0
+    """Scheduled fires that started a run (catch-ups included)."""
+    skipped_forbid: int = 0
+    missed: int = 0
+    """Fires skipped because they were found too late."""
+    catch_ups: int = 0
+    clock_jumps: int = 0
+    replaced: int = 0
+    retries: int = 0
+
+
+@dataclass(eq=False, slots=True)
+class _Instance:
+    run: Run
+    scheduled_time: datetime
+    attempt: int
+    retry: RetryState | None
+    replaced: bool = False
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass(eq=False, slots=True)
+class _Slot:
+    job: Job
+    order: int
+    cursor: datetime
+    """The last fire instant handled (run, skipped or missed), or when the job arrived."""
+    next_fire: datetime | None = None
+    generation: int = 0
+    running: list[_Instance] = field(default_factory=list)
+    retry: RetryState | None = None
+    last_result: RunResult | None = None
+
+
+def _timing(job: Job) -> tuple[str, str, bool]:
+    return (job.schedule.text, str(job.timezone), job.config.enabled)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        clock: Clock,
+        spawner: Spawner,
+        *,
+        late_tolerance: float = LATE_TOLERANCE,
+        on_result: ResultListener | None = None,
+    ) -> None:
+        self.clock = clock
+        self.spawner = spawner
+        self.late_tolerance = late_tolerance
+        self.on_result = on_result
+        self.stats = SchedulerStats()
+        self._slots: dict[str, _Slot] = {}
+        self._heap: list[tuple[datetime, int, int, str]] = []
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._started = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------ the job table
+
+    @property
+    def jobs(self) -> Mapping[str, Job]:
+        return {name: slot.job for name, slot in self._slots.items()}
+
+    def next_fire(self, name: str) -> datetime | None:
+        return self._slots[name].next_fire
+
+    def running(self, name: str) -> int:
+        slot = self._slots.get(name)
+        return len(slot.running) if slot else 0
+
+    def running_total(self) -> int:
+        return sum(1 for task in self._tasks if not task.done())
+
+    def last_result(self, name: str) -> RunResult | None:
+        slot = self._slots.get(name)
+        return slot.last_result if slot else None
+
+    def retry_pending(self, name: str) -> bool:
+        slot = self._slots.get(name)
+        return bool(slot and slot.retry and slot.retry.task and not slot.retry.task.done())
+
+    def replace_jobs(self, jobs: Mapping[str, Job]) -> SwapSummary:
+        """Install a new job table in one step (see the module docstring)."""
+        now = self.clock.now()
+        old = self._slots
+        slots: dict[str, _Slot] = {}
+        added: list[str] = []
+        changed: list[str] = []
+        unchanged: list[str] = []
+        for order, (name, job) in enumerate(jobs.items()):
+            slot = old.get(name)
+            if slot is None:
+                slot = _Slot(job=job, order=order, cursor=now)
+                self._plan(slot, now)
+                added.append(name)
+            elif slot.job.digest == job.digest:
+                slot.order = order
+                unchanged.append(name)
+            else:
+                retimed = _timing(slot.job) != _timing(job)
+                slot.job = job
+                slot.order = order
+                if retimed:
+                    floor = now - timedelta(seconds=self.late_tolerance)
+                    self._plan(slot, max(slot.cursor, floor))
+                changed.append(name)
+            slots[name] = slot
+        removed = [name for name in old if name not in jobs]
+        for name in removed:
+            slot = old[name]
+            slot.generation += 1
+            slot.next_fire = None
+            self._end_retries(slot)
+        self._slots = slots
+        self._wake.set()
+        return SwapSummary(tuple(added), tuple(removed), tuple(changed), tuple(unchanged))
+
+    def _plan(self, slot: _Slot, after: datetime) -> None:
+        """Compute and index the slot's next fire strictly after ``after``."""
+        slot.generation += 1
+        job = slot.job
+        slot.next_fire = None
+        if not job.config.enabled or job.schedule.is_reboot:
+            return
+        fire = self._next(job, after)
+        slot.next_fire = fire
+        if fire is not None:
+            heapq.heappush(self._heap, (fire, slot.order, slot.generation, job.name))
+
+    @staticmethod
+    def _next(job: Job, after: datetime) -> datetime | None:
+        """The job's next fire as a UTC instant.
+
+        Fires are compared and stored in UTC only: two aware datetimes with the
+        same zone compare by wall time, so the two 01:30s of a fall-back night
+        would be equal.
+        """
+        fire = job.schedule.next_fire(after, job.timezone)
+        return None if fire is None else fire.astimezone(UTC)
+
+    # ------------------------------------------------------------ the loop
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop spawning; :meth:`run` then cancels pending retries and waits for running jobs."""
+        self._stopping = True
+        self._wake.set()
+
+    async def cancel_running(self) -> None:
+        """Stop every running run now (a second shutdown signal)."""
+        await asyncio.gather(
+            *(inst.run.cancel() for slot in self._slots.values() for inst in slot.running),
+            return_exceptions=True,
+        )
+
+    async def run(self) -> None:
+        """Schedule until :meth:`stop`, then drain."""
+        self._started = True
+        now = self.clock.now()
+        for slot in list(self._slots.values()):
+            if slot.job.config.enabled and slot.job.schedule.is_reboot:
+                self._fire(slot, now)
+        last_wall, last_mono = now, self.clock.monotonic()
+        while not self._stopping:
+            self._wake.clear()
+            now, mono = self.clock.now(), self.clock.monotonic()
+            drift = (now - last_wall).total_seconds() - (mono - last_mono)
+            if abs(drift) > self.late_tolerance:
+                self.stats.clock_jumps += 1
+                logger.warning(
+                    "The wall clock moved %+.1f s against the monotonic clock "
+                    "(suspend, NTP step or a stalled daemon)",
+                    drift,
+                )
+            last_wall, last_mono = now, mono
+            self._service(now)
+            await self.clock.sleep_until(self._soonest(), self._wake)
+        await self._drain()
+
+    def _soonest(self) -> datetime | None:
+        while self._heap:
+            fire, _, generation, name = self._heap[0]
+            slot = self._slots.get(name)
+            if slot is not None and slot.generation == generation:
+                return fire
+            heapq.heappop(self._heap)
+        return None
+
+    def _service(self, now: datetime) -> None:
+        while self._heap and self._heap[0][0] <= now:
+            fire, _, generation, name = heapq.heappop(self._heap)
+            slot = self._slots.get(name)
+            if slot is None or slot.generation != generation:
+                continue
+            self._due(slot, fire, now)
+
+    def _due(self, slot: _Slot, fire: datetime, now: datetime) -> None:
+        job = slot.job
+        on_time = now - timedelta(seconds=self.late_tolerance)
+        if fire >= on_time:
+            slot.cursor = fire
+            self._fire(slot, fire)
+            self._plan(slot, fire)
+            return
+        # Found too late: walk the missed fires up to the on-time window.
+        deadline = job.config.starting_deadline_seconds
+        window = now - timedelta(seconds=deadline) if deadline is not None else None
+        catch_up: datetime | None = None
+        last_missed = fire
+        missed = 0
+        cursor: datetime | None = fire
+        while cursor is not None and cursor < on_time and missed < MISSED_SCAN_LIMIT:
+            if window is not None and cursor >= window:
+                catch_up = cursor
+            last_missed = cursor
+            missed += 1
+            cursor = self._next(job, cursor)
+        capped = cursor is not None and cursor < on_time
+        if capped:
+            # too many to enumerate: resume at the on-time window; in the deadline
+            # window take its first fire rather than walking to its last
+            cursor = self._next(job, on_time - timedelta(microseconds=1))
+            if window is not None and catch_up is None:
+                first = self._next(job, window - timedelta(microseconds=1))
+                catch_up = first if first is not None and first < on_time else None
+        if catch_up is not None:
+            missed -= 1
+        self.stats.missed += missed
+        if missed:
+            if catch_up is not None:
+                advice = "; running the latest within startingDeadlineSeconds once"
+            elif deadline is None:
+                advice = "; set startingDeadlineSeconds to catch up"
+            else:
+                advice = ""
+            logger.warning(
+                "Job %s missed %s%d fire%s from %s to %s (found %.1f s late)%s",
+                job.name,
+                "at least " if capped else "",
+                missed,
+                "" if missed == 1 else "s",
+                fire.isoformat(),
+                last_missed.isoformat(),
+                (now - fire).total_seconds(),
+                advice,
+                extra={"job": job.name, "missed": missed},
+            )
+        slot.cursor = last_missed
+        if catch_up is not None:
+            self.stats.catch_ups += 1
+            self._fire(slot, catch_up)
+        # fires inside the on-time window, if any, run as usual
+        while cursor is not None and cursor <= now:
+            slot.cursor = cursor
+            self._fire(slot, cursor)
+            cursor = self._next(job, cursor)
+        # every fire before the on-time window has been handled (run or missed)
+        self._plan(slot, max(slot.cursor, on_time - timedelta(microseconds=1)))
+
+    # ------------------------------------------------------------ runs
+
+    def _fire(self, slot: _Slot, scheduled: datetime) -> None:
+        """A scheduled fire (or catch-up) of ``slot``'s job."""
+        job = slot.job
+        policy = job.config.concurrency_policy
+        active = [inst for inst in slot.running if not inst.replaced]
+        waits: list[asyncio.Task[None]] = []
+        if active and policy == "Forbid":
+            self.stats.skipped_forbid += 1
+            logger.info(
+                "Job %s: fire at %s skipped, %d run%s still going (concurrencyPolicy Forbid)",
+                job.name,
+                scheduled.isoformat(),
+                len(active),
+                "" if len(active) == 1 else "s",
+                extra={"job": job.name, "scheduled_time": scheduled.isoformat()},
+            )
+            return
+        if active and policy == "Replace":
+            waits = self._replace(slot, active)
+        self._end_retries(slot)
+        if job.config.on_failure.retry.maximum_retries != 0:
+            slot.retry = RetryState.from_config(job.config.on_failure.retry)
+        self.stats.fires += 1
+        self._launch(slot, scheduled, 1, slot.retry, waits)
+
+    def _replace(self, slot: _Slot, active: list[_Instance]) -> list[asyncio.Task[None]]:
+        tasks: list[asyncio.Task[None]] = []
+        for inst in active:
+            inst.replaced = True
+            self.stats.replaced += 1
+            logger.info(
+                "Job %s: stopping the run scheduled at %s (concurrencyPolicy Replace)",
+                slot.job.name,
+                inst.scheduled_time.isoformat(),
+                extra={"job": slot.job.name},
+            )
+            tasks.append(asyncio.ensure_future(inst.run.cancel()))
+        return tasks
+
+    def _launch(
+        self,
+        slot: _Slot,
+        scheduled: datetime,
+        attempt: int,
+        retry: RetryState | None,
+        waits: list[asyncio.Task[None]] | None = None,
+    ) -> None:
+        inst = _Instance(self.spawner(slot.job, scheduled, attempt), scheduled, attempt, retry)
+        slot.running.append(inst)
+        inst.task = asyncio.create_task(self._supervise(slot, inst, waits or []))
+        self._tasks.add(inst.task)
+        inst.task.add_done_callback(self._tasks.discard)
+
+    async def _supervise(
+        self, slot: _Slot, inst: _Instance, waits: list[asyncio.Task[None]]
+    ) -> None:
+        name = slot.job.name
+        fields = {
+            "job": name,
+            "scheduled_time": inst.scheduled_time.isoformat(),
+            "attempt": inst.attempt,
+        }
+        try:
+            if waits:
+                await asyncio.gather(*waits, return_exceptions=True)
+            await inst.run.start()
+            logger.info(
+                "Job %s started: scheduled %s, attempt %d, pid %s",
+                name,
+                inst.scheduled_time.isoformat(),
+                inst.attempt,
+                inst.run.pid,
+                extra=fields | {"pid": inst.run.pid},
+            )
+            result = await inst.run.wait()
+        finally:
+            if inst in slot.running:
+                slot.running.remove(inst)
+        slot.last_result = result
+        outcome = "replaced" if inst.replaced else ("failed" if result.failed else "succeeded")
+        logger.info(
+            "Job %s finished: %s%s, exit code %s, %.3f s, scheduled %s, attempt %d",
+            name,
+            outcome,
+            f" ({result.fail_reason})" if result.failed and not inst.replaced else "",
+            result.returncode,
+            result.duration,
+            inst.scheduled_time.isoformat(),
+            inst.attempt,
+            extra=fields
+            | {
+                "outcome": outcome,
+                "exit_code": result.returncode,
+                "duration": round(result.duration, 6),
+                "fail_reason": result.fail_reason,
+            },
+        )
+        if inst.replaced or self._stopping:
+            return
+        self._outcome(slot, inst, result)
+
+    def _outcome(self, slot: _Slot, inst: _Instance, result: RunResult) -> None:
+        job = slot.job
+        if not result.failed:
+            if slot.retry is inst.retry:
+                slot.retry = None
+            self._report(job, result, "success")
+            return
+        state = inst.retry
+        current = self._slots.get(job.name) is slot
+        if state is None or state.cancelled or state is not slot.retry or not current:
+            self._report(job, result, "permanent_failure")
+            return
+        if state.exhausted:
+            slot.retry = None
+            self._report(job, result, "permanent_failure")
+            return
+        self._report(job, result, "failure")
+        delay = state.next_delay()
+        self.stats.retries += 1
+        limit = "∞" if state.maximum_retries == -1 else str(state.maximum_retries)
+        logger.info(
+            "Job %s: retry %d of %s in %.1f s",
+            job.name,
+            state.count,
+            limit,
+            delay,
+            extra={"job": job.name, "attempt": state.count + 1},
+        )
+        state.task = asyncio.create_task(self._retry_after(slot, state, delay, inst.scheduled_time))
+
+    async def _retry_after(
+        self, slot: _Slot, state: RetryState, delay: float, scheduled: datetime
+    ) -> None:
+        await self.clock.sleep(delay)
+        if state.cancelled or self._stopping or self._slots.get(slot.job.name) is not slot:
+            return
+        active = [inst for inst in slot.running if not inst.replaced]
+        waits: list[asyncio.Task[None]] = []
+        if active and slot.job.config.concurrency_policy == "Forbid":
+            logger.info(
+                "Job %s: retry skipped, a run is still going (concurrencyPolicy Forbid)",
+                slot.job.name,
+                extra={"job": slot.job.name},
+            )
+            return
+        if active and slot.job.config.concurrency_policy == "Replace":
+            waits = self._replace(slot, active)
+        self._launch(slot, scheduled, state.count + 1, state, waits)
+
+    def _end_retries(self, slot: _Slot) -> None:
+        if slot.retry is not None:
+            slot.retry.cancel()
+            slot.retry = None
+
+    def _report(self, job: Job, result: RunResult, outcome: Outcome) -> None:
+        if self.on_result is not None:
+            try:
+                self.on_result(job, result, outcome)
+            except Exception:
+                logger.exception("A result listener failed for job %s", job.name)
+
+    async def _drain(self) -> None:
+        for slot in self._slots.values():
+            self._end_retries(slot)
+        pending = [task for task in self._tasks if not task.done()]
+        if pending:
+            logger.info(
+                "Waiting for %d running job%s", len(pending), "" if len(pending) == 1 else "s"
+            )
+            await asyncio.gather(*pending, return_exceptions=True)

@@ -1,0 +1,509 @@
+"""Scheduler semantics on an injected clock: days of schedule in milliseconds.
+
+Runs are stand-ins driven by the same manual clock (the real process layer is
+tested in test_runtime_process.py); everything else is the real scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+import pytest_asyncio
+
+from cronstable.config import DesiredState, MemoryTree, load
+from cronstable.config.desired import Job
+from cronstable.runtime.clock import ManualClock
+from cronstable.runtime.process import RunResult
+from cronstable.runtime.scheduler import Outcome, Scheduler
+
+T0 = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def jobs(text: str) -> dict[str, Job]:
+    state: DesiredState = load(MemoryTree({"c.yaml": textwrap.dedent(text).encode()}), "c.yaml")
+    return dict(state.jobs)
+
+
+@dataclass(eq=False)
+class StandInRun:
+    """A run that lasts ``duration`` seconds of manual-clock time and exits with ``code``."""
+
+    clock: ManualClock
+    job: Job
+    scheduled: datetime
+    attempt: int
+    duration: float
+    code: int
+    started: datetime | None = None
+    cancelled: bool = False
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def pid(self) -> int | None:
+        return 4242
+
+    async def start(self) -> None:
+        self.started = self.clock.now()
+
+    async def wait(self) -> RunResult:
+        sleeper = asyncio.ensure_future(self.clock.sleep(self.duration))
+        stopper = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        sleeper.cancel()
+        stopper.cancel()
+        code = -15 if self.cancelled else self.code
+        assert self.started is not None
+        return RunResult(
+            job_name=self.job.name,
+            scheduled_time=self.scheduled,
+            attempt=self.attempt,
+            started_at=self.started,
+            finished_at=self.clock.now(),
+            duration=(self.clock.now() - self.started).total_seconds(),
+            returncode=code,
+            stdout=None,
+            stderr=None,
+            stdout_discarded=0,
+            stderr_discarded=0,
+            fail_reason=None if code == 0 else ("cancelled" if self.cancelled else f"exit {code}"),
+            timed_out=False,
+            cancelled=self.cancelled,
+            pid=4242,
+        )
+
+    async def cancel(self) -> None:
+        self.cancelled = True
+        self._stop.set()
+
+
+@dataclass
+class Harness:
+    clock: ManualClock
+    scheduler: Scheduler
+    runs: list[StandInRun]
+    outcomes: list[tuple[str, Outcome, int]]
+    behaviour: dict[str, tuple[float, int]]
+
+    def starts(self, name: str | None = None) -> list[datetime]:
+        return [r.started for r in self.runs if name is None or r.job.name == name if r.started]
+
+    def scheduled(self, name: str) -> list[datetime]:
+        return [r.scheduled for r in self.runs if r.job.name == name]
+
+
+@pytest_asyncio.fixture
+async def harness() -> AsyncIterator[Callable[..., Harness]]:
+    created: list[tuple[Harness, asyncio.Task[None]]] = []
+
+    def make(table: dict[str, Job], start: datetime = T0, **kwargs: float) -> Harness:
+        clock = ManualClock(start)
+        runs: list[StandInRun] = []
+        outcomes: list[tuple[str, Outcome, int]] = []
+        behaviour: dict[str, tuple[float, int]] = {}
+
+        def spawner(job: Job, scheduled: datetime, attempt: int) -> StandInRun:
+            duration, code = behaviour.get(job.name, (1.0, 0))
+            run = StandInRun(clock, job, scheduled, attempt, duration, code)
+            runs.append(run)
+            return run
+
+        def on_result(job: Job, result: RunResult, outcome: Outcome) -> None:
+            outcomes.append((job.name, outcome, result.attempt))
+
+        scheduler = Scheduler(clock, spawner, on_result=on_result, **kwargs)
+        scheduler.replace_jobs(table)
+        h = Harness(clock, scheduler, runs, outcomes, behaviour)
+        created.append((h, asyncio.create_task(scheduler.run())))
+        return h
+
+    yield make
+    for h, task in created:
+        h.scheduler.stop()
+        await h.scheduler.cancel_running()
+        await h.clock.advance(3600)
+        await asyncio.wait_for(task, 5)
+
+
+@pytest.mark.asyncio
+async def test_second_level_schedule_fires_exactly(harness: Callable[..., Harness]) -> None:
+    h = harness(jobs('jobs: [{name: tick, command: "true", schedule: "*/10 * * * * * *"}]'))
+    await h.clock.advance(60)
+    assert h.starts("tick") == [T0 + timedelta(seconds=s) for s in range(10, 61, 10)]
+    assert h.scheduled("tick") == h.starts("tick")  # fired at the exact instant
+
+
+@pytest.mark.asyncio
+async def test_next_fire_is_indexed_not_scanned(harness: Callable[..., Harness]) -> None:
+    table = jobs(
+        """\
+        jobs:
+          - {name: hourly, command: "true", schedule: "0 * * * *"}
+          - {name: yearly, command: "true", schedule: "@yearly"}
+        """
+    )
+    h = harness(table)
+    assert h.scheduler.next_fire("hourly") == T0 + timedelta(hours=1)
+    assert h.scheduler.next_fire("yearly") == datetime(2027, 1, 1, tzinfo=UTC)
+    await h.clock.advance(3 * 3600)
+    assert h.starts("hourly") == [T0 + timedelta(hours=n) for n in (1, 2, 3)]
+
+
+@pytest.mark.asyncio
+async def test_disabled_job_never_fires(harness: Callable[..., Harness]) -> None:
+    h = harness(jobs('jobs: [{name: x, command: "true", schedule: "* * * * *", enabled: no}]'))
+    await h.clock.advance(600)
+    assert h.runs == []
+    assert h.scheduler.next_fire("x") is None
+
+
+@pytest.mark.asyncio
+async def test_reboot_runs_once_per_start_not_on_reload(harness: Callable[..., Harness]) -> None:
+    table = jobs('jobs: [{name: boot, command: "true", schedule: "@reboot"}]')
+    h = harness(table)
+    await h.clock.advance(1)
+    assert h.scheduled("boot") == [T0]
+    more = jobs(
+        """\
+        jobs:
+          - {name: boot, command: "true", schedule: "@reboot"}
+          - {name: boot2, command: "true", schedule: "@reboot"}
+        """
+    )
+    h.scheduler.replace_jobs(more)
+    await h.clock.advance(600)
+    assert [r.job.name for r in h.runs] == ["boot"]
+
+
+@pytest.mark.asyncio
+async def test_dst_fall_back_lisbon(harness: Callable[..., Harness]) -> None:
+    table = jobs(
+        """\
+        jobs:
+          - {name: fixed, command: "true", schedule: "30 1 * * *", timezone: Europe/Lisbon}
+          - {name: wild, command: "true", schedule: "30 * * * *", timezone: Europe/Lisbon}
+        """
+    )
+    # 2026-10-25: Lisbon repeats 01:00-02:00 (WEST +01:00, then WET +00:00)
+    h = harness(table, start=datetime(2026, 10, 24, 23, 0, tzinfo=UTC))
+    await h.clock.advance(4 * 3600)
+    lisbon = ZoneInfo("Europe/Lisbon")
+    assert [t.astimezone(lisbon).isoformat() for t in h.starts("fixed")] == [
+        "2026-10-25T01:30:00+01:00"
+    ]
+    assert [t.astimezone(lisbon).isoformat() for t in h.starts("wild")] == [
+        "2026-10-25T00:30:00+01:00",
+        "2026-10-25T01:30:00+01:00",
+        "2026-10-25T01:30:00+00:00",
+        "2026-10-25T02:30:00+00:00",
+    ]
+
+
+@pytest.mark.asyncio
+async def test_dst_spring_forward_new_york(harness: Callable[..., Harness]) -> None:
+    table = jobs(
+        """\
+        jobs:
+          - {name: fixed, command: "true", schedule: "30 2 * * *", timezone: America/New_York}
+          - {name: wild, command: "true", schedule: "30 * * * *", timezone: America/New_York}
+        """
+    )
+    # 2026-03-08: New York skips 02:00-03:00
+    h = harness(table, start=datetime(2026, 3, 8, 5, 0, tzinfo=UTC))  # 00:00 EST
+    await h.clock.advance(4 * 3600)
+    ny = ZoneInfo("America/New_York")
+    assert [t.astimezone(ny).isoformat() for t in h.starts("fixed")] == [
+        "2026-03-08T03:00:00-04:00"
+    ]
+    assert [t.astimezone(ny).isoformat() for t in h.starts("wild")] == [
+        "2026-03-08T00:30:00-05:00",
+        "2026-03-08T01:30:00-05:00",
+        "2026-03-08T03:30:00-04:00",
+        "2026-03-08T04:30:00-04:00",
+    ]
+
+
+@pytest.mark.asyncio
+async def test_small_stall_loses_no_fire(harness: Callable[..., Harness]) -> None:
+    h = harness(jobs('jobs: [{name: tick, command: "true", schedule: "* * * * * * *"}]'))
+    await h.clock.advance(1)
+    h.clock.jump(3)  # the loop wakes 3 s late: within the tolerance
+    await h.clock.advance(0)
+    assert h.scheduled("tick") == [T0 + timedelta(seconds=s) for s in range(1, 5)]
+    assert h.scheduler.stats.missed == 0
+
+
+@pytest.mark.asyncio
+async def test_clock_jump_skips_and_counts_missed_fires(harness: Callable[..., Harness]) -> None:
+    h = harness(jobs('jobs: [{name: m, command: "true", schedule: "* * * * *"}]'))
+    await h.clock.advance(60)
+    h.clock.jump(3600)  # suspend for an hour
+    await h.clock.advance(0)
+    assert h.scheduled("m") == [T0 + timedelta(minutes=1), T0 + timedelta(minutes=61)]
+    assert h.scheduler.stats.missed == 59
+    assert h.scheduler.stats.clock_jumps == 1
+    await h.clock.advance(60)
+    assert h.scheduled("m")[-1] == T0 + timedelta(minutes=62)
+
+
+@pytest.mark.asyncio
+async def test_catch_up_within_starting_deadline(harness: Callable[..., Harness]) -> None:
+    table = jobs(
+        """\
+        jobs:
+          - {name: recent, command: "true", schedule: "*/10 * * * *", startingDeadlineSeconds: 900}
+          - {name: stale, command: "true", schedule: "0 * * * *", startingDeadlineSeconds: 60}
+        """
+    )
+    h = harness(table, start=datetime(2026, 6, 1, 11, 59, 59, tzinfo=UTC))
+    h.clock.jump(25 * 60 + 1)  # 12:25:00, having slept through 12:00, 12:10, 12:20
+    await h.clock.advance(0)
+    # the latest missed fire within 900 s runs once; the older ones are counted
+    assert h.scheduled("recent") == [datetime(2026, 6, 1, 12, 20, tzinfo=UTC)]
+    # 12:00 is 25 min old, older than its 60 s deadline: skipped
+    assert h.scheduled("stale") == []
+    assert h.scheduler.stats.catch_ups == 1
+    assert h.scheduler.stats.missed == 3
+    await h.clock.advance(5 * 60)
+    assert h.scheduled("recent")[-1] == datetime(2026, 6, 1, 12, 30, tzinfo=UTC)
+
+
+@pytest.mark.asyncio
+async def test_replace_jobs_keeps_unchanged_and_retimes_changed(
+    harness: Callable[..., Harness],
+) -> None:
+    h = harness(
+        jobs(
+            """\
+            jobs:
+              - {name: same, command: "true", schedule: "0 * * * *"}
+              - {name: edited, command: "true", schedule: "0 * * * *"}
+              - {name: retimed, command: "true", schedule: "0 * * * *"}
+              - {name: gone, command: "true", schedule: "0 * * * *"}
+            """
+        )
+    )
+    summary = h.scheduler.replace_jobs(
+        jobs(
+            """\
+            jobs:
+              - {name: same, command: "true", schedule: "0 * * * *"}
+              - {name: edited, command: "echo new", schedule: "0 * * * *"}
+              - {name: retimed, command: "true", schedule: "*/15 * * * *"}
+              - {name: fresh, command: "true", schedule: "5 * * * *"}
+            """
+        )
+    )
+    assert summary.unchanged == ("same",)
+    assert summary.changed == ("edited", "retimed")
+    assert summary.added == ("fresh",)
+    assert summary.removed == ("gone",)
+    assert h.scheduler.next_fire("same") == T0 + timedelta(hours=1)
+    assert h.scheduler.next_fire("retimed") == T0 + timedelta(minutes=15)
+    await h.clock.advance(3600)
+    assert [r.job.name for r in h.runs if r.scheduled == T0 + timedelta(hours=1)] == [
+        "same",
+        "edited",
+        "retimed",
+    ]
+    edited = next(r for r in h.runs if r.job.name == "edited")
+    assert edited.job.config.command == "echo new"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("handled_first", [True, False])
+async def test_swap_at_the_fire_instant_neither_drops_nor_doubles(
+    harness: Callable[..., Harness], handled_first: bool
+) -> None:
+    table = jobs('jobs: [{name: m, command: "true", schedule: "* * * * *"}]')
+    changed = jobs('jobs: [{name: m, command: "echo changed", schedule: "* * * * *"}]')
+    h = harness(table)
+    if handled_first:
+        await h.clock.advance(60)  # the loop handles 12:01, then the swap lands
+        h.scheduler.replace_jobs(changed)
+    else:
+        h.clock.jump(60)  # 12:01 is due, and the swap lands before the loop sees it
+        h.scheduler.replace_jobs(changed)
+    await h.clock.advance(0.5)
+    assert h.scheduled("m") == [T0 + timedelta(minutes=1)]
+    await h.clock.advance(60)
+    assert h.scheduled("m") == [T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)]
+
+
+@pytest.mark.asyncio
+async def test_forbid_skips_while_running(harness: Callable[..., Harness]) -> None:
+    table = jobs(
+        """\
+        jobs: [{name: slow, command: "true", schedule: "* * * * *", concurrencyPolicy: Forbid}]
+        """
+    )
+    h = harness(table)
+    h.behaviour["slow"] = (150.0, 0)
+    await h.clock.advance(4 * 60)
+    # 12:01 runs until 12:03:30; 12:02 and 12:03 are skipped; 12:04 runs
+    assert h.scheduled("slow") == [T0 + timedelta(minutes=1), T0 + timedelta(minutes=4)]
+    assert h.scheduler.stats.skipped_forbid == 2
+
+
+@pytest.mark.asyncio
+async def test_allow_runs_concurrently(harness: Callable[..., Harness]) -> None:
+    h = harness(jobs('jobs: [{name: slow, command: "true", schedule: "* * * * *"}]'))
+    h.behaviour["slow"] = (150.0, 0)
+    await h.clock.advance(3 * 60)
+    assert len(h.runs) == 3
+    assert h.scheduler.running("slow") == 3
+    await h.clock.advance(31)  # the 12:01 run ended at 12:03:30
+    assert h.scheduler.running("slow") == 2
+
+
+@pytest.mark.asyncio
+async def test_replace_stops_the_old_run_without_failure_or_retry(
+    harness: Callable[..., Harness],
+) -> None:
+    table = jobs(
+        """\
+        jobs:
+          - name: slow
+            command: "true"
+            schedule: "* * * * *"
+            concurrencyPolicy: Replace
+            onFailure: {retry: {maximumRetries: 3}}
+        """
+    )
+    h = harness(table)
+    h.behaviour["slow"] = (150.0, 0)
+    await h.clock.advance(2 * 60 + 1)
+    first, second = h.runs
+    assert first.cancelled and not second.cancelled
+    assert h.scheduler.stats.replaced == 1
+    assert h.outcomes == []  # the replaced run is neither a failure nor a success
+    assert h.scheduler.retry_pending("slow") is False
+
+
+@pytest.mark.asyncio
+async def test_retries_back_off_and_exhaust(harness: Callable[..., Harness]) -> None:
+    table = jobs(
+        """\
+        jobs:
+          - name: flaky
+            command: "false"
+            schedule: "0 * * * *"
+            onFailure:
+              retry: {maximumRetries: 3, initialDelay: 10, backoffMultiplier: 3, maximumDelay: 60}
+        """
+    )
+    h = harness(table)
+    h.behaviour["flaky"] = (1.0, 1)
+    await h.clock.advance(3600 + 300)
+    hour = T0 + timedelta(hours=1)
+    # run 1 ends at +1 s; retries after 10, 30, 60 (capped) s, each run lasting 1 s
+    assert h.starts("flaky") == [hour + timedelta(seconds=s) for s in (0, 11, 42, 103)]
+    assert [r.attempt for r in h.runs] == [1, 2, 3, 4]
+    assert all(r.scheduled == hour for r in h.runs)
+    assert h.outcomes == [
+        ("flaky", "failure", 1),
+        ("flaky", "failure", 2),
+        ("flaky", "failure", 3),
+        ("flaky", "permanent_failure", 4),
+    ]
+
+
+@pytest.mark.asyncio
+async def test_success_ends_the_retry_sequence(harness: Callable[..., Harness]) -> None:
+    table = jobs(
+        """\
+        jobs:
+          - name: flaky
+            command: "false"
+            schedule: "0 * * * *"
+            onFailure: {retry: {maximumRetries: -1, initialDelay: 5}}
+        """
+    )
+    h = harness(table)
+    h.behaviour["flaky"] = (1.0, 1)
+    await h.clock.advance(3600 + 1)
+    h.behaviour["flaky"] = (1.0, 0)
+    await h.clock.advance(60)
+    assert [o[1] for o in h.outcomes] == ["failure", "success"]
+    assert h.scheduler.retry_pending("flaky") is False
+
+
+@pytest.mark.asyncio
+async def test_a_new_fire_starts_a_fresh_retry_sequence(harness: Callable[..., Harness]) -> None:
+    table = jobs(
+        """\
+        jobs:
+          - name: flaky
+            command: "false"
+            schedule: "* * * * *"
+            onFailure: {retry: {maximumRetries: -1, initialDelay: 50, backoffMultiplier: 1}}
+        """
+    )
+    h = harness(table)
+    h.behaviour["flaky"] = (20.0, 1)
+    await h.clock.advance(60 + 20 + 1)  # 12:01 fails at 12:01:20; retry planned for 12:02:10
+    await h.clock.advance(40)  # 12:02 fires first: the pending retry is dropped
+    await h.clock.advance(30)
+    assert [(r.scheduled.minute, r.attempt) for r in h.runs] == [(1, 1), (2, 1)]
+
+
+@pytest.mark.asyncio
+async def test_removed_job_loses_pending_retry_but_run_finishes(
+    harness: Callable[..., Harness],
+) -> None:
+    table = jobs(
+        """\
+        jobs:
+          - name: flaky
+            command: "false"
+            schedule: "0 * * * *"
+            onFailure: {retry: {maximumRetries: 5, initialDelay: 30}}
+          - {name: other, command: "true", schedule: "0 0 1 1 *"}
+        """
+    )
+    h = harness(table)
+    h.behaviour["flaky"] = (10.0, 1)
+    await h.clock.advance(3600 + 11)
+    assert h.scheduler.retry_pending("flaky")
+    h.scheduler.replace_jobs(jobs('jobs: [{name: other, command: "true", schedule: "0 0 1 1 *"}]'))
+    await h.clock.advance(600)
+    assert len(h.runs) == 1
+
+
+@pytest.mark.asyncio
+async def test_stop_cancels_retries_and_waits_for_running() -> None:
+    clock = ManualClock(T0)
+    runs: list[StandInRun] = []
+
+    def spawner(job: Job, scheduled: datetime, attempt: int) -> StandInRun:
+        flaky = job.name == "flaky"
+        run = StandInRun(clock, job, scheduled, attempt, 30.0 if flaky else 60.0, int(flaky))
+        runs.append(run)
+        return run
+
+    scheduler = Scheduler(clock, spawner)
+    scheduler.replace_jobs(
+        jobs(
+            """\
+            jobs:
+              - name: flaky
+                command: "false"
+                schedule: "* * * * *"
+                onFailure: {retry: {maximumRetries: 5, initialDelay: 5}}
+              - {name: long, command: "true", schedule: "* * * * *"}
+            """
+        )
+    )
+    task = asyncio.create_task(scheduler.run())
+    await clock.advance(60 + 31)  # flaky failed at 12:01:30, its retry is due 12:01:35
+    scheduler.stop()
+    await clock.advance(10)
+    assert not task.done()  # "long" (12:01 to 12:02) is still running: stop waits for it
+    await clock.advance(60)
+    await asyncio.wait_for(task, 5)
+    assert [r.job.name for r in runs] == ["flaky", "long"]
