@@ -2,7 +2,7 @@
 
 Each subcommand lives in its own module and is imported only when chosen, so
 ``--version``, ``validate``, ``schema``, ``job-set-id`` and ``next`` never
-import asyncio or aiohttp.
+import asyncio or aiohttp; only ``run`` (the daemon) does.
 
 Exit codes: 0 success (valid), 1 invalid configuration, 2 usage error.
 """
@@ -47,7 +47,27 @@ def build_parser() -> argparse.ArgumentParser:
         type=str.upper,
         help="log level (default INFO)",
     )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="daemon log format: text, or one JSON object per line (default text)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    # the daemon's options are also accepted after "run" (cronstable run -c PATH -l DEBUG)
+    daemon_options = argparse.ArgumentParser(add_help=False)
+    daemon_options.add_argument(
+        "-c", "--config", metavar="PATH", default=argparse.SUPPRESS, help="configuration path"
+    )
+    daemon_options.add_argument(
+        "-l", "--log-level", type=str.upper, default=argparse.SUPPRESS, help="log level"
+    )
+    daemon_options.add_argument(
+        "--log-format", choices=["text", "json"], default=argparse.SUPPRESS, help="log format"
+    )
+    p = sub.add_parser("run", parents=[daemon_options], help="run the daemon in the foreground")
+    p.add_argument("path", nargs="?", default=None, metavar="PATH", help="same as -c PATH")
 
     p = sub.add_parser("validate", help="validate configurations; exit 1 if any is invalid")
     p.add_argument("paths", nargs="*", metavar="PATH", help="each path is its own configuration")
@@ -94,7 +114,8 @@ def run_cli(argv: list[str]) -> int:
         if args.count < 1:
             parser.error("-n must be at least 1")
         return cmd_next(args.path or args.config or DEFAULT_CONFIG_PATH, args.count, args.after)
-    parser.error(
-        "the daemon is not part of this release yet; use validate, next, schema or job-set-id"
-    )
-    return EXIT_USAGE  # pragma: no cover - parser.error exits
+    # "run", or yacron's plain `cronstable -c PATH`
+    from cronstable.cli.run import cmd_run
+
+    path = getattr(args, "path", None) or args.config or DEFAULT_CONFIG_PATH
+    return cmd_run(path, args.log_level, args.log_format)

@@ -1,0 +1,59 @@
+"""The daemon's own log output: plain text or one JSON object per line.
+
+Job lines carry structured fields (``extra=``): job, scheduled_time, attempt,
+pid, outcome, exit_code, duration, fail_reason, missed.  The JSON format
+emits them beside time, level, logger and message; the text format shows the
+message alone, which already names them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+JOB_FIELDS = (
+    "job",
+    "scheduled_time",
+    "attempt",
+    "pid",
+    "outcome",
+    "exit_code",
+    "duration",
+    "fail_reason",
+    "missed",
+)
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in JOB_FIELDS:
+            value = record.__dict__.get(name)
+            if value is not None:
+                entry[name] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def setup_logging(level: str, fmt: str) -> None:
+    """Route the root logger to stderr in the chosen format (``text`` or ``json``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    formatter: logging.Formatter = (
+        JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT)
+    )
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)

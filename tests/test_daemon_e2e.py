@@ -1,0 +1,223 @@
+"""End to end: `cronstable run` as a real process, on the real clock, driven by signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(textwrap.dedent(text))
+    tmp.replace(path)  # atomic, as an editor or git checkout would
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+class Daemon:
+    def __init__(self, config: Path, log: Path, *args: str) -> None:
+        self.log = log
+        self._log_file = log.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cronstable", "run", "-c", str(config), *args],
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 30) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._log_file.close()
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
+    started: list[Daemon] = []
+
+    def start(config: Path, *args: str) -> Daemon:
+        d = Daemon(config, tmp_path / f"daemon-{len(started)}.log", *args)
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait(10)
+
+
+def test_runs_reloads_on_sighup_and_keeps_the_old_config_when_the_new_is_bad(
+    tmp_path: Path, daemon: Callable[..., Daemon]
+) -> None:
+    conf = tmp_path / "conf"
+    first, second = tmp_path / "first.out", tmp_path / "second.out"
+    write(
+        conf / "jobs.yaml",
+        f"""\
+        jobs:
+          - name: tick
+            command: echo $CRONSTABLE_SCHEDULED_TIME >> {first}
+            schedule: "* * * * * * *"
+        """,
+    )
+    d = daemon(conf)
+    wait_for(lambda: len(lines(first)) >= 2)
+    # CRONSTABLE_SCHEDULED_TIME is the fire's whole second, in UTC
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", t) for t in lines(first))
+
+    write(
+        conf / "jobs.yaml",
+        f"""\
+        jobs:
+          - name: tock
+            command: echo tock >> {second}
+            schedule: "* * * * * * *"
+        """,
+    )
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: len(lines(second)) >= 2)
+    settled = len(lines(first))
+    time.sleep(1.5)
+    assert len(lines(first)) <= settled + 1  # tick is gone (at most one run in flight)
+
+    write(conf / "jobs.yaml", "jobs:\n  - name: tock\n    schedule: [oops\n")
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "Reload failed; keeping the running configuration" in d.output())
+    assert "jobs.yaml:4:1: invalid YAML" in d.output()
+    before = len(lines(second))
+    wait_for(lambda: len(lines(second)) >= before + 2)  # the old schedule keeps firing
+
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0
+    assert "Stopped" in d.output()
+
+
+def test_sigterm_waits_for_running_jobs(tmp_path: Path, daemon: Callable[..., Daemon]) -> None:
+    out = tmp_path / "out"
+    write(
+        tmp_path / "c.yaml",
+        f"""\
+        jobs:
+          - name: slow
+            command: echo started >> {out}; sleep 2; echo finished >> {out}
+            schedule: "* * * * * * *"
+            concurrencyPolicy: Forbid
+        """,
+    )
+    d = daemon(tmp_path / "c.yaml")
+    wait_for(lambda: lines(out) == ["started"])
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0
+    assert lines(out) == ["started", "finished"]
+
+
+def test_second_signal_stops_running_jobs(tmp_path: Path, daemon: Callable[..., Daemon]) -> None:
+    out = tmp_path / "out"
+    write(
+        tmp_path / "c.yaml",
+        f"""\
+        jobs:
+          - name: stuck
+            command: echo $$ >> {out}; exec sleep 300
+            schedule: "@reboot"
+            killTimeout: 1
+        """,
+    )
+    d = daemon(tmp_path / "c.yaml")
+    wait_for(lambda: len(lines(out)) == 1)
+    pid = int(lines(out)[0])
+    d.signal(signal.SIGINT)
+    time.sleep(0.3)
+    assert d.proc.poll() is None  # still waiting for the job
+    d.signal(signal.SIGINT)
+    assert d.wait() == 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_invalid_config_at_start_exits_1_with_every_error(
+    tmp_path: Path, daemon: Callable[..., Daemon]
+) -> None:
+    write(
+        tmp_path / "c.yaml",
+        """\
+        jobs:
+          - name: a
+            command: "true"
+            schedule: "61 * * * *"
+          - name: b
+            command: "true"
+            schedule: "* * * * *"
+            concurrencyPolicy: Sometimes
+        """,
+    )
+    d = daemon(tmp_path / "c.yaml")
+    assert d.wait() == 1
+    out = d.output()
+    assert "c.yaml:4:5: jobs[0].schedule: '61 * * * *': minute 61 is out of range 0-59" in out
+    assert "c.yaml:8:5: jobs[1].concurrencyPolicy" in out
+
+
+def test_unknown_user_fails_the_revision(tmp_path: Path, daemon: Callable[..., Daemon]) -> None:
+    write(
+        tmp_path / "c.yaml",
+        """\
+        jobs:
+          - {name: a, command: "true", schedule: "@daily", user: no-such-user-here}
+        """,
+    )
+    d = daemon(tmp_path / "c.yaml")
+    assert d.wait() == 1
+    assert "no-such-user-here" in d.output()
+
+
+def test_json_log_format(tmp_path: Path, daemon: Callable[..., Daemon]) -> None:
+    write(
+        tmp_path / "c.yaml",
+        """\
+        jobs:
+          - {name: once, command: "exit 3", schedule: "@reboot"}
+        """,
+    )
+    d = daemon(tmp_path / "c.yaml", "--log-format", "json")
+    wait_for(lambda: '"outcome": "failed"' in d.output())
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0
+    records = [json.loads(line) for line in d.output().splitlines() if line.startswith("{")]
+    finished = next(r for r in records if r.get("outcome") == "failed")
+    assert finished["job"] == "once"
+    assert finished["exit_code"] == 3
+    assert finished["level"] == "INFO"
+    assert {"time", "logger", "message", "scheduled_time", "duration"} <= finished.keys()
