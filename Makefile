@@ -7,7 +7,21 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 EXAMPLE := examples/gitops-repo
 
-.PHONY: run test lint typecheck imports pytest schema bench clean
+.PHONY: run test deps lint typecheck imports pytest schema bench clean
+
+# Debian packages the test suite needs: a real etcd server (started by the test
+# fixtures on a free loopback port) and git (its daemon and http-backend serve
+# test remotes).
+DEBIAN_PACKAGES := etcd-server git
+deps:
+	@missing=""; \
+	command -v etcd >/dev/null 2>&1 || missing="$$missing etcd-server"; \
+	test -x /usr/lib/git-core/git-http-backend || missing="$$missing git"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,7 +45,7 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-pytest: $(STAMP)
+pytest: $(STAMP) deps
 	$(BIN)/pytest
 
 schema: $(STAMP)

@@ -14,7 +14,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from cronstable.cli import run_cli
 
-    return run_cli(args)
+    try:
+        return run_cli(args)
+    except BrokenPipeError:
+        # `cronstable next … | head`: the reader left; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

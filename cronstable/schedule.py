@@ -76,8 +76,9 @@ entirely in the past is not an error; ``next_fire`` then returns ``None``.
 Canonical text
 --------------
 
-:attr:`Schedule.text` is the alias as written, lower-cased (``@daily``), or
-the 7-field form ``S M H DOM MON DOW YEAR`` separated by single spaces, with
+:attr:`Schedule.text` is ``@reboot``, or the 7-field form
+``S M H DOM MON DOW YEAR`` (an alias is expanded: ``@daily`` and ``0 0 * * *``
+have the same text) separated by single spaces, with
 names and the specials ``L``/``W`` upper-cased, numbers without leading
 zeros and ``?`` written as ``*``: ``"*/5 * * * *"`` becomes
 ``"0 */5 * * * * *"``.  The mapping form gives the same text as the
@@ -779,6 +780,8 @@ def _dow_field(text: str) -> tuple[int, int, tuple[tuple[int, int], ...], str]:
         up = item.upper()
         if up == "?":
             raise ScheduleError(_ONLY_IN_DAYS["?"] + f", got day-of-week {text!r}")
+        if up.startswith("L") and len(up) > 1 and not up.endswith("L"):
+            up = up[1:] + "L"  # yacron's crontab package spells the last Friday "L5"
         if up.endswith("L"):
             if up == "L":
                 raise ScheduleError(
@@ -827,8 +830,8 @@ def _check_fires(
     raise ScheduleError(f"never fires: day-of-month {dom} does not exist in {names}")
 
 
-def _compile(fields: list[str], text: str | None = None) -> Schedule:
-    """Compile the 7 fields S M H DOM MON DOW YEAR (text: an alias to keep as the text)."""
+def _compile(fields: list[str]) -> Schedule:
+    """Compile the 7 fields S M H DOM MON DOW YEAR."""
     s_text, m_text, h_text, dom_text, mon_text, dow_text, y_text = fields
     seconds, s_c, _ = _plain_field(s_text, _SECOND)
     minutes, m_c, m_whole = _plain_field(m_text, _MINUTE)
@@ -856,8 +859,7 @@ def _compile(fields: list[str], text: str | None = None) -> Schedule:
         years >> _YEAR_MIN,
         dom_restricted and dow_restricted,
     )
-    if text is None:
-        text = f"{s_c} {m_c} {h_c} {dom_c} {mon_c} {dow_c} {y_c}"
+    text = f"{s_c} {m_c} {h_c} {dom_c} {mon_c} {dow_c} {y_c}"
     return Schedule(text, False, seconds != 1, m_whole or h_whole, spec)
 
 
@@ -879,7 +881,7 @@ def _parse_text(spec: str) -> Schedule:
             raise ScheduleError(f"alias {alias} takes no other fields, got {spec.strip()!r}")
         if alias == "@reboot":
             return _REBOOT
-        return _compile(["0", *_ALIASES[alias].split(), "*"], alias)
+        return _compile(["0", *_ALIASES[alias].split(), "*"])
     if n == 5:
         fields = ["0", *fields, "*"]
     elif n == 6:

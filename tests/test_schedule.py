@@ -56,11 +56,14 @@ def seq(expr: str, after: str, count: int, tz: timezone = UTC) -> list[str]:
         ("30 0 0 1 1 * 2030-2035/2", "30 0 0 1 1 * 2030-2035/2"),
         ("*/10 * * * * * *", "*/10 * * * * * *"),
         ("0 22-2 * * *", "0 0 22-2 * * * *"),
-        ("@daily", "@daily"),
-        ("@DAILY", "@daily"),
-        ("  @Midnight ", "@midnight"),
-        ("@annually", "@annually"),
+        ("@daily", "0 0 0 * * * *"),
+        ("@DAILY", "0 0 0 * * * *"),
+        ("  @Midnight ", "0 0 0 * * * *"),
+        ("@annually", "0 0 0 1 1 * *"),
+        ("@weekly", "0 0 0 * * 0 *"),
         ("@reboot", "@reboot"),
+        ("0 0 * * L5", "0 0 0 * * 5L *"),
+        ("0 0 * * Lfri", "0 0 0 * * FRIL *"),
     ],
 )
 def test_canonical_text(spec: str, text: str) -> None:

@@ -68,6 +68,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = sub.add_parser("run", parents=[daemon_options], help="run the daemon in the foreground")
     p.add_argument("path", nargs="?", default=None, metavar="PATH", help="same as -c PATH")
+    p.add_argument(
+        "--source",
+        metavar="SPEC",
+        default=None,
+        help="where the configuration comes from: a path, git+https://…, git://…, "
+        "git+ssh://…, git+file://… (?ref=&path=&interval=), or etcd://HOST:PORT/PREFIX/",
+    )
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        default=None,
+        help="where remote sources keep their last applied revision "
+        "(default /var/cache/cronstable as root, else $XDG_CACHE_HOME/cronstable)",
+    )
 
     p = sub.add_parser("validate", help="validate configurations; exit 1 if any is invalid")
     p.add_argument("paths", nargs="*", metavar="PATH", help="each path is its own configuration")
@@ -76,6 +90,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", nargs="?", default=None, metavar="PATH")
 
     sub.add_parser("schema", help="print the JSON Schema of configuration files")
+
+    p = sub.add_parser(
+        "diff",
+        help="show what applying NEW over OLD changes; exit 0 same, 1 changed, 2 error",
+        description="Each side is a path, a source spec (git+https://…, git://…, "
+        "etcd://HOST:PORT/PREFIX/), or git:REPO@REF[:SUBDIR] for a local repository at a ref "
+        "(a pull-request check: cronstable diff git:.@origin/main git:.@HEAD).",
+    )
+    p.add_argument("old", metavar="OLD")
+    p.add_argument("new", metavar="NEW")
+    p.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+    p.add_argument(
+        "--at",
+        metavar="TIME",
+        default=None,
+        help="show next fires from this ISO 8601 time (default now; UTC without an offset)",
+    )
 
     p = sub.add_parser("next", help="print the next fires of every job (JOB<TAB>TIME)")
     p.add_argument("path", nargs="?", default=None, metavar="PATH")
@@ -108,6 +139,10 @@ def run_cli(argv: list[str]) -> int:
         from cronstable.cli.schema import cmd_schema
 
         return cmd_schema()
+    if command == "diff":
+        from cronstable.cli.diff import cmd_diff
+
+        return cmd_diff(args.old, args.new, args.format, args.at)
     if command == "next":
         from cronstable.cli.next import cmd_next
 
@@ -117,5 +152,10 @@ def run_cli(argv: list[str]) -> int:
     # "run", or yacron's plain `cronstable -c PATH`
     from cronstable.cli.run import cmd_run
 
-    path = getattr(args, "path", None) or args.config or DEFAULT_CONFIG_PATH
-    return cmd_run(path, args.log_level, args.log_format)
+    spec = (
+        getattr(args, "source", None)
+        or getattr(args, "path", None)
+        or args.config
+        or DEFAULT_CONFIG_PATH
+    )
+    return cmd_run(spec, args.log_level, args.log_format, getattr(args, "cache_dir", None))

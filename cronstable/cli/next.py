@@ -30,7 +30,8 @@ def next_fires(state: DesiredState, after: datetime, count: int) -> list[tuple[s
             continue
         for fire in job.schedule.fires(after, job.timezone, count):
             timed.append((fire, order, job.name))
-    timed.sort(key=lambda item: (item[0], item[1]))
+    # by instant, not wall time: two fires in one zone compare by wall clock, fold ignored
+    timed.sort(key=lambda item: (item[0].timestamp(), item[1]))
     return reboot + [(name, fire.isoformat()) for fire, _, name in timed]
 
 

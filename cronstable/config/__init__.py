@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 from cronstable.config.desired import DesiredState, Job
-from cronstable.config.loader import load
+from cronstable.config.loader import LoadCache, load
 from cronstable.config.tree import ConfigTree, DiskTree, MemoryTree
 from cronstable.errors import ConfigError, Problem
 
@@ -16,6 +15,7 @@ __all__ = [
     "DesiredState",
     "DiskTree",
     "Job",
+    "LoadCache",
     "MemoryTree",
     "Problem",
     "load",
@@ -35,11 +35,4 @@ def load_path(path: str) -> DesiredState:
         root, entry = os.path.dirname(path) or ".", os.path.basename(path)
     else:
         raise ConfigError([Problem(path, None, None, (), "no such file or directory")])
-    try:
-        return load(DiskTree(root), entry)
-    except ConfigError as exc:
-        shown = [
-            replace(p, file=os.path.normpath(os.path.join(root, p.file)) if p.file else path)
-            for p in exc.problems
-        ]
-        raise ConfigError(shown) from None
+    return load(DiskTree(root), entry, display_root=root)

@@ -2,7 +2,8 @@
 
 Blank lines and lines starting with ``#`` are skipped; spaces around the key
 and the value are stripped; the value is taken as written (quotes included),
-which is yacron's behaviour.  A later line for the same key wins.
+which is yacron's behaviour.  A later line for the same key wins.  A leading
+``export`` (shell-style files) is ignored; a name with spaces is an error.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ def parse_env_file(data: bytes) -> dict[str, str]:
             raise EnvFileError(f"expected KEY=VALUE, got {line!r}", number)
         key, value = line.split("=", 1)
         key = key.strip(" \t")
-        if not key or "\0" in key or "\0" in value:
-            raise EnvFileError(f"invalid variable name in {line!r}", number)
+        if key.startswith("export ") or key.startswith("export\t"):
+            key = key[len("export") :].strip(" \t")  # shell-style files
+        if not key or any(c.isspace() for c in key) or "\0" in key or "\0" in value:
+            raise EnvFileError(f"invalid variable name {key!r}", number)
         environ[key] = value.strip(" \t")
     return environ

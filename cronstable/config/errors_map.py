@@ -12,10 +12,13 @@ from pydantic_core import ErrorDetails
 
 from cronstable.errors import KeyPath
 
+UNION_TAGS = frozenset({"<expression>", "<fields>"})
+"""The tags of our discriminated unions (models.ScheduleSpec); pydantic puts them in locations."""
+
 
 def clean_loc(loc: tuple[str | int, ...]) -> KeyPath:
-    """Drop pydantic's union tags (ours start with ``<``) from an error location."""
-    return tuple(p for p in loc if not (isinstance(p, str) and p.startswith("<")))
+    """Drop pydantic's union tags from an error location."""
+    return tuple(p for p in loc if p not in UNION_TAGS)
 
 
 def _candidates(tp: Any) -> list[Any]:
@@ -80,6 +83,13 @@ def _got(value: Any) -> str:
     return repr(value)
 
 
+def _number(value: Any) -> str:
+    """30.0 → 30, 0.5 → 0.5: numbers as an operator wrote them."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value) if isinstance(value, int) else _got(value)
+
+
 def describe(error: ErrorDetails, root: type[BaseModel], loc: KeyPath) -> tuple[KeyPath, str]:
     """(key path to report, message) for one pydantic error at cleaned ``loc``."""
     kind = error["type"]
@@ -98,6 +108,8 @@ def describe(error: ErrorDetails, root: type[BaseModel], loc: KeyPath) -> tuple[
         choices = [c.strip().strip("'") for c in str(expected).replace(" or ", ", ").split(",")]
         hint = suggest(str(value), choices) if isinstance(value, str) else ""
         return loc, f"expected one of {', '.join(choices)}, got {_got(value)}{hint}"
+    if kind == "string_too_short":
+        return loc, "must not be empty"
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         words = {
             "greater_than_equal": ("at least", "ge"),
@@ -105,7 +117,7 @@ def describe(error: ErrorDetails, root: type[BaseModel], loc: KeyPath) -> tuple[
             "less_than_equal": ("at most", "le"),
             "less_than": ("less than", "lt"),
         }[kind]
-        return loc, f"must be {words[0]} {ctx.get(words[1])}, got {_got(value)}"
+        return loc, f"must be {words[0]} {_number(ctx.get(words[1]))}, got {_number(value)}"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return loc, f"expected a mapping, got {_got(value)}"
     if kind in ("list_type", "tuple_type"):

@@ -27,8 +27,9 @@ with positions, only when one of its problems needs a line number.
 from __future__ import annotations
 
 import gc
+import hashlib
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
@@ -80,6 +81,48 @@ class _JobEntry:
 class _FileResult:
     defaults_layers: list[_Layer] = field(default_factory=list)
     jobs: list[_JobEntry] = field(default_factory=list)
+
+
+_Batch = tuple[dict[int, Job], tuple[tuple[str, bytes], ...]]
+"""One file's built jobs (by index in the file) and the (env file, digest) they read."""
+
+
+class LoadCache:
+    """Work reused from one load to the next (a daemon loads revision after revision).
+
+    Parsed files are kept by the digest of their bytes, and each file's built
+    jobs by the digests of every input they came from (the file, the files whose
+    defaults apply, the env files read), so a one-file edit in a large
+    repository re-parses and re-validates that file's jobs only.  Entries
+    unused by a load are dropped at its end.
+    """
+
+    def __init__(self) -> None:
+        self._documents: dict[bytes, yamlread.Document] = {}
+        self._batches: dict[Hashable, _Batch] = {}
+        self._used_documents: dict[bytes, yamlread.Document] = {}
+        self._used_batches: dict[Hashable, _Batch] = {}
+
+    def document(self, digest: bytes) -> yamlread.Document | None:
+        doc = self._documents.get(digest)
+        if doc is not None:
+            self._used_documents[digest] = doc
+        return doc
+
+    def keep_document(self, digest: bytes, doc: yamlread.Document) -> None:
+        self._used_documents[digest] = doc
+
+    def batch(self, key: Hashable) -> _Batch | None:
+        return self._batches.get(key)
+
+    def keep_batch(
+        self, key: Hashable, jobs: dict[int, Job], deps: tuple[tuple[str, bytes], ...]
+    ) -> None:
+        self._used_batches[key] = (jobs, deps)
+
+    def finish(self) -> None:
+        self._documents, self._used_documents = self._used_documents, {}
+        self._batches, self._used_batches = self._used_batches, {}
 
 
 def merge(base: Any, over: Any) -> Any:
@@ -142,8 +185,13 @@ def _attribute(layers: list[_Layer], loc: KeyPath) -> tuple[_Layer, KeyPath] | N
 
 
 class _Loader:
-    def __init__(self, tree: ConfigTree) -> None:
+    def __init__(
+        self, tree: ConfigTree, cache: LoadCache | None = None, display_root: str = ""
+    ) -> None:
         self.tree = tree
+        self.cache = cache
+        self.display_root = display_root
+        self._digests: dict[str, bytes] = {}
         self.problems: list[Problem] = []
         self.read_order: list[str] = []
         self._docs: dict[str, dict[str, Any] | None] = {}
@@ -157,6 +205,16 @@ class _Loader:
 
     # ------------------------------------------------------------ problems
 
+    def shown(self, path: str) -> str:
+        """A tree path as the operator knows it (under the directory they named)."""
+        if not self.display_root:
+            return path
+        return (
+            posixpath.normpath(posixpath.join(self.display_root, path))
+            if path
+            else self.display_root
+        )
+
     def problem(self, file: str, path: KeyPath, message: str, *, at: KeyPath | None = None) -> None:
         """Record a problem; ``at`` is the document path to locate (default ``path``)."""
         line: int | None = None
@@ -165,7 +223,7 @@ class _Loader:
             position = self.position(file, path if at is None else at)
             if position:
                 line, column = position
-        self.problems.append(Problem(file, line, column, path, message))
+        self.problems.append(Problem(self.shown(file), line, column, path, message))
 
     def position(self, file: str, path: KeyPath) -> tuple[int, int] | None:
         return yamlread.locate(self._nodes.get(file), path)
@@ -197,14 +255,22 @@ class _Loader:
         try:
             data = self.tree.read(path)
         except TreeError as exc:
-            self.problems.append(Problem(path, None, None, (), str(exc)))
+            self.problems.append(Problem(self.shown(path), None, None, (), str(exc)))
             return None
         self.read_order.append(path)
-        try:
-            parsed = yamlread.parse(data)
-        except yamlread.YamlError as exc:
-            self.problems.append(Problem(path, exc.line, exc.column, (), exc.message))
-            return None
+        digest = hashlib.sha256(data).digest()
+        self._digests[path] = digest
+        parsed = self.cache.document(digest) if self.cache is not None else None
+        if parsed is None:
+            try:
+                parsed = yamlread.parse(data)
+            except yamlread.YamlError as exc:
+                self.problems.append(
+                    Problem(self.shown(path), exc.line, exc.column, exc.key, exc.message)
+                )
+                return None
+            if self.cache is not None:
+                self.cache.keep_document(digest, parsed)
         self._nodes[path] = parsed.root
         doc = parsed.data
         if doc is None:
@@ -222,6 +288,18 @@ class _Loader:
     def load_entry(self, entry: str) -> list[_JobEntry]:
         if entry == "" or self.tree.is_dir(entry):
             files = self.tree.config_files_below(entry)
+            if not files:
+                # a wiped or half-made checkout, far likelier than an intent to run nothing
+                self.problems.append(
+                    Problem(
+                        self.shown(entry),
+                        None,
+                        None,
+                        (),
+                        "no configuration files (*.yaml, *.yml) found; "
+                        "to run no jobs, commit a file with `jobs: []`",
+                    )
+                )
         else:
             files = [entry]
         jobs: list[_JobEntry] = []
@@ -229,11 +307,16 @@ class _Loader:
             jobs.extend(self.process(path, "loaded directly"))
         return jobs
 
-    def process(self, path: str, how: str) -> list[_JobEntry]:
+    def process(
+        self, path: str, how: str, origin: tuple[str, KeyPath] | None = None
+    ) -> list[_JobEntry]:
+        """Load one file (once) and what it includes; ``origin`` is the include entry naming it."""
         self._reached.setdefault(path, []).append(how)
         if path in self._stack:
-            cycle = " -> ".join([*self._stack[self._stack.index(path) :], path])
-            self.problems.append(Problem(path, None, None, (), f"include cycle: {cycle}"))
+            chain = [*self._stack[self._stack.index(path) :], path]
+            cycle = " -> ".join(self.shown(p) for p in chain)
+            where, key = origin if origin is not None else (path, ())
+            self.problem(where, key, f"include cycle: {cycle}")
             return []
         if path in self._results:
             return self._results[path].jobs
@@ -291,7 +374,7 @@ class _Loader:
                 self.problem(path, ("include", index), str(exc))
                 continue
             position = self.position(path, ("include", index))
-            how = f"included by {path}" + (f":{position[0]}" if position else "")
+            how = f"included by {self.shown(path)}" + (f":{position[0]}" if position else "")
             if self.tree.is_dir(target):
                 targets = self.tree.config_files_below(target)
             else:
@@ -302,7 +385,7 @@ class _Loader:
                     self.problem(path, ("include", index), f"cannot include {name!r}: {exc}")
                     continue
             for included in targets:
-                result.jobs.extend(self.process(included, how))
+                result.jobs.extend(self.process(included, how, (path, ("include", index))))
                 included_result = self._results.get(included)
                 if included_result is not None:
                     result.defaults_layers.extend(included_result.defaults_layers)
@@ -315,7 +398,7 @@ class _Loader:
             if first is not None:
                 if first[0] != path:
                     where = self.position(first[0], (key,))
-                    shown = f"{first[0]}:{where[0]}" if where else first[0]
+                    shown = self.shown(first[0]) + (f":{where[0]}" if where else "")
                     self.problem(path, (key,), f"a second {key!r} section; the first is in {shown}")
                 continue
             try:
@@ -332,33 +415,105 @@ class _Loader:
     # ------------------------------------------------------------ jobs
 
     def build_jobs(self, entries: list[_JobEntry]) -> dict[str, Job]:
-        jobs: dict[str, Job] = {}
-        where: dict[str, tuple[str, int, int]] = {}
-        built: set[tuple[str, int]] = set()
+        # Duplicates are found on the names as written, before validation, so a
+        # duplicate is reported even when one of the two jobs has other problems.
+        unique: list[_JobEntry] = []
+        first_seen: dict[str, _JobEntry] = {}
+        seen: set[tuple[str, int]] = set()
         for entry in entries:
             name = entry.raw.get("name")
-            if isinstance(name, str) and name in where:
-                self._duplicate(name, where[name], entry)
+            again = (entry.file, entry.index) in seen
+            if isinstance(name, str) and name in first_seen:
+                self._duplicate(name, first_seen[name], entry)
                 continue
-            if (entry.file, entry.index) in built:
+            if again:
                 continue
-            built.add((entry.file, entry.index))
-            job = self.build_job(entry)
-            if job is not None:
-                jobs[job.name] = job
-                where[job.name] = (entry.file, entry.index, job.line)
+            seen.add((entry.file, entry.index))
+            if isinstance(name, str):
+                first_seen[name] = entry
+            unique.append(entry)
+        jobs: dict[str, Job] = {}
+        for batch in self._batches(unique):
+            results = self.build_batch(batch)
+            for entry in batch:
+                job = results.get(entry.index)
+                if job is not None:
+                    jobs[job.name] = job
         return jobs
 
-    def _duplicate(self, name: str, first: tuple[str, int, int], entry: _JobEntry) -> None:
-        file, _, line = first
-        if (file, first[1]) == (entry.file, entry.index):
+    @staticmethod
+    def _batches(entries: list[_JobEntry]) -> Iterator[list[_JobEntry]]:
+        """Runs of jobs of one file sharing the same defaults (one file's own jobs)."""
+        batch: list[_JobEntry] = []
+        for entry in entries:
+            if batch and (entry.file, entry.layers[:-1]) != (batch[0].file, batch[0].layers[:-1]):
+                yield batch
+                batch = []
+            batch.append(entry)
+        if batch:
+            yield batch
+
+    def _duplicate(self, name: str, first: _JobEntry, entry: _JobEntry) -> None:
+        file = first.file
+        position = self.position(file, ("jobs", first.index))
+        line = position[0] if position else "?"
+        if (file, first.index) == (entry.file, entry.index):
             reached = " and ".join(self._reached.get(entry.file, []))
-            message = f"job {name!r} is defined twice: {entry.file} is {reached}"
+            message = f"job {name!r} is defined twice: {self.shown(entry.file)} is {reached}"
         else:
-            message = f"job {name!r} is defined twice; the first is at {file}:{line}"
+            message = f"job {name!r} is defined twice; the first is at {self.shown(file)}:{line}"
         self.problem(entry.file, ("jobs", entry.index, "name"), message)
 
-    def build_job(self, entry: _JobEntry) -> Job | None:
+    def build_batch(self, batch: list[_JobEntry]) -> dict[int, Job]:
+        """Build one file's jobs, reusing the previous load's when no input changed."""
+        if not batch:
+            return {}
+        if self.cache is None:
+            return self._build_all(batch)[0]
+        first = batch[0]
+        key = (
+            first.file,
+            self._digests[first.file],
+            tuple(e.index for e in batch),
+            tuple(
+                (layer.file, self._digests[layer.file], layer.prefix) for layer in first.layers[:-1]
+            ),
+        )
+        hit = self.cache.batch(key)
+        if hit is not None and all(self._env_digest(p) == d for p, d in hit[1]):
+            jobs, deps = hit
+            for path, _ in deps:
+                if path not in self.read_order:
+                    self.read_order.append(path)
+        else:
+            problems_before = len(self.problems)
+            jobs, env_files = self._build_all(batch)
+            if len(self.problems) != problems_before:
+                return jobs
+            deps = tuple((p, self._digests[p]) for p in env_files)
+        self.cache.keep_batch(key, jobs, deps)
+        return jobs
+
+    def _build_all(self, batch: list[_JobEntry]) -> tuple[dict[int, Job], set[str]]:
+        jobs: dict[int, Job] = {}
+        env_files: set[str] = set()
+        for entry in batch:
+            built = self._build_job(entry)
+            if built is not None:
+                jobs[entry.index] = built[0]
+                env_files.update(built[1])
+        return jobs, env_files
+
+    def _env_digest(self, path: str) -> bytes | None:
+        if path not in self._digests:
+            try:
+                self._digests[path] = hashlib.sha256(self.tree.read(path)).digest()
+            except TreeError:
+                return None
+        return self._digests[path]
+
+    def _build_job(self, entry: _JobEntry) -> tuple[Job, tuple[str, ...]] | None:
+        """The job and the env files it read."""
         merged: dict[str, Any] = {}
         for layer in entry.layers:
             merged = merge(merged, layer.data)
@@ -367,9 +522,10 @@ class _Loader:
         except ValidationError as exc:
             self.validation_problems(exc, JobConfig, entry.layers)
             return None
-        environment = self._environment(config, entry)
-        if environment is None:
+        resolved = self._environment(config, entry)
+        if resolved is None:
             return None
+        environment, env_files = resolved
         schedule = parse_schedule(schedule_source(config.schedule))
         zone: tzinfo
         if config.timezone is not None:
@@ -379,7 +535,7 @@ class _Loader:
         else:
             zone = local_timezone()
         position = self.position(entry.file, ("jobs", entry.index))
-        return Job(
+        job = Job(
             config=config,
             schedule=schedule,
             timezone=zone,
@@ -388,9 +544,14 @@ class _Loader:
             line=position[0] if position else 0,
             digest=job_digest(config, schedule, environment),
         )
+        return job, env_files
 
-    def _environment(self, config: JobConfig, entry: _JobEntry) -> dict[str, str] | None:
+    def _environment(
+        self, config: JobConfig, entry: _JobEntry
+    ) -> tuple[dict[str, str], tuple[str, ...]] | None:
+        """The job's environment (env_file, then environment entries) and the env file read."""
         environment: dict[str, str] = {}
+        env_files: tuple[str, ...] = ()
         if config.env_file:
             source = _attribute(entry.layers, ("env_file",))
             layer, path = source if source else (entry.layers[-1], ("env_file",))
@@ -403,14 +564,16 @@ class _Loader:
                 return None
             if target not in self.read_order:
                 self.read_order.append(target)
+            self._digests[target] = hashlib.sha256(data).digest()
+            env_files = (target,)
             try:
                 environment.update(parse_env_file(data))
             except EnvFileError as exc:
-                self.problems.append(Problem(target, exc.line, None, (), exc.message))
+                self.problems.append(Problem(self.shown(target), exc.line, None, (), exc.message))
                 return None
         for var in config.environment:
             environment[var.key] = var.value
-        return environment
+        return environment, env_files
 
 
 @contextmanager
@@ -427,15 +590,21 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def load(tree: ConfigTree, entry: str = "") -> DesiredState:
+def load(
+    tree: ConfigTree, entry: str = "", *, cache: LoadCache | None = None, display_root: str = ""
+) -> DesiredState:
     """Load the configuration at ``entry`` (a file, a directory, or ``""`` for the root).
 
     Raises :class:`~cronstable.errors.ConfigError` with every problem found.
+    ``cache`` carries parses and built jobs over from the previous load;
+    ``display_root`` prefixes the file names problems show.
     """
-    loader = _Loader(tree)
+    loader = _Loader(tree, cache, display_root)
     with _gc_paused():
         entries = loader.load_entry(entry)
         jobs = loader.build_jobs(entries)
+    if cache is not None:
+        cache.finish()
     if loader.problems:
         raise ConfigError(loader.problems)
     return DesiredState(

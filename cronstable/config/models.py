@@ -11,6 +11,7 @@ Models are frozen; unknown keys are errors (the loader adds a did-you-mean).
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from pydantic import (
     Field,
     Tag,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -71,9 +73,30 @@ class Model(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
-        populate_by_name=True,
         validate_default=False,
         use_attribute_docstrings=True,
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_section_is_default(cls, data: Any) -> Any:
+        """``onFailure:`` with nothing after it means the defaults, not an error."""
+        if isinstance(data, dict):
+            nested = _section_keys(cls)
+            if nested and any(data.get(key, 0) is None for key in nested):
+                data = {k: v for k, v in data.items() if not (v is None and k in nested)}
+        return data
+
+
+@functools.cache
+def _section_keys(model: type[BaseModel]) -> frozenset[str]:
+    """Keys of ``model`` whose value is itself a model with defaults."""
+    return frozenset(
+        info.alias or name
+        for name, info in model.model_fields.items()
+        if isinstance(info.annotation, type)
+        and issubclass(info.annotation, BaseModel)
+        and not info.is_required()
     )
 
 
@@ -97,7 +120,7 @@ def _shared(instance: _M) -> Any:
 
 
 def _text_list(value: Any) -> Any:
-    value = to_list(value)
+    value = [value] if isinstance(value, str) else to_list(value)
     if isinstance(value, list | tuple):
         return [to_text(v) for v in value]
     return value
@@ -121,7 +144,8 @@ Command = Annotated[str | list[str], BeforeValidator(_command)]
 
 
 class SecretSource(Model):
-    """A secret read from exactly one place, at the moment it is needed."""
+    """A secret, read when it is needed: value, else fromFile, else fromEnvVar
+    (the first one set wins)."""
 
     value: OptText = None
     """The secret itself, inline. Prefer fromFile or fromEnvVar for real secrets."""
@@ -196,7 +220,7 @@ def _optional_command(value: Any) -> Any:
 class ShellReport(Model):
     """Run a command; the run's details are in its environment."""
 
-    shell: Text = "/bin/sh"
+    shell: Text = Field("/bin/sh", min_length=1)
     """Shell that runs a string command."""
     command: Annotated[str | list[str] | None, BeforeValidator(_optional_command)] = None
     """Command to run (string or list). The reporter is off until set."""
@@ -251,6 +275,13 @@ class EnvVar(Model):
     value: Text = Field(examples=["/usr/local/bin:/usr/bin:/bin"])
     """Variable value, taken as written (1.10 stays 1.10)."""
 
+    @field_validator("value")
+    @classmethod
+    def _value_form(cls, value: str) -> str:
+        if "\0" in value:
+            raise PydanticCustomError("env_value", "a variable's value cannot hold a NUL byte")
+        return value
+
     @field_validator("key")
     @classmethod
     def _key_form(cls, key: str) -> str:
@@ -291,7 +322,7 @@ _PREFIX_FIELDS = frozenset({"job_name", "stream_name"})
 class JobSettings(Model):
     """Every job setting that may also be given under ``defaults``."""
 
-    shell: Text = Field("/bin/sh", examples=["/bin/bash"])
+    shell: Text = Field("/bin/sh", min_length=1, examples=["/bin/bash"])
     """Shell that runs a string command as `[shell, "-c", command]`."""
     utc: Flag = True
     """Read the schedule in UTC (true) or in the daemon's local time zone (false)."""
@@ -355,7 +386,7 @@ class JobSettings(Model):
             return None
         try:
             ZoneInfo(zone)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # a tzdata directory is an OSError
             raise PydanticCustomError(
                 "timezone", "unknown time zone {zone}", {"zone": repr(zone)}
             ) from None
@@ -374,8 +405,11 @@ class JobSettings(Model):
         if unknown:
             raise PydanticCustomError(
                 "stream_prefix",
-                "unknown placeholder {names}; use {{job_name}} and {{stream_name}}",
-                {"names": ", ".join(sorted("{" + n + "}" for n in unknown))},
+                "unknown placeholder {names}; use {known}",
+                {
+                    "names": ", ".join(sorted("{" + n + "}" for n in unknown)),
+                    "known": "{job_name} and {stream_name}",
+                },
             )
         return prefix
 
@@ -502,6 +536,13 @@ _YAML12_INT = re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$")
 _YAML12_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
 
 
+def _typed_values(value: Any) -> Any:
+    try:
+        return _plain_values(value)
+    except RecursionError:
+        raise PydanticCustomError("depth", "values nest too deeply") from None
+
+
 def _plain_values(value: Any) -> Any:
     """Inside free-form logging settings, numbers, booleans and null are typed as YAML 1.2 does."""
     if isinstance(value, dict):
@@ -522,7 +563,7 @@ def _plain_values(value: Any) -> Any:
     return value
 
 
-FreeForm = Annotated[dict[str, Any], BeforeValidator(_plain_values)]
+FreeForm = Annotated[dict[str, Any], BeforeValidator(_typed_values)]
 
 
 class LoggingConfig(Model):
@@ -554,7 +595,9 @@ class ConfigFile(Model):
     """The jobs defined in this file."""
     defaults: JobDefaults = _shared(JobDefaults())
     """Settings for every job of this file; included files' defaults come first."""
-    include: TextList = Field(default_factory=list, examples=[["_defaults.yaml"]])
+    include: Annotated[list[str] | str, BeforeValidator(_text_list)] = Field(
+        default_factory=list, examples=[["_defaults.yaml"], "_defaults.yaml"]
+    )
     """Files or directories loaded before this one, relative to it."""
     web: WebConfig | None = None
     logging: LoggingConfig | None = None

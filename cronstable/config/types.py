@@ -14,8 +14,9 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator
 from pydantic_core import PydanticCustomError
 
-TRUE_WORDS = frozenset({"true", "yes", "on"})
-FALSE_WORDS = frozenset({"false", "no", "off"})
+# strictyaml's (yacron's) words, so migrated files keep working
+TRUE_WORDS = frozenset({"true", "yes", "on", "y", "1"})
+FALSE_WORDS = frozenset({"false", "no", "off", "n", "0"})
 
 
 def _describe(value: Any) -> str:
@@ -51,7 +52,7 @@ def to_flag(value: Any) -> bool:
             return False
     raise PydanticCustomError(
         "flag",
-        "expected true or false (also yes/no, on/off), got {got}",
+        "expected true or false (also yes/no, on/off, y/n, 1/0), got {got}",
         {"got": _describe(value)},
     )
 

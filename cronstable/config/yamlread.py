@@ -40,11 +40,14 @@ _MERGE = "tag:yaml.org,2002:merge"
 class YamlError(Exception):
     """A document is not well-formed YAML or uses a construct we refuse."""
 
-    def __init__(self, message: str, line: int | None, column: int | None) -> None:
+    def __init__(
+        self, message: str, line: int | None, column: int | None, key: KeyPath = ()
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.line = line
         self.column = column
+        self.key = key
 
 
 class DuplicateKeyError(YamlError):
@@ -100,6 +103,8 @@ class _Builder:
         self.done: dict[int, Any] = {}
         self.busy: set[int] = set()
         self.size: dict[int, int] = {}
+        self.path: list[str | int] = []
+        """Where the builder is, for error messages."""
 
     def build(self, node: Node) -> Any:
         key = id(node)
@@ -116,8 +121,10 @@ class _Builder:
             value = None if node.tag == _NULL and node.value in ("", "~", "null") else node.value
         elif isinstance(node, SequenceNode):
             value = []
-            for child in node.value:
+            for index, child in enumerate(node.value):
+                self.path.append(index)
                 value.append(self.build(child))
+                self.path.pop()
                 size += self.size[id(child)]
         else:
             value, size = self.mapping(node)
@@ -152,9 +159,12 @@ class _Builder:
                     f"duplicate key {name!r} (first defined on line {first})",
                     mark.line + 1,
                     mark.column + 1,
+                    (*self.path, name),
                 )
             seen[name] = key_node
+            self.path.append(name)
             own[name] = self.build(value_node)
+            self.path.pop()
             size += self.size[id(value_node)]
         if merged:
             merged.update(own)
@@ -167,6 +177,11 @@ def _mark_of(exc: yaml.YAMLError) -> tuple[int | None, int | None]:
     if mark is None:
         return None, None
     return mark.line + 1, mark.column + 1
+
+
+def _position(text: str, offset: int) -> tuple[int, int]:
+    before = text[:offset]
+    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +215,10 @@ def parse(data: bytes | str) -> Document:
         return Document(None if root is None else _Builder().build(root), root)
     except YamlError:
         raise
+    except yaml.reader.ReaderError as exc:
+        line, column = _position(text, exc.position)
+        shown = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+        raise YamlError(f"invalid YAML: unacceptable character {shown}", line, column) from exc
     except yaml.YAMLError as exc:
         where = _mark_of(exc)
         problem = getattr(exc, "problem", None) or str(exc)
@@ -219,7 +238,8 @@ def _entries(node: MappingNode) -> list[tuple[Node, Node]]:
     for key, value in node.value:
         if key.tag == _MERGE:
             sources = value.value if isinstance(value, SequenceNode) else [value]
-            for source in sources:
+            # earlier mappings in a merge list win: put them last for the reversed search
+            for source in reversed(sources):
                 if isinstance(source, MappingNode):
                     merged.extend(_entries(source))
         else:

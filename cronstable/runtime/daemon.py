@@ -1,10 +1,11 @@
-"""The single-node daemon: load a configuration, schedule it, reload it, stop cleanly.
+"""The daemon: follow a configuration source, reconcile each revision, run the jobs.
 
-* Start: the configuration is loaded and *prepared* (each job's user/group
-  resolved, which fails if unknown or if the daemon may not switch); an invalid
-  configuration exits 1 with every error.
-* SIGHUP reloads now (yacron dies on SIGHUP).  A configuration that fails to
-  load or prepare is logged with every error and the running one stays.
+* Start: the source's first snapshot is loaded, planned and applied; if it is
+  invalid the daemon exits 1 with every error.  A source whose origin is down
+  starts from its cached last good revision.
+* Each new revision the source yields is reconciled (load → plan → two-phase
+  apply); a rejected one is logged with every error and the running revision
+  stays.  SIGHUP asks the source to look now (yacron dies on SIGHUP).
 * SIGTERM/SIGINT stop spawning, cancel pending retries and wait for running
   jobs, then exit 0; a second signal stops the running jobs too.
 """
@@ -12,34 +13,30 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import logging.config
 import signal
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from cronstable.config import ConfigError, DesiredState, Job, Problem, load_path
+from cronstable.config import ConfigError, DesiredState, Job, Problem
+from cronstable.metrics import DaemonMetrics
+from cronstable.reconcile.apply import Applier, LoggingSection
+from cronstable.reconcile.plan import Plan
 from cronstable.runtime.clock import Clock, SystemClock
 from cronstable.runtime.identity import Identity, IdentityError, resolve_identity
 from cronstable.runtime.output import OutputMirror
 from cronstable.runtime.process import JobProcess
 from cronstable.runtime.scheduler import Scheduler
+from cronstable.snapshot import Snapshot
+from cronstable.sources.base import Source, SourceError
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    """A revision ready to commit: loaded, validated, identities resolved."""
-
-    state: DesiredState
-    identities: Mapping[str, Identity | None]
-
-
-def prepare(state: DesiredState) -> Prepared:
-    """Resolve what the machine must provide; raises ConfigError with every problem."""
+def resolve_identities(state: DesiredState) -> dict[str, Identity | None]:
+    """Each job's user/group as ids; raises ConfigError naming every job that cannot run."""
     identities: dict[str, Identity | None] = {}
     problems: list[Problem] = []
     for name, job in state.jobs.items():
@@ -49,7 +46,7 @@ def prepare(state: DesiredState) -> Prepared:
             problems.append(Problem(job.file, job.line, None, (), f"job {name!r}: {exc.message}"))
     if problems:
         raise ConfigError(problems)
-    return Prepared(state, identities)
+    return identities
 
 
 class ProcessSpawner:
@@ -69,64 +66,47 @@ class ProcessSpawner:
         )
 
 
-def log_problems(prefix: str, exc: ConfigError) -> None:
-    logger.error(
-        "%s: %d problem%s", prefix, len(exc.problems), "" if len(exc.problems) == 1 else "s"
-    )
-    for problem in exc.problems:
-        logger.error("  %s", problem)
+class JobsSection:
+    """The job table: users and groups are resolved when prepared; one swap on commit."""
+
+    name = "jobs"
+
+    def __init__(self, scheduler: Scheduler, spawner: ProcessSpawner) -> None:
+        self.scheduler = scheduler
+        self.spawner = spawner
+
+    def affected(self, plan: Plan) -> bool:
+        return bool(plan.jobs)
+
+    async def prepare(self, desired: DesiredState) -> Any:
+        return await asyncio.to_thread(resolve_identities, desired)
+
+    def commit(self, prepared: Any, desired: DesiredState) -> None:
+        self.spawner.identities = prepared
+        self.scheduler.replace_jobs(desired.jobs)
+
+    async def discard(self, prepared: Any) -> None:
+        return None
 
 
 class Daemon:
     def __init__(
-        self, config_path: str, *, clock: Clock | None = None, mirror: OutputMirror | None = None
+        self,
+        source: Source,
+        *,
+        clock: Clock | None = None,
+        mirror: OutputMirror | None = None,
+        metrics: DaemonMetrics | None = None,
     ) -> None:
-        self.config_path = config_path
+        self.source = source
         self.mirror = mirror if mirror is not None else OutputMirror()
+        self.metrics = metrics if metrics is not None else DaemonMetrics()
         self.spawner = ProcessSpawner(self.mirror)
         self.scheduler = Scheduler(clock or SystemClock(), self.spawner)
-        self.applied: Prepared | None = None
-        self._applied_logging: dict[str, Any] | None = None
-        self._reload = asyncio.Event()
-        self._signals = 0
-
-    def load(self) -> Prepared:
-        """Load and prepare the configuration (blocking: run it in a thread)."""
-        return prepare(load_path(self.config_path))
-
-    def apply(self, prepared: Prepared) -> None:
-        """Commit a prepared revision: one swap of the job table."""
-        self.spawner.identities = prepared.identities
-        summary = self.scheduler.replace_jobs(prepared.state.jobs)
-        self._apply_logging(prepared.state)
-        self.applied = prepared
-        logger.info(
-            "Applied configuration %s: %d jobs (%d added, %d changed, %d removed), job-set id %s",
-            self.config_path,
-            len(prepared.state.jobs),
-            len(summary.added),
-            len(summary.changed),
-            len(summary.removed),
-            prepared.state.job_set_id,
+        self.applier = Applier(
+            [JobsSection(self.scheduler, self.spawner), LoggingSection()], self.metrics
         )
-
-    def _apply_logging(self, state: DesiredState) -> None:
-        wanted = state.logging.dict_config() if state.logging else None
-        if wanted is None or wanted == self._applied_logging:
-            return
-        try:
-            logging.config.dictConfig(wanted)
-        except (ValueError, TypeError, AttributeError, ImportError) as exc:
-            logger.error(
-                "The logging section could not be applied (%s); see the "
-                "logging.config dictionary schema in Python's documentation",
-                exc,
-            )
-            return
-        self._applied_logging = wanted
-
-    def request_reload(self) -> None:
-        self._reload.set()
+        self._signals = 0
 
     def request_stop(self) -> None:
         self._signals += 1
@@ -137,37 +117,48 @@ class Daemon:
             logger.warning("Second stop request: stopping running jobs")
             asyncio.ensure_future(self.scheduler.cancel_running())
 
-    async def _reloader(self) -> None:
-        while True:
-            await self._reload.wait()
-            self._reload.clear()
-            logger.info("Reloading %s", self.config_path)
-            try:
-                prepared = await asyncio.to_thread(self.load)
-            except ConfigError as exc:
-                log_problems("Reload failed; keeping the running configuration", exc)
-                continue
-            self.apply(prepared)
+    def request_reload(self) -> None:
+        logger.info("Reload requested: asking %s for its current revision", self.source.description)
+        self.source.nudge()
+
+    async def reconcile(self, snapshot: Snapshot) -> bool:
+        record = await self.applier.reconcile(snapshot)
+        if record.outcome == "rejected":
+            return False
+        self.source.applied(snapshot)
+        return True
+
+    async def _follow(self, snapshots: AsyncIterator[Snapshot]) -> None:
+        async for snapshot in snapshots:
+            await self.reconcile(snapshot)
 
     async def run(self) -> int:
         """Run until stopped; the process exit code."""
         try:
-            prepared = await asyncio.to_thread(self.load)
-        except ConfigError as exc:
-            log_problems(f"Invalid configuration {self.config_path}", exc)
+            await self.source.start()
+        except SourceError as exc:
+            logger.error("Cannot start from %s: %s", self.source.description, exc)
             return 1
-        self.apply(prepared)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop)
-        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
-        reloader = asyncio.create_task(self._reloader())
+        snapshots = aiter(self.source.watch())
         try:
-            await self.scheduler.run()
+            first = await anext(snapshots)
+            if not await self.reconcile(first):
+                return 1
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.request_stop)
+            loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+            follower = asyncio.create_task(self._follow(snapshots))
+            try:
+                await self.scheduler.run()
+            finally:
+                follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await follower
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                    loop.remove_signal_handler(sig)
         finally:
-            reloader.cancel()
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                loop.remove_signal_handler(sig)
+            await self.source.close()
             await asyncio.to_thread(self.mirror.close)
         logger.info("Stopped")
         return 0

@@ -1,0 +1,242 @@
+"""The Applier: the only code that changes the running daemon.
+
+A revision is applied whole or not at all.  Phase one *prepares* every section
+the plan touches (jobs: resolve users and groups; logging: check the handlers
+and formatters can be built; web, cluster and state join as their features
+land); if any preparation fails, everything prepared is discarded and the
+previous revision keeps running untouched.  Phase two *commits* each prepared
+section; commits do not fail.
+
+Every attempt is recorded (:class:`ReconcileStatus`) and counted in metrics;
+a rejected revision is not retried in a loop — the next revision is tried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import logging.config
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from cronstable.config import ConfigError, DesiredState, LoadCache, Problem, load
+from cronstable.metrics import DaemonMetrics
+from cronstable.reconcile.plan import Plan, plan
+from cronstable.snapshot import Snapshot
+
+logger = logging.getLogger(__name__)
+
+
+class Section(Protocol):
+    """One part of the daemon a revision configures."""
+
+    name: str
+
+    def affected(self, plan: Plan) -> bool: ...
+
+    async def prepare(self, desired: DesiredState) -> Any:
+        """Everything that can fail, with no visible effect; raises ConfigError."""
+        ...
+
+    def commit(self, prepared: Any, desired: DesiredState) -> None:
+        """Make the prepared state live; must not fail."""
+        ...
+
+    async def discard(self, prepared: Any) -> None:
+        """Release what :meth:`prepare` acquired (listeners, connections)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionRecord:
+    revision: str
+    source: str
+    time: datetime
+    outcome: str
+    """"applied", "unchanged" or "rejected"."""
+    duration: float
+    job_set_id: str | None = None
+    summary: dict[str, Any] | None = None
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class ReconcileStatus:
+    applied: RevisionRecord | None = None
+    last_failed: RevisionRecord | None = None
+    attempts: int = 0
+    history: list[RevisionRecord] = field(default_factory=list)
+
+    def record(self, entry: RevisionRecord) -> None:
+        self.attempts += 1
+        self.history.append(entry)
+        del self.history[:-20]
+        if entry.outcome == "rejected":
+            self.last_failed = entry
+        else:
+            self.applied = entry
+
+
+class LoggingSection:
+    """The ``logging`` section: Python's dictConfig, applied when it changes."""
+
+    name = "logging"
+
+    def affected(self, plan: Plan) -> bool:
+        return any(s.section == "logging" for s in plan.sections)
+
+    async def prepare(self, desired: DesiredState) -> Any:
+        if desired.logging is None:
+            return None
+        config = desired.logging.dict_config()
+        problems = [
+            Problem("", None, None, ("logging", kind, name), message)
+            for kind in ("handlers", "formatters", "filters")
+            for name, spec in (config.get(kind) or {}).items()
+            if (message := _unresolvable(spec)) is not None
+        ]
+        if problems:
+            raise ConfigError(problems)
+        return config
+
+    def commit(self, prepared: Any, desired: DesiredState) -> None:
+        if prepared is None:
+            return  # a removed section leaves the logging as it is
+        try:
+            logging.config.dictConfig(prepared)
+        except (ValueError, TypeError, AttributeError, ImportError) as exc:
+            logger.error("The logging section could not be applied: %s", exc)
+
+    async def discard(self, prepared: Any) -> None:
+        return None
+
+
+def _unresolvable(spec: Any) -> str | None:
+    """Why a handler/formatter/filter's class or factory cannot be imported, if it cannot."""
+    if not isinstance(spec, dict):
+        return "expected a mapping"
+    target = spec.get("class") or spec.get("()")
+    if not isinstance(target, str) or target.startswith("ext://"):
+        return None
+    module, _, attr = target.rpartition(".")
+    if not module:
+        return f"{target!r} is not a dotted path"
+    try:
+        found = getattr(importlib.import_module(module), attr, None)
+    except ImportError as exc:
+        return f"cannot import {module!r}: {exc}"
+    return None if found is not None else f"{module!r} has no {attr!r}"
+
+
+class Applier:
+    """Loads snapshots, plans them against what runs, and applies them two-phase."""
+
+    def __init__(self, sections: Sequence[Section], metrics: DaemonMetrics | None = None) -> None:
+        self.sections = list(sections)
+        self.metrics = metrics
+        self.status = ReconcileStatus()
+        self.applied_state: DesiredState | None = None
+        self.cache = LoadCache()
+        self._lock = asyncio.Lock()
+
+    def _load(self, snapshot: Snapshot) -> DesiredState:
+        return load(snapshot.tree(), snapshot.entry, cache=self.cache)
+
+    async def reconcile(self, snapshot: Snapshot) -> RevisionRecord:
+        """Try one revision; returns the record of the attempt (never raises ConfigError)."""
+        async with self._lock:
+            return await self._reconcile(snapshot)
+
+    async def _reconcile(self, snapshot: Snapshot) -> RevisionRecord:
+        started = time.perf_counter()
+        try:
+            desired = await asyncio.to_thread(self._load, snapshot)
+        except ConfigError as exc:
+            return self._rejected(snapshot, started, exc.problems, None)
+        applied_revision = self.status.applied.revision if self.status.applied else None
+        the_plan = plan(
+            desired,
+            self.applied_state,
+            revision=snapshot.revision,
+            applied_revision=applied_revision,
+        )
+        first = self.applied_state is None
+        touched = [s for s in self.sections if first or s.affected(the_plan)]
+        prepared: list[tuple[Section, Any]] = []
+        try:
+            for section in touched:
+                prepared.append((section, await section.prepare(desired)))
+        except ConfigError as exc:
+            for section, state in prepared:
+                await section.discard(state)
+            return self._rejected(snapshot, started, exc.problems, the_plan)
+        for section, state in prepared:
+            section.commit(state, desired)
+        self.applied_state = desired
+        outcome = "unchanged" if the_plan.empty and not first else "applied"
+        record = RevisionRecord(
+            revision=snapshot.revision,
+            source=snapshot.source,
+            time=datetime.now(UTC),
+            outcome=outcome,
+            duration=time.perf_counter() - started,
+            job_set_id=desired.job_set_id,
+            summary=the_plan.summary(),
+        )
+        self.status.record(record)
+        if self.metrics is not None:
+            self.metrics.applied(snapshot.revision, desired.job_set_id, snapshot.source)
+            self.metrics.reconcile_duration_seconds.labels("applied").observe(record.duration)
+        s = the_plan.summary()
+        logger.info(
+            "Revision %s from %s %s in %.1f ms: %d added, %d changed, %d removed, "
+            "%d unchanged%s; job-set id %s",
+            snapshot.revision,
+            snapshot.source,
+            outcome,
+            record.duration * 1000,
+            s["added"],
+            s["changed"],
+            s["removed"],
+            s["unchanged"],
+            f"; sections changed: {', '.join(s['sections'])}" if s["sections"] else "",
+            desired.job_set_id,
+        )
+        return record
+
+    def _rejected(
+        self,
+        snapshot: Snapshot,
+        started: float,
+        problems: Sequence[Problem],
+        the_plan: Plan | None,
+    ) -> RevisionRecord:
+        errors = tuple(str(p) for p in problems)
+        record = RevisionRecord(
+            revision=snapshot.revision,
+            source=snapshot.source,
+            time=datetime.now(UTC),
+            outcome="rejected",
+            duration=time.perf_counter() - started,
+            summary=the_plan.summary() if the_plan else None,
+            errors=errors,
+        )
+        self.status.record(record)
+        if self.metrics is not None:
+            self.metrics.rejected()
+            self.metrics.reconcile_duration_seconds.labels("rejected").observe(record.duration)
+        running = self.status.applied.revision if self.status.applied else "nothing"
+        logger.error(
+            "Revision %s from %s rejected (%d problem%s; still running %s): %s",
+            snapshot.revision,
+            snapshot.source,
+            len(errors),
+            "" if len(errors) == 1 else "s",
+            running,
+            "; ".join(errors),
+        )
+        return record

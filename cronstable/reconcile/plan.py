@@ -1,0 +1,149 @@
+"""plan(): (desired, applied) → Plan.  Pure: no I/O, no clock.
+
+A Plan lists jobs added, removed and changed (with field-level differences
+over each job's resolved settings) and the daemon-wide sections that changed.
+Jobs are compared by their digests first, so an unchanged job costs one string
+comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from cronstable.config.desired import DesiredState, Job
+
+JobChangeKind = Literal["added", "removed", "changed"]
+SECTIONS = ("web", "logging")
+
+
+@dataclass(frozen=True, slots=True)
+class FieldChange:
+    path: str
+    """Dotted path of the setting (``onFailure.retry.maximumRetries``, ``environment.FOO``)."""
+    old: Any
+    new: Any
+
+
+@dataclass(frozen=True, slots=True)
+class JobChange:
+    name: str
+    kind: JobChangeKind
+    old: Job | None
+    new: Job | None
+    fields: tuple[FieldChange, ...] = ()
+
+    @property
+    def schedule_changed(self) -> bool:
+        return self.kind == "changed" and any(
+            f.path in ("schedule", "timezone", "utc", "enabled") for f in self.fields
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SectionChange:
+    section: str
+    old: Any
+    new: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    old_revision: str | None
+    new_revision: str | None
+    old_job_set_id: str | None
+    new_job_set_id: str
+    jobs: tuple[JobChange, ...] = ()
+    sections: tuple[SectionChange, ...] = ()
+    unchanged: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not self.jobs and not self.sections
+
+    def count(self, kind: JobChangeKind) -> int:
+        return sum(1 for change in self.jobs if change.kind == kind)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "added": self.count("added"),
+            "removed": self.count("removed"),
+            "changed": self.count("changed"),
+            "unchanged": self.unchanged,
+            "sections": [s.section for s in self.sections],
+        }
+
+
+def job_settings(job: Job) -> dict[str, Any]:
+    """A job's resolved settings as flat ``path → value`` (what a diff compares)."""
+    data = job.config.model_dump(mode="json", by_alias=True)
+    data["schedule"] = job.schedule.text
+    data["environment"] = dict(job.environment)
+    data.pop("env_file", None)
+    flat: dict[str, Any] = {}
+    _flatten("", data, flat)
+    return flat
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict) and value:
+        for key, inner in value.items():
+            _flatten(f"{prefix}.{key}" if prefix else str(key), inner, out)
+    else:
+        out[prefix] = value
+
+
+def job_fields(old: Job, new: Job) -> tuple[FieldChange, ...]:
+    before, after = job_settings(old), job_settings(new)
+    changes = [
+        FieldChange(path, before.get(path), after.get(path))
+        for path in sorted(before.keys() | after.keys())
+        if before.get(path) != after.get(path)
+    ]
+    return tuple(changes)
+
+
+def _section(state: DesiredState | None, name: str) -> Any:
+    if state is None:
+        return None
+    value = getattr(state, name)
+    return None if value is None else value.model_dump(mode="json", by_alias=True)
+
+
+def plan(
+    desired: DesiredState,
+    applied: DesiredState | None,
+    *,
+    revision: str | None = None,
+    applied_revision: str | None = None,
+) -> Plan:
+    """What applying ``desired`` over ``applied`` (None: nothing running) changes."""
+    old_jobs = applied.jobs if applied is not None else {}
+    changes: list[JobChange] = []
+    unchanged = 0
+    for name, job in old_jobs.items():
+        if name not in desired.jobs:
+            changes.append(JobChange(name, "removed", job, None))
+    for name, job in desired.jobs.items():
+        before = old_jobs.get(name)
+        if before is None:
+            changes.append(JobChange(name, "added", None, job))
+        elif before.digest != job.digest:
+            changes.append(JobChange(name, "changed", before, job, job_fields(before, job)))
+        else:
+            unchanged += 1
+    changes.sort(key=lambda c: ({"removed": 0, "added": 1, "changed": 2}[c.kind], c.name))
+    sections = tuple(
+        SectionChange(name, old, new)
+        for name in SECTIONS
+        if (old := _section(applied, name)) != (new := _section(desired, name))
+    )
+    return Plan(
+        old_revision=applied_revision,
+        new_revision=revision,
+        old_job_set_id=applied.job_set_id if applied is not None else None,
+        new_job_set_id=desired.job_set_id,
+        jobs=tuple(changes),
+        sections=sections,
+        unchanged=unchanged,
+    )

@@ -1,0 +1,157 @@
+"""A Plan as text (colour on a terminal), JSON, or Markdown for a pull-request comment."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from cronstable.config.desired import Job
+from cronstable.reconcile.plan import FieldChange, JobChange, Plan
+
+FIRES_SHOWN = 3
+
+
+def next_fires(job: Job | None, at: datetime, count: int = FIRES_SHOWN) -> list[str]:
+    if job is None:
+        return []
+    if not job.config.enabled:
+        return ["(disabled)"]
+    if job.schedule.is_reboot:
+        return ["@reboot"]
+    return [t.isoformat() for t in job.schedule.fires(at, job.timezone, count)]
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _schedule_line(change: JobChange) -> str:
+    """The schedule as written (a mapping schedule shows in its canonical text)."""
+    job = change.new or change.old
+    assert job is not None
+    written = job.config.schedule
+    return written if isinstance(written, str) else job.schedule.text
+
+
+# ------------------------------------------------------------------------ JSON
+
+
+def _field_json(f: FieldChange) -> dict[str, Any]:
+    return {"path": f.path, "old": f.old, "new": f.new}
+
+
+def to_json(plan: Plan, at: datetime) -> str:
+    jobs = []
+    for change in plan.jobs:
+        entry: dict[str, Any] = {"name": change.name, "change": change.kind}
+        if change.kind == "changed":
+            entry["fields"] = [_field_json(f) for f in change.fields]
+            if change.schedule_changed:
+                entry["nextFires"] = {
+                    "before": next_fires(change.old, at),
+                    "after": next_fires(change.new, at),
+                }
+        elif change.kind == "added":
+            entry["schedule"] = _schedule_line(change)
+            entry["nextFires"] = {"after": next_fires(change.new, at)}
+        else:
+            entry["schedule"] = _schedule_line(change)
+        jobs.append(entry)
+    body = {
+        "changed": not plan.empty,
+        "from": {"revision": plan.old_revision, "jobSetId": plan.old_job_set_id},
+        "to": {"revision": plan.new_revision, "jobSetId": plan.new_job_set_id},
+        "summary": plan.summary(),
+        "jobs": jobs,
+        "sections": [{"section": s.section, "old": s.old, "new": s.new} for s in plan.sections],
+        "at": at.isoformat(),
+    }
+    return json.dumps(body, indent=2, ensure_ascii=False) + "\n"
+
+
+# ------------------------------------------------------------------------ text
+
+_COLOURS = {"added": "\033[32m", "removed": "\033[31m", "changed": "\033[33m", "dim": "\033[2m"}
+_RESET = "\033[0m"
+_SIGN = {"added": "+", "removed": "-", "changed": "~"}
+
+
+def _headline(plan: Plan) -> str:
+    s = plan.summary()
+    parts = [f"{s['added']} added", f"{s['removed']} removed", f"{s['changed']} changed"]
+    line = f"jobs: {', '.join(parts)}, {s['unchanged']} unchanged"
+    if s["sections"]:
+        line += f"; sections changed: {', '.join(s['sections'])}"
+    return line
+
+
+def to_text(plan: Plan, at: datetime, *, colour: bool = False) -> str:
+    def paint(kind: str, text: str) -> str:
+        return f"{_COLOURS[kind]}{text}{_RESET}" if colour else text
+
+    lines: list[str] = []
+    if plan.empty:
+        return f"No changes ({_headline(plan)}).\n"
+    lines.append(_headline(plan))
+    for change in plan.jobs:
+        sign = _SIGN[change.kind]
+        lines.append(paint(change.kind, f"{sign} job {change.name} ({_schedule_line(change)})"))
+        if change.kind == "added":
+            lines.append(paint("dim", f"    next: {', '.join(next_fires(change.new, at))}"))
+        for f in change.fields:
+            lines.append(f"    {f.path}: {_short(f.old)} -> {_short(f.new)}")
+        if change.schedule_changed:
+            lines.append(paint("dim", f"    next before: {', '.join(next_fires(change.old, at))}"))
+            lines.append(paint("dim", f"    next after:  {', '.join(next_fires(change.new, at))}"))
+    for section in plan.sections:
+        lines.append(paint("changed", f"~ section {section.section}"))
+        lines.append(f"    {_short(section.old, 160)} -> {_short(section.new, 160)}")
+    return "\n".join(lines) + "\n"
+
+
+# -------------------------------------------------------------------- markdown
+
+
+def _md(value: Any) -> str:
+    text = _short(value, 120).replace("|", "\\|").replace("`", "'")
+    return f"`{text}`"
+
+
+def to_markdown(plan: Plan, at: datetime) -> str:
+    out = ["### cronstable diff", ""]
+    if plan.empty:
+        out.append(f"No changes ({_headline(plan)}).")
+        return "\n".join(out) + "\n"
+    out.append(_headline(plan))
+    out.append("")
+    out.append("| | job | schedule | next fires (from " + at.isoformat() + ") |")
+    out.append("|---|---|---|---|")
+    for change in plan.jobs:
+        fires = ", ".join(next_fires(change.new, at)) if change.new else "—"
+        out.append(
+            f"| {_SIGN[change.kind]} | `{change.name}` | `{_schedule_line(change)}` | {fires} |"
+        )
+    changed = [c for c in plan.jobs if c.kind == "changed"]
+    for change in changed:
+        out += [
+            "",
+            f"<details><summary><code>{change.name}</code>: "
+            f"{len(change.fields)} setting{'s' if len(change.fields) != 1 else ''} changed"
+            "</summary>",
+            "",
+            "| setting | before | after |",
+            "|---|---|---|",
+        ]
+        out += [f"| `{f.path}` | {_md(f.old)} | {_md(f.new)} |" for f in change.fields]
+        if change.schedule_changed:
+            out += [
+                "",
+                f"Next fires before: {', '.join(next_fires(change.old, at))}  ",
+                f"Next fires after: {', '.join(next_fires(change.new, at))}",
+            ]
+        out += ["", "</details>"]
+    if plan.sections:
+        out += ["", "Sections changed: " + ", ".join(f"`{s.section}`" for s in plan.sections)]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,115 @@
+"""Source specs → sources.  The only module that names concrete backends (imported lazily).
+
+Specs:
+
+* a path (file or directory): :class:`~cronstable.sources.local.LocalDirSource`;
+* ``git+https://…``, ``git+ssh://…``, ``git+file://…``, ``git://…`` with
+  ``?ref=BRANCH|TAG|SHA&path=SUBDIR&interval=SECONDS`` (ref defaults to the
+  remote's HEAD branch, interval to 60): :class:`~cronstable.sources.git.GitSource`;
+* ``etcd://HOST:PORT/PREFIX/``: every key under the prefix is a file
+  (:class:`~cronstable.sources.etcd.EtcdSource`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+from cronstable.sources.base import Source, SourceError
+
+GIT_SCHEMES = ("git+https", "git+http", "git+ssh", "git+file", "git")
+DEFAULT_GIT_INTERVAL = 60.0
+
+
+def default_cache_dir() -> Path:
+    """/var/cache/cronstable as root, $XDG_CACHE_HOME/cronstable (~/.cache) otherwise."""
+    if os.geteuid() == 0:
+        return Path("/var/cache/cronstable")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cronstable"
+
+
+@dataclass(frozen=True, slots=True)
+class GitSpec:
+    url: str
+    """The URL git itself understands (``git+`` removed, query removed)."""
+    ref: str | None
+    path: str
+    interval: float
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdSpec:
+    endpoint: str
+    """``http://HOST:PORT``."""
+    prefix: str
+
+
+def parse_git_spec(spec: str) -> GitSpec:
+    parts = urlsplit(spec)
+    scheme = parts.scheme
+    if scheme not in GIT_SCHEMES:
+        raise SourceError(f"{spec!r} is not a git source spec")
+    query = parse_qs(parts.query, keep_blank_values=True)
+    unknown = set(query) - {"ref", "path", "interval"}
+    if unknown:
+        raise SourceError(f"unknown git source option(s) {', '.join(sorted(unknown))} in {spec!r}")
+
+    def one(name: str) -> str | None:
+        values = query.get(name)
+        if not values:
+            return None
+        if len(values) > 1:
+            raise SourceError(f"git source option {name!r} given twice")
+        return values[0]
+
+    interval = DEFAULT_GIT_INTERVAL
+    raw_interval = one("interval")
+    if raw_interval is not None:
+        try:
+            interval = float(raw_interval)
+        except ValueError:
+            raise SourceError(f"interval {raw_interval!r} is not a number of seconds") from None
+        if not interval > 0:
+            raise SourceError("interval must be more than 0 seconds")
+    path = (one("path") or "").strip("/")
+    if ".." in path.split("/"):
+        raise SourceError(f"path {path!r} leaves the repository")
+    url = urlunsplit((scheme.removeprefix("git+"), parts.netloc, parts.path, "", ""))
+    return GitSpec(url=url, ref=one("ref") or None, path=path, interval=interval)
+
+
+def parse_etcd_spec(spec: str) -> EtcdSpec:
+    parts = urlsplit(spec)
+    if parts.scheme != "etcd" or not parts.hostname or parts.port is None:
+        raise SourceError(f"{spec!r} is not an etcd source spec (etcd://HOST:PORT/PREFIX/)")
+    prefix = parts.path if parts.path.endswith("/") else parts.path + "/"
+    if prefix == "/":
+        raise SourceError("an etcd source needs a key prefix (etcd://HOST:PORT/PREFIX/)")
+    return EtcdSpec(endpoint=f"http://{parts.hostname}:{parts.port}", prefix=prefix)
+
+
+def is_remote_spec(spec: str) -> bool:
+    scheme = urlsplit(spec).scheme
+    return scheme in GIT_SCHEMES or scheme == "etcd"
+
+
+def open_source(spec: str, *, cache_dir: Path | None = None) -> Source:
+    """A (not yet started) source for ``spec``."""
+    cache = cache_dir or default_cache_dir()
+    scheme = urlsplit(spec).scheme
+    if scheme in GIT_SCHEMES:
+        from cronstable.sources.git import GitSource
+
+        return GitSource(parse_git_spec(spec), cache_dir=cache)
+    if scheme == "etcd":
+        from cronstable.sources.etcd import EtcdSource
+
+        return EtcdSource(parse_etcd_spec(spec), cache_dir=cache)
+    if "://" in spec:
+        raise SourceError(f"unknown source scheme {scheme!r} in {spec!r}")
+    from cronstable.sources.local import LocalDirSource
+
+    return LocalDirSource(Path(spec))
