@@ -1,0 +1,807 @@
+"""A small asyncio client for etcd's v3 API, over its JSON gateway.
+
+cronstable talks to etcd in one place: here.  The configuration source
+(:mod:`cronstable.sources.etcd`) reads and watches a key prefix with it; durable
+state and leadership build on its transactions and leases.
+
+Why the JSON gateway: every etcd since 3.3 serves the v3 API as JSON over plain
+HTTP on its client port (``POST /v3/kv/range`` …), so aiohttp — already a
+dependency — is all it takes; no gRPC stack, no generated code.
+
+The gateway's conventions, which this module hides:
+
+* keys and values are base64 in JSON; here they are :class:`bytes` (a
+  :class:`str` key is encoded as UTF-8);
+* int64 fields are JSON strings; here they are :class:`int`;
+* fields at their default value are left out (no ``count`` means 0, no
+  ``kvs`` means none, no ``type`` on an event means PUT);
+* an error is a JSON object with a gRPC status code (``{"error": "...",
+  "code": 11}``, or ``{"error": {"grpc_code": 14, ...}}`` inside a stream).
+
+Errors are translated at this edge, chained with ``from``::
+
+    EtcdError              any failure talking to etcd (bad request, auth, …); ``code``
+    ├── EtcdUnavailable    etcd cannot be reached or cannot serve now: worth retrying
+    ├── EtcdCompacted      the revision asked for was compacted away
+    └── EtcdLeaseNotFound  the lease expired or never existed
+
+Nothing here logs or puts in an exception message a value or a credential;
+keys do appear (they name things, they do not hold secrets).
+
+Usage::
+
+    async with EtcdClient("http://127.0.0.1:2379") as etcd:
+        revision = await etcd.put("/cron/a.yaml", b"jobs: []\\n")
+        result = await etcd.range("/cron/", prefix=True)
+        created = await etcd.txn(
+            [compare("/lock", "version", "==", 0)],
+            [request_put("/lock", b"me", lease=lease_id)],
+        )
+        async for event in etcd.watch("/cron/", prefix=True, start_revision=result.revision + 1):
+            ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import enum
+import json
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+import aiohttp
+
+from cronstable.errors import CronstableError
+
+logger = logging.getLogger(__name__)
+
+JSON: TypeAlias = dict[str, Any]
+"""One JSON object, as the gateway takes and gives it."""
+Key: TypeAlias = str | bytes
+"""A key: bytes, or text encoded as UTF-8."""
+
+# gRPC status codes etcd answers with (google.golang.org/grpc/codes).
+GRPC_DEADLINE_EXCEEDED = 4
+GRPC_NOT_FOUND = 5
+GRPC_RESOURCE_EXHAUSTED = 8
+GRPC_OUT_OF_RANGE = 11
+GRPC_UNAVAILABLE = 14
+GRPC_UNAUTHENTICATED = 16
+_RETRYABLE_CODES = frozenset({GRPC_DEADLINE_EXCEEDED, GRPC_RESOURCE_EXHAUSTED, GRPC_UNAVAILABLE})
+_RETRYABLE_HTTP = frozenset({502, 503, 504})
+
+DEFAULT_TIMEOUT = 5.0
+DEFAULT_BACKOFF_INITIAL = 0.1
+DEFAULT_BACKOFF_MAX = 5.0
+
+
+class EtcdError(CronstableError):
+    """A request to etcd failed.
+
+    ``code`` is etcd's gRPC status code when it gave one (3 invalid argument,
+    9 failed precondition, 16 unauthenticated, …), else ``None``.
+    """
+
+    def __init__(self, message: str, *, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class EtcdUnavailable(EtcdError):
+    """etcd could not be reached, timed out, or said it cannot serve now (no leader, …).
+
+    Transient by nature: retry with back-off.
+    """
+
+
+class EtcdCompacted(EtcdError):
+    """A read or a watch asked for a revision that etcd has compacted away.
+
+    ``compact_revision`` is the oldest revision still available when etcd said
+    so (a watch does; a range does not, and leaves it ``None``).  Re-read the
+    current state with a range, then watch from its revision + 1.
+    """
+
+    def __init__(self, compact_revision: int | None, message: str | None = None) -> None:
+        if message is None:
+            message = (
+                f"etcd has compacted its history up to revision {compact_revision}"
+                if compact_revision is not None
+                else "etcd has compacted the revision asked for"
+            )
+        super().__init__(message, code=GRPC_OUT_OF_RANGE)
+        self.compact_revision = compact_revision
+
+
+class EtcdLeaseNotFound(EtcdError):
+    """The lease has expired (or was revoked, or never existed)."""
+
+
+# --------------------------------------------------------------------------- data
+
+
+class EventType(enum.Enum):
+    """What a watch event did to its key."""
+
+    PUT = "PUT"
+    DELETE = "DELETE"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    """One key as etcd stores it.
+
+    In a DELETE watch event only ``key`` and ``mod_revision`` (the revision of
+    the deletion) are set; the rest are 0 and ``value`` is empty.
+    """
+
+    key: bytes
+    value: bytes
+    create_revision: int
+    """Revision of the put that created the key (since its last deletion)."""
+    mod_revision: int
+    """Revision of the last put (or, in a DELETE event, of the deletion)."""
+    version: int
+    """Puts since creation: 1 after the first."""
+    lease: int
+    """The lease the key is attached to; 0 for none."""
+
+    def __repr__(self) -> str:  # never show a value
+        return (
+            f"KeyValue(key={self.key!r}, value=<{len(self.value)} bytes>, "
+            f"create_revision={self.create_revision}, mod_revision={self.mod_revision}, "
+            f"version={self.version}, lease={self.lease})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RangeResult:
+    """The keys of one read, all as of one revision."""
+
+    revision: int
+    """The store's revision the read was served at (the header revision)."""
+    kvs: list[KeyValue]
+    """The keys found, in key order."""
+    count: int = 0
+    """How many keys matched (more than ``len(kvs)`` when a limit cut the list)."""
+    more: bool = False
+    """Whether a limit left keys out."""
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    """A put inside a transaction."""
+
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    """A delete: the revision after it, and how many keys it removed."""
+
+    revision: int
+    deleted: int
+
+
+TxnResponse: TypeAlias = RangeResult | PutResult | DeleteResult
+
+
+@dataclass(frozen=True, slots=True)
+class TxnResult:
+    """A transaction's outcome.
+
+    ``responses`` has one entry per request of the branch that ran (success if
+    ``succeeded``, else failure), in order; a nested transaction's answer is a
+    :class:`TxnResult` too.
+    """
+
+    succeeded: bool
+    revision: int
+    """The store's revision after the transaction (unchanged if it wrote nothing)."""
+    responses: list[TxnResponse | TxnResult]
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One change to one key.  All events of one transaction share a revision."""
+
+    type: EventType
+    kv: KeyValue
+    revision: int
+    """The revision of the change (``kv.mod_revision``)."""
+
+
+# --------------------------------------------------------------------------- builders
+
+CompareTarget: TypeAlias = Literal["version", "create_revision", "mod_revision", "value", "lease"]
+CompareOp: TypeAlias = Literal["==", "!=", "<", ">"]
+
+_TARGETS: Mapping[str, str] = {
+    "version": "VERSION",
+    "create_revision": "CREATE",
+    "mod_revision": "MOD",
+    "value": "VALUE",
+    "lease": "LEASE",
+}
+_OPS: Mapping[str, str] = {"==": "EQUAL", "!=": "NOT_EQUAL", "<": "LESS", ">": "GREATER"}
+
+
+def key_bytes(key: Key) -> bytes:
+    """``key`` as bytes (text is encoded as UTF-8)."""
+    return key.encode("utf-8") if isinstance(key, str) else bytes(key)
+
+
+def prefix_range_end(prefix: Key) -> bytes:
+    """The ``range_end`` that makes a range cover every key starting with ``prefix``.
+
+    That is the prefix with its last byte below 0xff incremented (and what
+    follows it dropped); ``b"\\0"`` (every key from ``prefix`` on) when there
+    is no such byte.
+    """
+    end = bytearray(key_bytes(prefix))
+    while end:
+        if end[-1] < 0xFF:
+            end[-1] += 1
+            return bytes(end)
+        end.pop()
+    return b"\0"
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _range_fields(key: Key, prefix: bool) -> JSON:
+    raw = key_bytes(key)
+    fields: JSON = {"key": _b64(raw)}
+    if prefix:
+        fields["range_end"] = _b64(prefix_range_end(raw))
+    return fields
+
+
+def compare(key: Key, target: CompareTarget, op: CompareOp, value: int | bytes) -> JSON:
+    """One condition of a transaction: ``key``'s ``target`` ``op`` ``value``.
+
+    ``compare(k, "version", "==", 0)`` holds when ``k`` does not exist;
+    ``compare(k, "mod_revision", "==", r)`` when nobody wrote ``k`` since ``r``;
+    ``compare(k, "value", "==", b"…")`` compares bytes; ``"lease"`` a lease id.
+    """
+    if target not in _TARGETS:
+        raise ValueError(f"unknown compare target {target!r}")
+    if op not in _OPS:
+        raise ValueError(f"unknown compare operator {op!r}")
+    condition: JSON = {
+        "key": _b64(key_bytes(key)),
+        "target": _TARGETS[target],
+        "result": _OPS[op],
+    }
+    if target == "value":
+        if not isinstance(value, bytes):
+            raise TypeError("a value comparison takes bytes")
+        condition["value"] = _b64(value)
+    else:
+        if isinstance(value, bytes):
+            raise TypeError(f"a {target} comparison takes an int")
+        condition[target] = str(value)
+    return condition
+
+
+def request_range(key: Key, *, prefix: bool = False) -> JSON:
+    """A read inside a transaction (answered by a :class:`RangeResult`)."""
+    return {"request_range": _range_fields(key, prefix)}
+
+
+def request_put(key: Key, value: bytes, *, lease: int | None = None) -> JSON:
+    """A put inside a transaction, attached to ``lease`` when given."""
+    put: JSON = {"key": _b64(key_bytes(key)), "value": _b64(value)}
+    if lease:
+        put["lease"] = str(lease)
+    return {"request_put": put}
+
+
+def request_delete(key: Key, *, prefix: bool = False) -> JSON:
+    """A delete inside a transaction.
+
+    etcd refuses a transaction whose delete range covers a key that another
+    request of the same branch puts ("duplicate key given in txn request"):
+    to replace a prefix's content in one transaction, delete the keys that go
+    one by one and put the others.
+    """
+    return {"request_delete_range": _range_fields(key, prefix)}
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _int(fields: Mapping[str, Any], name: str) -> int:
+    value = fields.get(name)
+    return int(value) if value is not None else 0
+
+
+def _bytes(fields: Mapping[str, Any], name: str) -> bytes:
+    value = fields.get(name)
+    return base64.b64decode(value) if value else b""
+
+
+def _header_revision(payload: Mapping[str, Any]) -> int:
+    header = payload.get("header")
+    return _int(header, "revision") if isinstance(header, Mapping) else 0
+
+
+def _key_value(fields: Mapping[str, Any]) -> KeyValue:
+    return KeyValue(
+        key=_bytes(fields, "key"),
+        value=_bytes(fields, "value"),
+        create_revision=_int(fields, "create_revision"),
+        mod_revision=_int(fields, "mod_revision"),
+        version=_int(fields, "version"),
+        lease=_int(fields, "lease"),
+    )
+
+
+def _range_result(payload: Mapping[str, Any], revision: int | None = None) -> RangeResult:
+    return RangeResult(
+        revision=_header_revision(payload) or (revision or 0),
+        kvs=[_key_value(kv) for kv in payload.get("kvs") or ()],
+        count=_int(payload, "count"),
+        more=bool(payload.get("more", False)),
+    )
+
+
+def _txn_result(payload: Mapping[str, Any], revision: int | None = None) -> TxnResult:
+    rev = _header_revision(payload) or (revision or 0)
+    responses: list[TxnResponse | TxnResult] = []
+    for item in payload.get("responses") or ():
+        if "response_range" in item:
+            responses.append(_range_result(item["response_range"], rev))
+        elif "response_put" in item:
+            responses.append(PutResult(revision=rev))
+        elif "response_delete_range" in item:
+            responses.append(
+                DeleteResult(revision=rev, deleted=_int(item["response_delete_range"], "deleted"))
+            )
+        elif "response_txn" in item:
+            responses.append(_txn_result(item["response_txn"], rev))
+        else:
+            raise EtcdError(f"etcd answered a transaction with an unknown response {sorted(item)}")
+    return TxnResult(
+        succeeded=bool(payload.get("succeeded", False)), revision=rev, responses=responses
+    )
+
+
+def _decode(data: bytes) -> JSON:
+    """The first JSON object of ``data`` (the gateway may append trailer text to errors)."""
+    text = data.decode("utf-8", "replace").lstrip()
+    value, _ = json.JSONDecoder().raw_decode(text)
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
+
+
+def _error(payload: Mapping[str, Any], *, status: int | None, what: str) -> EtcdError:
+    """The exception for an error answer (``{"error": "...", "code": N}`` or a stream's
+    ``{"error": {"grpc_code": N, "message": "..."}}``)."""
+    raw = payload.get("error")
+    code: int | None
+    if isinstance(raw, Mapping):
+        code = raw.get("grpc_code")
+        message = str(raw.get("message") or raw.get("http_status") or "error")
+    else:
+        code = payload.get("code")
+        message = str(payload.get("message") or raw or "error")
+    code = int(code) if code is not None else None
+    text = f"etcd {what}: {message}"
+    if code == GRPC_OUT_OF_RANGE and "compacted" in message:
+        return EtcdCompacted(None, text)
+    if code == GRPC_NOT_FOUND and "lease" in message:
+        return EtcdLeaseNotFound(text, code=code)
+    if code in _RETRYABLE_CODES or (code is None and status in _RETRYABLE_HTTP):
+        return EtcdUnavailable(text, code=code)
+    return EtcdError(text, code=code)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(exc) or type(exc).__name__
+
+
+# --------------------------------------------------------------------------- client
+
+
+class EtcdClient:
+    """An asyncio client of one etcd endpoint (``http://HOST:PORT`` or ``https://…``).
+
+    ``session``: an aiohttp session to share (left open by :meth:`close`; give
+    one with an SSL context for client certificates); by default the client
+    makes its own, on first use.  ``timeout`` bounds
+    each request, and the connection of a watch, in seconds.  ``username`` and
+    ``password``: etcd authentication; the client fetches a token
+    (``/v3/auth/authenticate``), sends it with every request and fetches a
+    new one when etcd says it expired.  ``backoff_initial``/``backoff_max``:
+    the capped exponential delays of :meth:`watch` between reconnections.
+
+    Reads are linearizable (served by the leader, never stale).  The client is
+    an async context manager: ``async with EtcdClient(...) as etcd:`` closes it.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        username: str | None = None,
+        password: str | None = None,
+        backoff_initial: float = DEFAULT_BACKOFF_INITIAL,
+        backoff_max: float = DEFAULT_BACKOFF_MAX,
+    ) -> None:
+        if not endpoint.startswith(("http://", "https://")):
+            raise ValueError(f"etcd endpoint {endpoint!r} is not an http:// or https:// URL")
+        if (username is None) != (password is None):
+            raise ValueError("etcd authentication needs both a username and a password")
+        self.endpoint = endpoint.rstrip("/")
+        self.timeout = timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self._session = session
+        self._owns_session = session is None
+        self._username = username
+        self._password = password
+        self._token: str | None = None
+        self._auth_lock = asyncio.Lock()
+        self._closed = False
+        self._streams: set[aiohttp.ClientResponse] = set()
+        """The responses of running watches, closed by :meth:`close` to end them."""
+
+    def __repr__(self) -> str:  # never the password
+        user = f", username={self._username!r}" if self._username else ""
+        return f"EtcdClient({self.endpoint!r}{user})"
+
+    async def __aenter__(self) -> EtcdClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    async def close(self) -> None:
+        """Close the client (and its own session); running watches end."""
+        self._closed = True
+        for stream in list(self._streams):
+            stream.close()
+        session, self._session = self._session, None
+        if session is not None and self._owns_session:
+            await session.close()
+
+    # ----------------------------------------------------------------- transport
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise EtcdError("the etcd client is closed")
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    async def _headers(self) -> dict[str, str]:
+        """The headers of a request: the auth token, fetched first if there is none yet."""
+        if self._username is None:
+            return {}
+        token = self._token
+        if token is None:
+            async with self._auth_lock:
+                if self._token is None:
+                    payload = await self._post(
+                        "/v3/auth/authenticate",
+                        {"name": self._username, "password": self._password},
+                        what=f"authentication of user {self._username!r}",
+                        headers={},
+                    )
+                    if not payload.get("token"):
+                        raise EtcdError("etcd authentication returned no token")
+                    self._token = str(payload["token"])
+                token = self._token
+        return {"Authorization": token}
+
+    async def _post(self, path: str, body: JSON, *, what: str, headers: dict[str, str]) -> JSON:
+        """One request/answer exchange; raises the translated error."""
+        session = self._get_session()
+        try:
+            async with session.post(
+                self.endpoint + path,
+                json=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+            ) as response:
+                status = response.status
+                data = await response.read()
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+            raise EtcdUnavailable(f"etcd {what}: {self.endpoint}: {_describe(exc)}") from exc
+        except aiohttp.ClientError as exc:
+            raise EtcdError(f"etcd {what}: {self.endpoint}: {_describe(exc)}") from exc
+        try:
+            payload = _decode(data)
+        except ValueError as exc:
+            cls = EtcdUnavailable if status in _RETRYABLE_HTTP else EtcdError
+            raise cls(f"etcd {what}: HTTP {status} with no JSON answer") from exc
+        if status != 200 or "error" in payload:
+            raise _error(payload, status=status, what=what)
+        return payload
+
+    async def _call(self, path: str, body: JSON, *, what: str) -> JSON:
+        """:meth:`_post` with the auth token, fetching a new one once if it expired."""
+        for attempt in range(2):
+            headers = await self._headers()
+            try:
+                return await self._post(path, body, what=what, headers=headers)
+            except EtcdError as exc:
+                if exc.code == GRPC_UNAUTHENTICATED and self._username and attempt == 0:
+                    self._token = None
+                    continue
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # ----------------------------------------------------------------- key-value
+
+    async def range(
+        self,
+        key: Key,
+        *,
+        prefix: bool = False,
+        revision: int | None = None,
+        keys_only: bool = False,
+        limit: int = 0,
+    ) -> RangeResult:
+        """Read ``key`` (or every key starting with it, if ``prefix``) at one revision.
+
+        ``revision``: read the store as it was then (:class:`EtcdCompacted` if
+        that was compacted away, :class:`EtcdError` if it is in the future);
+        the latest by default.  ``keys_only`` leaves values out; ``limit``
+        caps the number of keys (0: no cap).
+        """
+        body = _range_fields(key, prefix)
+        if revision is not None:
+            if revision <= 0:
+                raise ValueError("a revision is a positive integer")
+            body["revision"] = str(revision)
+        if keys_only:
+            body["keys_only"] = True
+        if limit:
+            body["limit"] = str(limit)
+        payload = await self._call("/v3/kv/range", body, what=f"range {key_bytes(key)!r}")
+        return _range_result(payload)
+
+    async def put(self, key: Key, value: bytes, *, lease: int | None = None) -> int:
+        """Set ``key`` to ``value`` (attached to ``lease`` when given); the new revision."""
+        body: JSON = {"key": _b64(key_bytes(key)), "value": _b64(value)}
+        if lease:
+            body["lease"] = str(lease)
+        payload = await self._call("/v3/kv/put", body, what=f"put {key_bytes(key)!r}")
+        return _header_revision(payload)
+
+    async def delete(self, key: Key, *, prefix: bool = False) -> DeleteResult:
+        """Delete ``key`` (or every key starting with it, if ``prefix``)."""
+        payload = await self._call(
+            "/v3/kv/deleterange", _range_fields(key, prefix), what=f"delete {key_bytes(key)!r}"
+        )
+        return DeleteResult(revision=_header_revision(payload), deleted=_int(payload, "deleted"))
+
+    async def txn(
+        self,
+        compare: Sequence[JSON],
+        success: Sequence[JSON] = (),
+        failure: Sequence[JSON] = (),
+    ) -> TxnResult:
+        """If every condition of ``compare`` holds, run ``success``, else ``failure``: atomically,
+        at one new revision.
+
+        Build the lists with :func:`compare`, :func:`request_put`,
+        :func:`request_delete`, :func:`request_range`.
+        """
+        body: JSON = {"compare": list(compare), "success": list(success), "failure": list(failure)}
+        payload = await self._call("/v3/kv/txn", body, what="txn")
+        return _txn_result(payload)
+
+    async def compact(self, revision: int, *, physical: bool = False) -> None:
+        """Drop the history before ``revision`` (``physical``: wait until it is freed)."""
+        body: JSON = {"revision": str(revision), "physical": physical}
+        await self._call("/v3/kv/compaction", body, what=f"compact to {revision}")
+
+    # ----------------------------------------------------------------- leases
+
+    async def lease_grant(self, ttl: int, *, lease_id: int = 0) -> tuple[int, int]:
+        """A new lease of ``ttl`` seconds: ``(lease id, granted ttl)``.
+
+        etcd may grant more than asked (it has a minimum TTL).  ``lease_id``
+        asks for that id (0: etcd chooses).
+        """
+        body: JSON = {"TTL": str(ttl)}
+        if lease_id:
+            body["ID"] = str(lease_id)
+        payload = await self._call("/v3/lease/grant", body, what="lease grant")
+        return _int(payload, "ID"), _int(payload, "TTL")
+
+    async def lease_keepalive(self, lease_id: int) -> int:
+        """Renew the lease once; its TTL from now, in seconds.
+
+        Raises :class:`EtcdLeaseNotFound` when the lease has already expired.
+        Call it well within the TTL (a third of it is customary).
+        """
+        body: JSON = {"ID": str(lease_id)}
+        payload = await self._call("/v3/lease/keepalive", body, what=f"lease keepalive {lease_id}")
+        result = payload.get("result", payload)
+        if not isinstance(result, Mapping):
+            raise EtcdError("etcd answered a lease keepalive with no result")
+        ttl = _int(result, "TTL")
+        if ttl <= 0:
+            raise EtcdLeaseNotFound(f"etcd lease {lease_id} has expired", code=GRPC_NOT_FOUND)
+        return ttl
+
+    async def lease_revoke(self, lease_id: int) -> None:
+        """End the lease now, deleting its keys.  An expired or unknown lease is no error."""
+        try:
+            await self._call(
+                "/v3/lease/revoke", {"ID": str(lease_id)}, what=f"lease revoke {lease_id}"
+            )
+        except EtcdLeaseNotFound:
+            pass
+
+    # ----------------------------------------------------------------- watch
+
+    def _backoff(self, failures: int) -> float:
+        delay = min(self.backoff_max, self.backoff_initial * 2.0 ** max(0, failures - 1))
+        return delay * random.uniform(0.5, 1.0)
+
+    async def watch(
+        self,
+        key: Key,
+        *,
+        prefix: bool = False,
+        start_revision: int,
+        on_status: Callable[[EtcdUnavailable | None], None] | None = None,
+    ) -> AsyncIterator[WatchEvent]:
+        """Every change to ``key`` (or the keys starting with it) from ``start_revision`` on.
+
+        Events come in revision order, those of one transaction together.  Pass
+        the revision of a read + 1 to see every change after it.
+
+        When the stream breaks (etcd stopped, network down, no leader), the
+        watch reconnects by itself with capped exponential back-off and resumes
+        after the last revision it delivered, so no event is lost or repeated.
+        ``on_status`` is told of it: called with the :class:`EtcdUnavailable`
+        once when the stream breaks and with ``None`` once a new stream is up.
+
+        Raises :class:`EtcdCompacted` when the revision to start (or resume)
+        from has been compacted away: re-read with :meth:`range` and watch
+        again from its revision + 1.  Raises :class:`EtcdError` when etcd
+        refuses the watch for good (bad request, permission).  Ends when the
+        client is closed.
+        """
+        what = f"watch {key_bytes(key)!r}"
+        next_revision = start_revision
+        failures = 0
+        reauthenticated = False
+        outage: EtcdUnavailable | None = None
+        while not self._closed:
+            create: JSON = _range_fields(key, prefix)
+            create["start_revision"] = str(next_revision)
+            try:
+                headers = await self._headers()
+                session = self._get_session()
+                async with session.post(
+                    self.endpoint + "/v3/watch",
+                    json={"create_request": create},
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(
+                        total=None, sock_connect=self.timeout, sock_read=None
+                    ),
+                ) as response:
+                    if response.status != 200:
+                        data = await response.read()
+                        try:
+                            payload = _decode(data)
+                        except ValueError:
+                            payload = {"error": f"HTTP {response.status}"}
+                        raise _error(payload, status=response.status, what=what)
+                    lines = _Lines()
+                    self._streams.add(response)
+                    try:
+                        async for chunk in response.content.iter_any():
+                            for message in lines.feed(chunk):
+                                created, events = _watch_message(message, what, next_revision)
+                                if created:
+                                    failures = 0
+                                    reauthenticated = False
+                                    if outage is not None:
+                                        outage = None
+                                        logger.debug("etcd %s: stream re-established", what)
+                                        if on_status is not None:
+                                            on_status(None)
+                                for event in events:
+                                    yield event
+                                    next_revision = max(next_revision, event.revision + 1)
+                    finally:
+                        self._streams.discard(response)
+                raise EtcdUnavailable(f"etcd {what}: the stream ended")
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+                if self._closed:
+                    return
+                error = EtcdUnavailable(f"etcd {what}: {self.endpoint}: {_describe(exc)}")
+                error.__cause__ = exc
+            except EtcdUnavailable as exc:
+                error = exc
+            except EtcdError as exc:
+                if self._closed:
+                    return
+                if exc.code == GRPC_UNAUTHENTICATED and self._username and not reauthenticated:
+                    self._token = None  # expired token: fetch a new one and go again at once
+                    reauthenticated = True
+                    continue
+                raise
+            if self._closed:
+                return
+            failures += 1
+            if outage is None:
+                outage = error
+                if on_status is not None:
+                    on_status(error)
+            delay = self._backoff(failures)
+            logger.debug("%s; reconnecting in %.2f s", error, delay)
+            await asyncio.sleep(delay)
+
+
+def _watch_message(message: JSON, what: str, resume: int) -> tuple[bool, list[WatchEvent]]:
+    """One message of a watch stream: whether it says the watch was created, and its events.
+
+    Raises the error it carries, :class:`EtcdCompacted` if ``resume`` was
+    compacted, :class:`EtcdError` if etcd canceled the watch.
+    """
+    if "error" in message:
+        raise _error(message, status=None, what=what)
+    result = message.get("result")
+    if not isinstance(result, Mapping):
+        return False, []
+    compact_revision = _int(result, "compact_revision")
+    if compact_revision:
+        raise EtcdCompacted(
+            compact_revision,
+            f"etcd {what}: revision {resume} is compacted (oldest kept: {compact_revision})",
+        )
+    if result.get("canceled"):
+        reason = str(result.get("cancel_reason") or "no reason given")
+        code = GRPC_UNAUTHENTICATED if "Unauthenticated" in reason else None
+        raise EtcdError(f"etcd {what}: canceled: {reason}", code=code)
+    events: list[WatchEvent] = []
+    for raw in result.get("events") or ():
+        kv = _key_value(raw.get("kv") or {})
+        kind = EventType(raw.get("type") or "PUT")
+        events.append(WatchEvent(type=kind, kv=kv, revision=kv.mod_revision))
+    return bool(result.get("created")), events
+
+
+class _Lines:
+    """Splits a streamed body into its newline-delimited JSON objects."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> list[JSON]:
+        self._buffer += chunk
+        messages: list[JSON] = []
+        while (end := self._buffer.find(b"\n")) >= 0:
+            line = bytes(self._buffer[:end])
+            del self._buffer[: end + 1]
+            if line.strip():
+                try:
+                    messages.append(_decode(line))
+                except ValueError as exc:
+                    raise EtcdError("etcd sent a watch message that is not JSON") from exc
+        return messages
