@@ -57,3 +57,5 @@ def setup_logging(level: str, fmt: str) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    # watchfiles logs every batch of file events at INFO; the source logs what matters
+    logging.getLogger("watchfiles").setLevel(logging.WARNING)

@@ -1,0 +1,179 @@
+"""End to end on a git remote: a daemon following `git daemon` on loopback, on the real clock.
+
+Commit a schedule change → the job fires on the new schedule; commit broken
+YAML → the old schedule keeps firing and the error shows; commit a fix → it
+applies.  Plus `cronstable diff` between local refs, as a pull-request check runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from git_server import GitDaemon, WorkRepo
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def job_file(name: str, out: Path, schedule: str) -> str:
+    return (
+        "jobs:\n"
+        f"  - name: {name}\n"
+        f'    command: echo "{name} $CRONSTABLE_SCHEDULED_TIME" >> {out}\n'
+        f'    schedule: "{schedule}"\n'
+    )
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> Iterator[tuple[WorkRepo, GitDaemon]]:
+    repo = WorkRepo.create(tmp_path / "remotes", "cron")
+    with GitDaemon(tmp_path / "remotes") as server:
+        yield repo, server
+
+
+def test_daemon_follows_a_git_remote(tmp_path: Path, origin: tuple[WorkRepo, GitDaemon]) -> None:
+    repo, server = origin
+    out = tmp_path / "fires"
+    repo.commit({"cron/jobs.yaml": job_file("every2", out, "*/2 * * * * * *")}, "first")
+    repo.push()
+    spec = f"{server.url('cron.git')}?path=cron&interval=0.5"
+    log = (tmp_path / "daemon.log").open("w")
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cronstable",
+            "run",
+            "--source",
+            spec,
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+
+    def output() -> str:
+        return (tmp_path / "daemon.log").read_text()
+
+    try:
+        wait_for(lambda: len(lines(out)) >= 2)
+        # every two seconds: scheduled times land on even seconds
+        assert all(int(line[-8:-6]) % 2 == 0 for line in lines(out))
+
+        # a schedule change: the job now fires every second under a new name
+        sha = repo.commit({"cron/jobs.yaml": job_file("every1", out, "* * * * * * *")}, "faster")
+        repo.push()
+        wait_for(lambda: f"Revision {sha}" in output())
+        wait_for(lambda: sum(line.startswith("every1") for line in lines(out)) >= 3)
+
+        # a broken commit: rejected with file:line, and every1 keeps firing
+        bad = repo.commit({"cron/jobs.yaml": "jobs:\n  - name: x\n    schedule: [oops\n"}, "oops")
+        repo.push()
+        wait_for(lambda: f"Revision {bad}" in output() and "rejected" in output())
+        assert "jobs.yaml:4:1: invalid YAML" in output()
+        before = sum(line.startswith("every1") for line in lines(out))
+        wait_for(lambda: sum(line.startswith("every1") for line in lines(out)) >= before + 2)
+
+        # the fix applies
+        fixed = repo.commit({"cron/jobs.yaml": job_file("fixed", out, "* * * * * * *")}, "fix")
+        repo.push()
+        wait_for(lambda: f"Revision {fixed}" in output())
+        wait_for(lambda: any(line.startswith("fixed") for line in lines(out)))
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
+        log.close()
+    assert daemon.returncode == 0
+
+
+def diff(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cronstable", "diff", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_diff_between_local_refs_like_a_pull_request_check(
+    tmp_path: Path, origin: tuple[WorkRepo, GitDaemon]
+) -> None:
+    repo, _ = origin
+    out = tmp_path / "unused"
+    repo.commit({"jobs.yaml": job_file("nightly", out, "0 3 * * *")}, "base")
+    repo.push()
+    repo.git("fetch", "--quiet", "origin")
+    repo.checkout("change", create=True)
+    repo.commit({"jobs.yaml": job_file("nightly", out, "30 4 * * *")}, "later")
+
+    same = diff("git:.@origin/main", "git:.@origin/main", cwd=repo.work)
+    assert same.returncode == 0, same.stderr
+    assert same.stdout.startswith("No changes")
+
+    changed = diff(
+        "git:.@origin/main",
+        "git:.@HEAD",
+        "--format",
+        "json",
+        "--at",
+        "2026-03-07T12:00:00",
+        cwd=repo.work,
+    )
+    assert changed.returncode == 1, changed.stderr
+    body = json.loads(changed.stdout)
+    (job,) = body["jobs"]
+    assert job["name"] == "nightly" and job["change"] == "changed"
+    assert job["nextFires"]["before"][0] == "2026-03-08T03:00:00+00:00"
+    assert job["nextFires"]["after"][0] == "2026-03-08T04:30:00+00:00"
+    assert body["to"]["revision"] == repo.rev_parse("HEAD")
+
+    md = diff("git:.@origin/main", "git:.@HEAD", "--format", "markdown", cwd=repo.work)
+    assert md.returncode == 1 and "| ~ | `nightly` | `30 4 * * *` |" in md.stdout
+
+    repo.commit({"jobs.yaml": "jobs: [{name: x}]\n"}, "broken")
+    broken = diff("git:.@origin/main", "git:.@HEAD", cwd=repo.work)
+    assert broken.returncode == 2
+    assert "jobs.yaml:1:" in broken.stderr and "missing required key" in broken.stderr
+
+    unknown = diff("git:.@origin/main", "git:.@no-such-ref", cwd=repo.work)
+    assert unknown.returncode == 2
+    assert "no-such-ref" in unknown.stderr
+
+
+def test_diff_against_a_remote_source_spec(
+    tmp_path: Path, origin: tuple[WorkRepo, GitDaemon]
+) -> None:
+    repo, server = origin
+    out = tmp_path / "unused"
+    repo.commit({"jobs.yaml": job_file("nightly", out, "0 3 * * *")}, "base")
+    repo.push()
+    local = tmp_path / "local"
+    local.mkdir()
+    (local / "jobs.yaml").write_text(job_file("nightly", out, "0 3 * * *"))
+    result = diff(server.url("cron.git"), str(local), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (local / "jobs.yaml").write_text(job_file("nightly", out, "0 5 * * *"))
+    result = diff(server.url("cron.git"), str(local), cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "~ job nightly" in result.stdout

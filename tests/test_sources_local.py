@@ -1,0 +1,500 @@
+"""LocalDirSource against real file edits: editors, atomic saves, ConfigMaps, lost roots."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import shutil
+import statistics
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from harness_local import make_tree, write_atomically
+
+from cronstable.snapshot import Snapshot, content_revision
+from cronstable.sources import local
+from cronstable.sources.base import SourceError
+from cronstable.sources.local import LocalDirSource
+
+pytestmark = [pytest.mark.timeout(30), pytest.mark.asyncio]
+
+BASE = {"cronstable.yaml": b"jobs: []\n", "jobs/a.yaml": b"jobs:\n  - {name: a}\n"}
+
+
+async def next_snapshot(it: AsyncIterator[Snapshot], wait: float = 5.0) -> Snapshot:
+    return await asyncio.wait_for(anext(it), wait)
+
+
+async def nothing_within(it: AsyncIterator[Snapshot], seconds: float) -> None:
+    waiter = asyncio.ensure_future(anext(it))
+    done, _ = await asyncio.wait({waiter}, timeout=seconds)
+    waiter.cancel()
+    assert not done, f"unexpected snapshot {dict(waiter.result().files)!r}"
+
+
+async def until(
+    it: AsyncIterator[Snapshot], files: dict[str, bytes], wait: float = 5.0
+) -> Snapshot:
+    """The first snapshot holding exactly ``files`` (earlier ones are checked complete)."""
+    deadline = time.monotonic() + wait
+    while True:
+        snap = await next_snapshot(it, max(0.01, deadline - time.monotonic()))
+        if dict(snap.files) == files:
+            return snap
+
+
+@asynccontextmanager
+async def running(path: Path) -> AsyncIterator[tuple[LocalDirSource, AsyncIterator[Snapshot]]]:
+    source = LocalDirSource(path)
+    await source.start()
+    try:
+        yield source, source.watch()
+    finally:
+        await source.close()
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    make_tree(tmp_path / "cfg", BASE)
+    return tmp_path / "cfg"
+
+
+# -- editors --------------------------------------------------------------------------
+
+
+async def test_in_place_write(root: Path) -> None:
+    async with running(root) as (_, it):
+        first = await next_snapshot(it)
+        assert dict(first.files) == BASE and first.entry == ""
+        assert first.revision == content_revision(BASE)
+        (root / "jobs/a.yaml").write_bytes(b"jobs:\n  - {name: changed}\n")
+        snap = await next_snapshot(it)
+        assert snap.files["jobs/a.yaml"] == b"jobs:\n  - {name: changed}\n"
+        assert snap.revision == content_revision(dict(snap.files))
+
+
+async def test_atomic_save(root: Path) -> None:
+    async with running(root) as (_, it):
+        await next_snapshot(it)
+        write_atomically(root / "cronstable.yaml", b"jobs: [saved]\n")
+        snap = await next_snapshot(it)
+        assert dict(snap.files) == {**BASE, "cronstable.yaml": b"jobs: [saved]\n"}
+
+
+async def test_rename(root: Path) -> None:
+    async with running(root) as (_, it):
+        await next_snapshot(it)
+        (root / "jobs/a.yaml").rename(root / "jobs/b.yaml")
+        snap = await next_snapshot(it)
+        assert set(snap.files) == {"cronstable.yaml", "jobs/b.yaml"}
+
+
+async def test_delete(root: Path) -> None:
+    async with running(root) as (_, it):
+        await next_snapshot(it)
+        (root / "jobs/a.yaml").unlink()
+        snap = await next_snapshot(it)
+        assert dict(snap.files) == {"cronstable.yaml": b"jobs: []\n"}
+
+
+async def test_new_subdirectory_with_a_file_created_right_after_mkdir(root: Path) -> None:
+    async with running(root) as (_, it):
+        await next_snapshot(it)
+        (root / "teams/data/nightly").mkdir(parents=True)
+        (root / "teams/data/nightly/x.yaml").write_bytes(b"jobs: []\n")
+        (root / "teams/web").mkdir()
+        (root / "teams/web/y.yaml").write_bytes(b"jobs: []\n")
+        both = {
+            **BASE,
+            "teams/data/nightly/x.yaml": b"jobs: []\n",
+            "teams/web/y.yaml": b"jobs: []\n",
+        }
+        await until(it, both)
+        await asyncio.sleep(1.1)  # the new directories are watched now: an edit is an event
+        (root / "teams/data/nightly/x.yaml").write_bytes(b"jobs: [edited]\n")
+        await until(it, {**both, "teams/data/nightly/x.yaml": b"jobs: [edited]\n"})
+
+
+async def test_a_burst_of_50_writes_is_one_complete_snapshot(root: Path) -> None:
+    versions = [f"jobs:\n  - {{name: v{i}}}\n".encode() * 20 for i in range(50)]
+    async with running(root) as (_, it):
+        await next_snapshot(it)
+        for data in versions:  # in place: truncate, then write
+            (root / "jobs/a.yaml").write_bytes(data)
+            await asyncio.sleep(0.002)
+        seen = [await next_snapshot(it)]
+        with pytest.raises(TimeoutError):
+            while True:
+                seen.append(await next_snapshot(it, wait=1.0))
+    assert len(seen) <= 2, [s.files["jobs/a.yaml"][:20] for s in seen]
+    assert all(s.files["jobs/a.yaml"] in versions for s in seen)
+    assert seen[-1].files["jobs/a.yaml"] == versions[-1]
+
+
+async def test_touching_or_saving_unchanged_yields_nothing(root: Path) -> None:
+    async with running(root) as (source, it):
+        await next_snapshot(it)
+        os.utime(root / "jobs/a.yaml")
+        write_atomically(root / "cronstable.yaml", BASE["cronstable.yaml"])
+        (root / "jobs/a.yaml").write_bytes(BASE["jobs/a.yaml"])
+        source.nudge()
+        await nothing_within(it, 0.8)
+
+
+async def test_the_same_content_again_is_not_yielded_twice(root: Path) -> None:
+    async with running(root) as (_, it):
+        await next_snapshot(it)
+        (root / "jobs/a.yaml").write_bytes(b"x\n")
+        await next_snapshot(it)
+        (root / "jobs/a.yaml").write_bytes(b"y\n")
+        (root / "jobs/a.yaml").write_bytes(b"x\n")  # back before the scan settles
+        await nothing_within(it, 0.8)
+
+
+# -- the root -------------------------------------------------------------------------
+
+
+async def test_a_missing_root_at_start_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="nowhere"):
+        await LocalDirSource(tmp_path / "nowhere").start()
+
+
+async def test_root_deleted_then_recreated_is_re_armed(
+    root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.INFO, logger="cronstable.sources.local")
+    checks = 0
+    identity = local._identity
+
+    def counted(path: str) -> tuple[int, int] | None:
+        nonlocal checks
+        checks += 1
+        return identity(path)
+
+    monkeypatch.setattr(local, "_identity", counted)
+    async with running(root) as (_, it):
+        first = await next_snapshot(it)
+        shutil.rmtree(root)
+        checks = 0
+        await nothing_within(it, 1.2)  # the last snapshot stays
+        assert checks <= 3  # polled about once a second, never spinning
+        assert any(
+            r.levelno == logging.WARNING
+            and "keeping the last snapshot" in r.getMessage()
+            and first.revision.removeprefix("sha256:")[:12] in r.getMessage()
+            for r in caplog.records
+        )
+        make_tree(tmp_path / "next", {"cronstable.yaml": b"jobs: [recreated]\n"})
+        (tmp_path / "next").rename(root)
+        await until(it, {"cronstable.yaml": b"jobs: [recreated]\n"})
+        assert any("is back" in r.getMessage() for r in caplog.records)
+        await asyncio.sleep(1.2)  # past the re-arm's own rescan: only the watch is left
+        (root / "cronstable.yaml").write_bytes(b"jobs: [watched]\n")
+        await until(it, {"cronstable.yaml": b"jobs: [watched]\n"})
+
+
+async def test_root_recreated_in_place_by_mkdir(root: Path) -> None:
+    async with running(root) as (_, it):
+        await next_snapshot(it)
+        shutil.rmtree(root)
+        os.mkdir(root)
+        (root / "cronstable.yaml").write_bytes(b"jobs: [again]\n")
+        await until(it, {"cronstable.yaml": b"jobs: [again]\n"})
+        (root / "cronstable.yaml").write_bytes(b"jobs: [watched]\n")
+        await until(it, {"cronstable.yaml": b"jobs: [watched]\n"})
+
+
+async def test_a_symlinked_root_pointed_elsewhere(tmp_path: Path) -> None:
+    make_tree(tmp_path / "releases/1", {"cronstable.yaml": b"jobs: [one]\n"})
+    make_tree(tmp_path / "releases/2", {"cronstable.yaml": b"jobs: [two]\n"})
+    current = tmp_path / "current"
+    current.symlink_to("releases/1")
+    async with running(current) as (_, it):
+        assert dict((await next_snapshot(it)).files) == {"cronstable.yaml": b"jobs: [one]\n"}
+        (tmp_path / "current.tmp").symlink_to("releases/2")
+        os.replace(tmp_path / "current.tmp", current)
+        await until(it, {"cronstable.yaml": b"jobs: [two]\n"})
+        (tmp_path / "releases/2/cronstable.yaml").write_bytes(b"jobs: [edited]\n")
+        await until(it, {"cronstable.yaml": b"jobs: [edited]\n"})
+
+
+# -- what is read ---------------------------------------------------------------------
+
+
+def configmap(root: Path, files: dict[str, bytes], stamp: str) -> None:
+    """What the kubelet does to a ConfigMap volume: new dir, ``..data`` swap, links, cleanup."""
+    root.mkdir(exist_ok=True)
+    new = root / f"..{stamp}"
+    new.mkdir()
+    for name, data in files.items():
+        (new / name).write_bytes(data)
+    old = os.readlink(root / "..data") if (root / "..data").is_symlink() else None
+    (root / "..data_tmp").symlink_to(new.name)
+    os.replace(root / "..data_tmp", root / "..data")
+    for name in files:
+        if not (root / name).is_symlink():
+            (root / name).symlink_to(f"..data/{name}")
+    for link in root.iterdir():
+        if not link.name.startswith(".") and link.name not in files:
+            link.unlink()
+    if old:
+        shutil.rmtree(root / old)
+
+
+async def test_a_configmap_symlink_swap(tmp_path: Path) -> None:
+    root = tmp_path / "cfg"
+    configmap(root, {"cronstable.yaml": b"jobs: [one]\n", "old.env": b"A=1\n"}, "2026_11_29_1")
+    async with running(root) as (_, it), running(root / "cronstable.yaml") as (_, file_it):
+        first = await next_snapshot(it)
+        assert dict(first.files) == {"cronstable.yaml": b"jobs: [one]\n", "old.env": b"A=1\n"}
+        assert (await next_snapshot(file_it)).entry == "cronstable.yaml"
+        configmap(root, {"cronstable.yaml": b"jobs: [two]\n", "new.env": b"B=2\n"}, "2026_11_29_2")
+        await until(it, {"cronstable.yaml": b"jobs: [two]\n", "new.env": b"B=2\n"})
+        snap = await until(file_it, {"cronstable.yaml": b"jobs: [two]\n", "new.env": b"B=2\n"})
+        assert snap.entry == "cronstable.yaml"  # the root stays /cfg, not the dated directory
+
+
+async def test_hidden_entries_are_skipped_private_ones_are_not(root: Path) -> None:
+    make_tree(
+        root,
+        {
+            **BASE,
+            ".git/HEAD": b"ref: refs/heads/main\n",
+            ".hidden.yaml": b"jobs: [hidden]\n",
+            "jobs/.a.yaml.swp": b"\0swap",
+            "_templates/base.yaml": b"defaults: {}\n",
+        },
+    )
+    async with running(root) as (source, it):
+        snap = await next_snapshot(it)
+        assert dict(snap.files) == {**BASE, "_templates/base.yaml": b"defaults: {}\n"}
+        (root / ".git/HEAD").write_bytes(b"ref: refs/heads/other\n")
+        (root / "jobs/.a.yaml.swp").write_bytes(b"\0swap2")
+        source.nudge()
+        await nothing_within(it, 0.8)
+
+
+async def test_symlinks_inside_are_followed_outside_and_loops_are_not(
+    root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "secret").write_bytes(b"outside\n")
+    (root / "shared").mkdir()
+    (root / "shared/env").write_bytes(b"A=1\n")
+    (root / "linked-dir").symlink_to("shared")
+    (root / "linked-file.yaml").symlink_to("jobs/a.yaml")
+    (root / "escape").symlink_to(tmp_path / "secret")
+    (root / "escape-dir").symlink_to(tmp_path)
+    (root / "shared/loop").symlink_to("..")
+    (root / "dangling").symlink_to("nowhere")
+    os.mkfifo(root / "fifo")
+    async with running(root) as (_, it):
+        snap = await next_snapshot(it)
+    assert dict(snap.files) == {
+        **BASE,
+        "shared/env": b"A=1\n",
+        "linked-dir/env": b"A=1\n",
+        "linked-file.yaml": BASE["jobs/a.yaml"],
+    }
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "escape" in logged and "outside" in logged and "fifo" in logged
+
+
+async def test_a_file_spec_reads_its_siblings(root: Path) -> None:
+    make_tree(root, {**BASE, "env/prod.env": b"A=1\n", ".main.yaml": b"jobs: []\n"})
+    async with running(root / "cronstable.yaml") as (source, it):
+        snap = await next_snapshot(it)
+        assert snap.entry == "cronstable.yaml"
+        assert dict(snap.files) == {**BASE, "env/prod.env": b"A=1\n"}
+        assert source.description == str(root / "cronstable.yaml")
+        (root / "env/prod.env").write_bytes(b"A=2\n")
+        snap = await until(it, {**BASE, "env/prod.env": b"A=2\n"})
+        assert snap.entry == "cronstable.yaml"
+    async with running(root / ".main.yaml") as (_, it):  # a hidden entry is still read
+        snap = await next_snapshot(it)
+        assert snap.entry == ".main.yaml" and ".main.yaml" in snap.files
+
+
+async def test_a_file_spec_in_a_crowded_directory_is_refused(root: Path) -> None:
+    for i in range(30):
+        (root / f"other-{i}").write_bytes(b"x")
+    with pytest.raises(SourceError, match="give cronstable.yaml a directory of its own"):
+        await LocalDirSource(root / "cronstable.yaml", max_files=20).start()
+    with pytest.raises(SourceError, match="more than 40 bytes"):
+        await LocalDirSource(root, max_bytes=40).start()
+
+
+async def test_a_file_spec_whose_file_goes_away_keeps_the_last_snapshot(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with running(root / "cronstable.yaml") as (_, it):
+        await next_snapshot(it)
+        (root / "cronstable.yaml").unlink()
+        await nothing_within(it, 0.8)
+        assert any("keeping the last snapshot" in r.getMessage() for r in caplog.records)
+        (root / "cronstable.yaml").write_bytes(b"jobs: [back]\n")
+        await until(it, {**BASE, "cronstable.yaml": b"jobs: [back]\n"})
+
+
+def deny(monkeypatch: pytest.MonkeyPatch, *paths: Path) -> None:
+    """Make opening ``paths`` fail with EACCES (chmod does not stop root)."""
+    denied = {os.fspath(p) for p in paths}
+    real_open = os.open
+
+    def guarded(path: str, flags: int, *args: int, **kwargs: int) -> int:
+        if os.fspath(path) in denied:
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", guarded)
+
+
+async def test_an_unreadable_file_keeps_the_last_snapshot(
+    root: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running(root) as (_, it):
+        await next_snapshot(it)
+        deny(monkeypatch, root / "teams/b.yaml")
+        (root / "teams").mkdir()
+        (root / "teams/b.yaml").write_bytes(b"jobs: []\n")
+        await nothing_within(it, 0.8)
+        assert any(
+            r.levelno == logging.WARNING
+            and "cannot read" in r.getMessage()
+            and "keeping the last snapshot" in r.getMessage()
+            for r in caplog.records
+        )
+        # readable again, without an event (and in a directory not watched yet): polled
+        monkeypatch.undo()
+        await until(it, {**BASE, "teams/b.yaml": b"jobs: []\n"}, wait=3.0)
+
+
+async def test_beside_a_file_spec_unreadable_siblings_are_skipped(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (root / "shadow").write_bytes(b"secret\n")
+    deny(monkeypatch, root / "shadow")
+    async with running(root / "cronstable.yaml") as (_, it):
+        assert dict((await next_snapshot(it)).files) == BASE
+    deny(monkeypatch, root / "shadow", root / "cronstable.yaml")
+    with pytest.raises(SourceError, match="cannot read"):
+        await LocalDirSource(root / "cronstable.yaml").start()
+
+
+# -- consistency and the event loop ---------------------------------------------------
+
+
+async def test_a_file_being_written_in_place_is_never_delivered_half_written(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = 256 * 1024
+    versions = [bytes([65 + i]) * size + b"\n" for i in range(12)]
+    target = root / "big.txt"
+    target.write_bytes(versions[0])
+    raw: list[bytes | None] = []
+    scan = local.scan_tree
+
+    def recording_scan(*args: object, **kwargs: int) -> object:
+        try:
+            result = scan(*args, **kwargs)  # type: ignore[arg-type]
+        except local._Torn:
+            raw.append(None)
+            raise
+        raw.append(result.files.get("big.txt"))
+        return result
+
+    monkeypatch.setattr(local, "scan_tree", recording_scan)
+
+    def writer() -> None:
+        for i, data in enumerate(versions[1:], start=1):
+            with open(target, "r+b") as fh:  # in place, like an editor without atomic saves
+                fh.truncate(0)
+                for offset in range(0, len(data), 8 * 1024):
+                    fh.write(data[offset : offset + 8 * 1024])
+                    fh.flush()
+                    time.sleep(0.003)
+            time.sleep(0.4 if i % 4 == 0 else 0.01)
+
+    async with running(root) as (source, it):
+        await next_snapshot(it)
+        delivered: list[bytes] = []
+        final = asyncio.Event()
+
+        async def collect() -> None:
+            async for snap in it:
+                delivered.append(snap.files["big.txt"])
+                if delivered[-1] == versions[-1]:
+                    final.set()
+
+        collector = asyncio.create_task(collect())
+        thread = threading.Thread(target=writer)
+        thread.start()
+        while thread.is_alive():
+            source.nudge()  # scan as often as possible, mid-write
+            await asyncio.sleep(0.05)
+        thread.join()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(final.wait(), 5)
+        collector.cancel()
+    torn = [r for r in raw if r is None or r not in versions]
+    assert torn, "the scans never met a half-written file: the test proves nothing"
+    assert delivered and delivered[-1] == versions[-1]
+    assert all(d in versions for d in delivered), [d[:1] + d[-2:] for d in delivered]
+    print(f"\nscans {len(raw)}, torn {len(torn)}, delivered {len(delivered)}: all complete")
+
+
+async def test_a_large_scan_does_not_block_the_event_loop(tmp_path: Path) -> None:
+    root = tmp_path / "big"
+    root.mkdir()
+    chunk = os.urandom(16 * 1024)
+    for i in range(2000):  # 2,000 files, 32 MiB
+        (root / f"f{i:04d}.txt").write_bytes(chunk + str(i).encode())
+    for i in range(3000):  # a link to a big tree outside: neither read nor watched
+        (tmp_path / f"outside/{i // 50}/{i}").mkdir(parents=True)
+    (root / "outside").symlink_to(tmp_path / "outside")
+    loop = asyncio.get_running_loop()
+    lags: list[float] = []
+    stop = False
+
+    async def ticker() -> None:
+        while not stop:
+            before = loop.time()
+            await asyncio.sleep(0.005)
+            lags.append(loop.time() - before - 0.005)
+
+    tick = asyncio.create_task(ticker())
+    began = time.monotonic()
+    async with running(root) as (_, it):
+        snap = await next_snapshot(it, wait=20)
+        took = time.monotonic() - began
+    stop = True
+    await tick
+    assert len(snap.files) == 2000
+    print(
+        f"\nstart() of 2,000 files / 32 MiB: {took:.2f} s; loop lag max {max(lags) * 1000:.1f} ms"
+    )
+    assert took > 0.1  # the scans really ran while the ticker did
+    assert max(lags) < 0.1
+
+
+async def test_notice_latency_of_an_atomic_save(root: Path) -> None:
+    samples: list[float] = []
+    async with running(root) as (_, it):
+        await next_snapshot(it)
+        for i in range(5):
+            saved = time.monotonic()
+            write_atomically(root / "cronstable.yaml", f"jobs: [{i}]\n".encode())
+            await next_snapshot(it)
+            samples.append(time.monotonic() - saved)
+            await asyncio.sleep(0.1)
+    print(
+        f"\natomic save -> snapshot: median {statistics.median(samples) * 1000:.0f} ms, "
+        f"max {max(samples) * 1000:.0f} ms"
+    )
+    assert max(samples) < 1.5
