@@ -132,6 +132,10 @@ def _unresolvable(spec: Any) -> str | None:
     return None if found is not None else f"{module!r} has no {attr!r}"
 
 
+def _internal(exc: Exception) -> Problem:
+    return Problem("", None, None, (), f"internal error ({type(exc).__name__}: {exc})")
+
+
 class Applier:
     """Loads snapshots, plans them against what runs, and applies them two-phase."""
 
@@ -157,6 +161,9 @@ class Applier:
             desired = await asyncio.to_thread(self._load, snapshot)
         except ConfigError as exc:
             return self._rejected(snapshot, started, exc.problems, None)
+        except Exception as exc:  # a loader bug must not stop the daemon following its source
+            logger.exception("Loading revision %s failed unexpectedly", snapshot.revision)
+            return self._rejected(snapshot, started, [_internal(exc)], None)
         applied_revision = self.status.applied.revision if self.status.applied else None
         the_plan = plan(
             desired,
@@ -170,10 +177,15 @@ class Applier:
         try:
             for section in touched:
                 prepared.append((section, await section.prepare(desired)))
-        except ConfigError as exc:
+        except Exception as exc:
             for section, state in prepared:
                 await section.discard(state)
-            return self._rejected(snapshot, started, exc.problems, the_plan)
+            if isinstance(exc, ConfigError):
+                problems: Sequence[Problem] = exc.problems
+            else:
+                logger.exception("Preparing revision %s failed unexpectedly", snapshot.revision)
+                problems = [_internal(exc)]
+            return self._rejected(snapshot, started, problems, the_plan)
         for section, state in prepared:
             section.commit(state, desired)
         self.applied_state = desired

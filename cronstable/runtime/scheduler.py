@@ -421,6 +421,10 @@ class Scheduler:
                 extra=fields | {"pid": inst.run.pid},
             )
             result = await inst.run.wait()
+        except Exception:
+            # the process layer reports job failures as results; this is a bug, not a job failure
+            logger.exception("Job %s: the run failed unexpectedly; please report this", name)
+            return
         finally:
             if inst in slot.running:
                 slot.running.remove(inst)
