@@ -12,6 +12,7 @@ from datetime import datetime
 from cronstable.cli import EXIT_USAGE
 from cronstable.cli.next import parse_after
 from cronstable.cli.sides import Side, SideError, resolve
+from cronstable.cli.validate import report_invalid
 from cronstable.config import ConfigError, DesiredState
 
 EXIT_SAME = 0
@@ -22,12 +23,7 @@ def _load(side: Side) -> DesiredState | None:
     try:
         return side.load()
     except ConfigError as exc:
-        count = len(exc.problems)
-        print(
-            f"{side.label}: invalid ({count} problem{'s' if count != 1 else ''})", file=sys.stderr
-        )
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
+        report_invalid(side.label, exc)
         return None
 
 

@@ -8,14 +8,19 @@ from cronstable.cli import EXIT_INVALID, EXIT_OK
 from cronstable.config import ConfigError, DesiredState, load_path
 
 
+def report_invalid(label: str, exc: ConfigError) -> None:
+    """``LABEL: invalid (N problems)`` and one indented line per problem, on stderr."""
+    count = len(exc.problems)
+    print(f"{label}: invalid ({count} problem{'s' if count != 1 else ''})", file=sys.stderr)
+    for problem in exc.problems:
+        print(f"  {problem}", file=sys.stderr)
+
+
 def load_or_report(path: str) -> DesiredState | None:
     try:
         return load_path(path)
     except ConfigError as exc:
-        count = len(exc.problems)
-        print(f"{path}: invalid ({count} problem{'s' if count != 1 else ''})", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
+        report_invalid(path, exc)
         return None
 
 

@@ -1150,34 +1150,33 @@ class GitSource(Source):
             logger.debug("%s: cannot repack the cache: %s", self.description, exc)
 
 
-class _ClosingPoolManager(urllib3.PoolManager):
-    """Remembers its responses, for :func:`_close_pool`.
+class _RemembersResponses:
+    """Remembers the responses a urllib3 pool gave, for :func:`_close_pool`.
 
     dulwich's smart HTTP client leaves the response to ``info/refs`` open when it
     goes on with protocol v2, so its connection is neither pooled nor closed.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.responses: list[urllib3.BaseHTTPResponse] = []
+    responses: list[urllib3.BaseHTTPResponse]
 
     def urlopen(self, method: str, url: str, *args: Any, **kw: Any) -> urllib3.BaseHTTPResponse:
-        response = super().urlopen(method, url, *args, **kw)
+        response: urllib3.BaseHTTPResponse = super().urlopen(method, url, *args, **kw)  # type: ignore[misc]
         self.responses.append(response)
         return response
 
 
-class _ClosingProxyManager(urllib3.ProxyManager):
+class _ClosingPoolManager(_RemembersResponses, urllib3.PoolManager):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.responses = []
+
+
+class _ClosingProxyManager(_RemembersResponses, urllib3.ProxyManager):
     """:class:`_ClosingPoolManager` through an HTTP(S) proxy."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.responses: list[urllib3.BaseHTTPResponse] = []
-
-    def urlopen(self, method: str, url: str, *args: Any, **kw: Any) -> urllib3.BaseHTTPResponse:
-        response = super().urlopen(method, url, *args, **kw)
-        self.responses.append(response)
-        return response
+        self.responses = []
 
 
 def _close_pool(pool: urllib3.PoolManager) -> None:
