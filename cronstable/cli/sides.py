@@ -47,10 +47,10 @@ def _open_local_git(text: str) -> Side:
     ref, _, subdir = rest.partition(":")
     from cronstable.config import load
     from cronstable.sources.base import SourceError
-    from cronstable.sources.git import snapshot_from_local_repo
+    from cronstable.sources.factory import local_repo_snapshot
 
     try:
-        snapshot = snapshot_from_local_repo(repo, ref, subdir.strip("/"))
+        snapshot = local_repo_snapshot(repo, ref, subdir.strip("/"))
     except SourceError as exc:
         raise SideError(f"{text}: {exc}") from exc
     return Side(text, snapshot.revision, lambda: load(snapshot.tree(), snapshot.entry))

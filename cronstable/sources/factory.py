@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
+from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
 
 GIT_SCHEMES = ("git+https", "git+http", "git+ssh", "git+file", "git")
@@ -113,3 +114,10 @@ def open_source(spec: str, *, cache_dir: Path | None = None) -> Source:
     from cronstable.sources.local import LocalDirSource
 
     return LocalDirSource(Path(spec))
+
+
+def local_repo_snapshot(repo_path: str, ref: str, subdir: str = "") -> Snapshot:
+    """A local git repository's files at ``ref`` (``cronstable diff git:REPO@REF[:SUBDIR]``)."""
+    from cronstable.sources.git import snapshot_from_local_repo
+
+    return snapshot_from_local_repo(repo_path, ref, subdir)
