@@ -204,3 +204,39 @@ def test_fast_paths_do_not_import_asyncio_or_aiohttp(args: list[str]) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_diff_of_two_paths(tmp_path: Path) -> None:
+    old = write(
+        tmp_path / "old" / "c.yaml", "jobs: [{name: x, command: 'true', schedule: '@daily'}]\n"
+    )
+    new = write(
+        tmp_path / "new" / "c.yaml", "jobs: [{name: x, command: 'true', schedule: '@hourly'}]\n"
+    )
+    same = cli("diff", str(old.parent), str(old.parent))
+    assert same.returncode == 0 and same.stdout.startswith("No changes")
+    changed = cli("diff", str(old.parent), str(new.parent), "--at", "2026-01-01T00:30:00")
+    assert changed.returncode == 1
+    assert "~ job x (@hourly)" in changed.stdout
+    assert "next after:  2026-01-01T01:00:00+00:00" in changed.stdout
+
+
+def test_diff_with_an_invalid_old_side_compares_with_nothing(tmp_path: Path) -> None:
+    old = write(tmp_path / "old" / "c.yaml", "jobs: [{name: x, command: 'true'}]\n")
+    new = write(
+        tmp_path / "new" / "c.yaml", "jobs: [{name: x, command: 'true', schedule: '@daily'}]\n"
+    )
+    result = cli("diff", str(old.parent), str(new.parent))
+    assert result.returncode == 1
+    assert "missing required key 'schedule'" in result.stderr
+    assert "comparing with nothing" in result.stderr
+    assert "+ job x (@daily)" in result.stdout
+    broken_new = cli("diff", str(new.parent), str(old.parent))
+    assert broken_new.returncode == 2
+
+
+def test_run_rejects_an_unknown_log_level_without_a_traceback(tmp_path: Path) -> None:
+    result = cli("run", str(tmp_path), "-l", "bogus")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "invalid choice" in result.stderr

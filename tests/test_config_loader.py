@@ -1654,3 +1654,16 @@ def test_disk_tree_skips_private_and_hidden_directories(tmp_path: Path) -> None:
     )
     state = load_path(str(tmp_path))
     assert state.files == ("a.yaml", "d/b.yml")
+
+
+def test_disk_tree_follows_symlinked_directories_inside_the_root(tmp_path: Path) -> None:
+    hidden = tmp_path / "cfg" / ".data"
+    hidden.mkdir(parents=True)
+    (hidden / "a.yaml").write_text('jobs: [{name: a, command: "true", schedule: "@daily"}]\n')
+    (tmp_path / "cfg" / "jobs").symlink_to(".data")  # a ConfigMap-style mount
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "b.yaml").write_text('jobs: [{name: b, command: "true", schedule: "@daily"}]\n')
+    (tmp_path / "cfg" / "elsewhere").symlink_to(outside)  # leaves the tree: not followed
+    (tmp_path / "cfg" / "loop").symlink_to(".")  # a loop: visited once
+    assert list(load_path(str(tmp_path / "cfg")).jobs) == ["a"]

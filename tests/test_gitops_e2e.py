@@ -177,3 +177,45 @@ def test_diff_against_a_remote_source_spec(
     result = diff(server.url("cron.git"), str(local), cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     assert "~ job nightly" in result.stdout
+
+
+def test_restart_after_a_bad_push_runs_the_last_applied_revision(
+    tmp_path: Path, origin: tuple[WorkRepo, GitDaemon]
+) -> None:
+    repo, server = origin
+    out = tmp_path / "fires"
+    good = repo.commit({"jobs.yaml": job_file("good", out, "* * * * * * *")}, "good")
+    repo.push()
+    spec = f"{server.url('cron.git')}?interval=0.5"
+    argv = [
+        sys.executable,
+        "-m",
+        "cronstable",
+        "run",
+        "--source",
+        spec,
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    ]
+    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: len(lines(out)) >= 1)  # applied, and so recorded as last good
+    finally:
+        first.terminate()
+        first.wait(30)
+
+    repo.commit({"jobs.yaml": "jobs: [{name: broken}]\n"}, "bad")
+    repo.push()
+    log_path = tmp_path / "second.log"
+    with log_path.open("w") as log:
+        second = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            before = len(lines(out))
+            wait_for(lambda: len(lines(out)) >= before + 2)  # the good job keeps firing
+            text = log_path.read_text()
+            assert "rejected" in text
+            assert f"starting from the last applied one, {good}" in text
+        finally:
+            second.terminate()
+            second.wait(30)
+    assert second.returncode == 0

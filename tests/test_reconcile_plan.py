@@ -123,3 +123,16 @@ def test_markdown_rendering_is_a_table_with_details() -> None:
     assert to_markdown(plan(state(BASE), state(BASE)), AT).endswith(
         "No changes (jobs: 0 added, 0 removed, 0 changed, 3 unchanged).\n"
     )
+
+
+def test_section_changes_show_the_settings_that_differ() -> None:
+    logging_a = "logging:\n  version: 1\n  root: {level: INFO, handlers: [h]}\n"
+    logging_b = "logging:\n  version: 1\n  root: {level: WARNING, handlers: [h]}\n"
+    p = plan(state(GOOD_JOB + logging_b), state(GOOD_JOB + logging_a))
+    (section,) = p.sections
+    assert [(f.path, f.old, f.new) for f in section.fields] == [("root.level", "INFO", "WARNING")]
+    assert "    root.level: 'INFO' -> 'WARNING'" in to_text(p, AT)
+    assert "| `root.level` | `'INFO'` | `'WARNING'` |" in to_markdown(p, AT)
+
+
+GOOD_JOB = 'jobs: [{name: x, command: "true", schedule: "@daily"}]\n'

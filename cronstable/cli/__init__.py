@@ -17,6 +17,7 @@ from cronstable.platform import DEFAULT_CONFIG_PATH
 EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-l",
         "--log-level",
         default="INFO",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        choices=LOG_LEVELS,
         type=str.upper,
         help="log level (default INFO)",
     )
@@ -61,7 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
         "-c", "--config", metavar="PATH", default=argparse.SUPPRESS, help="configuration path"
     )
     daemon_options.add_argument(
-        "-l", "--log-level", type=str.upper, default=argparse.SUPPRESS, help="log level"
+        "-l",
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default=argparse.SUPPRESS,
+        help="log level",
     )
     daemon_options.add_argument(
         "--log-format", choices=["text", "json"], default=argparse.SUPPRESS, help="log format"

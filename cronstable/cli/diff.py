@@ -1,7 +1,9 @@
 """``cronstable diff OLD NEW``: what applying NEW over OLD would change.
 
 Exit codes follow diff(1), ``flux diff`` and ``argocd app diff``: 0 no changes,
-1 changes, 2 error (a side cannot be read or is invalid).
+1 changes, 2 error (a side cannot be read, or NEW is invalid).  An invalid OLD
+is reported and compared as nothing, so a change fixing a broken base still
+gets its diff.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def _load(side: Side) -> DesiredState | None:
 
 def cmd_diff(old_text: str, new_text: str, fmt: str, at_text: str | None) -> int:
     try:
-        at: datetime = parse_after(at_text)
+        at: datetime = parse_after(at_text).replace(microsecond=0)
     except ValueError:
         print(f"cronstable diff: --at {at_text!r} is not an ISO 8601 time", file=sys.stderr)
         return EXIT_USAGE
@@ -38,9 +40,19 @@ def cmd_diff(old_text: str, new_text: str, fmt: str, at_text: str | None) -> int
     except SideError as exc:
         print(f"cronstable diff: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    old_state, new_state = _load(old_side), _load(new_side)
-    if old_state is None or new_state is None:
+    new_state = _load(new_side)
+    if new_state is None:
         return EXIT_USAGE
+    try:
+        old_state: DesiredState | None = old_side.load()
+    except ConfigError as exc:
+        # a change that fixes a broken base must still get a diff: compare with nothing,
+        # which is what a daemon that never applied the base would do
+        report_invalid(old_side.label, exc)
+        print(
+            f"cronstable diff: {old_side.label} is invalid; comparing with nothing", file=sys.stderr
+        )
+        old_state = None
     from cronstable.reconcile.plan import plan
     from cronstable.reconcile.render import to_json, to_markdown, to_text
 

@@ -138,10 +138,20 @@ class DiskTree:
     def config_files_below(self, path: str) -> list[str]:
         found: list[str] = []
         start = os.path.join(self.root, path) if path else self.root
-        self._real(path)
-        for dirpath, dirnames, filenames in os.walk(start):
-            # prune hidden and private directories (.git, _templates) before descending
-            dirnames[:] = [d for d in dirnames if not d.startswith(("_", "."))]
+        seen = {self._real(path)}
+        # symlinked directories are followed while they stay inside the root, as the
+        # directory source does (a Kubernetes ConfigMap mount is made of symlinks)
+        for dirpath, dirnames, filenames in os.walk(start, followlinks=True):
+            kept = []
+            for name in dirnames:
+                if name.startswith(("_", ".")):
+                    continue  # hidden and private directories (.git, _templates)
+                real = os.path.realpath(os.path.join(dirpath, name))
+                inside = real == self.root or real.startswith(self.root + os.sep)
+                if inside and real not in seen:
+                    seen.add(real)
+                    kept.append(name)
+            dirnames[:] = kept
             rel = os.path.relpath(dirpath, self.root)
             rel = "" if rel == "." else rel.replace(os.sep, "/")
             for name in filenames:

@@ -46,6 +46,15 @@ class SectionChange:
     old: Any
     new: Any
 
+    @property
+    def fields(self) -> tuple[FieldChange, ...]:
+        """The settings that differ, flattened like a job's (``handlers.console.level``)."""
+        before: dict[str, Any] = {}
+        after: dict[str, Any] = {}
+        _flatten("", self.old or {}, before)
+        _flatten("", self.new or {}, after)
+        return _differences(before, after)
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -93,14 +102,16 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def job_fields(old: Job, new: Job) -> tuple[FieldChange, ...]:
-    before, after = job_settings(old), job_settings(new)
-    changes = [
+def _differences(before: dict[str, Any], after: dict[str, Any]) -> tuple[FieldChange, ...]:
+    return tuple(
         FieldChange(path, before.get(path), after.get(path))
         for path in sorted(before.keys() | after.keys())
         if before.get(path) != after.get(path)
-    ]
-    return tuple(changes)
+    )
+
+
+def job_fields(old: Job, new: Job) -> tuple[FieldChange, ...]:
+    return _differences(job_settings(old), job_settings(new))
 
 
 def _section(state: DesiredState | None, name: str) -> Any:

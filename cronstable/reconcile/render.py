@@ -65,7 +65,15 @@ def to_json(plan: Plan, at: datetime) -> str:
         "to": {"revision": plan.new_revision, "jobSetId": plan.new_job_set_id},
         "summary": plan.summary(),
         "jobs": jobs,
-        "sections": [{"section": s.section, "old": s.old, "new": s.new} for s in plan.sections],
+        "sections": [
+            {
+                "section": s.section,
+                "old": s.old,
+                "new": s.new,
+                "fields": [_field_json(f) for f in s.fields],
+            }
+            for s in plan.sections
+        ],
         "at": at.isoformat(),
     }
     return json.dumps(body, indent=2, ensure_ascii=False) + "\n"
@@ -106,8 +114,13 @@ def to_text(plan: Plan, at: datetime, *, colour: bool = False) -> str:
             lines.append(paint("dim", f"    next before: {', '.join(next_fires(change.old, at))}"))
             lines.append(paint("dim", f"    next after:  {', '.join(next_fires(change.new, at))}"))
     for section in plan.sections:
+        if section.old is None or section.new is None:
+            verb = "added" if section.old is None else "removed"
+            lines.append(paint("changed", f"~ section {section.section} {verb}"))
+            continue
         lines.append(paint("changed", f"~ section {section.section}"))
-        lines.append(f"    {_short(section.old, 160)} -> {_short(section.new, 160)}")
+        for f in section.fields:
+            lines.append(f"    {f.path}: {_short(f.old)} -> {_short(f.new)}")
     return "\n".join(lines) + "\n"
 
 
@@ -152,6 +165,8 @@ def to_markdown(plan: Plan, at: datetime) -> str:
                 f"Next fires after: {', '.join(next_fires(change.new, at))}",
             ]
         out += ["", "</details>"]
-    if plan.sections:
-        out += ["", "Sections changed: " + ", ".join(f"`{s.section}`" for s in plan.sections)]
+    for section in plan.sections:
+        out += ["", f"Section `{section.section}`:", "", "| setting | before | after |"]
+        out += ["|---|---|---|"]
+        out += [f"| `{f.path}` | {_md(f.old)} | {_md(f.new)} |" for f in section.fields]
     return "\n".join(out) + "\n"

@@ -132,6 +132,19 @@ class Daemon:
         async for snapshot in snapshots:
             await self.reconcile(snapshot)
 
+    async def _start_from_last_applied(self, rejected: Snapshot) -> bool:
+        """After a bad push, a restart runs the last good revision rather than nothing."""
+        fallback = await self.source.last_applied()
+        if fallback is None or fallback.revision == rejected.revision:
+            return False
+        logger.warning(
+            "%s's current revision %s was rejected; starting from the last applied one, %s",
+            self.source.description,
+            rejected.revision,
+            fallback.revision,
+        )
+        return await self.reconcile(fallback)
+
     async def run(self) -> int:
         """Run until stopped; the process exit code."""
         try:
@@ -142,7 +155,7 @@ class Daemon:
         snapshots = aiter(self.source.watch())
         try:
             first = await anext(snapshots)
-            if not await self.reconcile(first):
+            if not await self.reconcile(first) and not await self._start_from_last_applied(first):
                 return 1
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):

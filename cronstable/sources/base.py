@@ -66,6 +66,14 @@ class Source(abc.ABC):
     def applied(self, snapshot: Snapshot) -> None:  # noqa: B027 - optional hook
         """The applier committed ``snapshot``: keep it as the last good one."""
 
+    async def last_applied(self) -> Snapshot | None:
+        """The last snapshot :meth:`applied` recorded (across restarts), if the source keeps one.
+
+        A daemon restarting after a bad revision was pushed starts from it rather
+        than from nothing.
+        """
+        return None
+
     @abc.abstractmethod
     async def close(self) -> None:
         """Release resources; :meth:`watch` ends."""

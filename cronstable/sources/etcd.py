@@ -516,6 +516,10 @@ class EtcdSource(Source):
                 os.unlink(tmp)
             raise
 
+    async def last_applied(self) -> Snapshot | None:
+        cached = await asyncio.to_thread(self._load_cache)
+        return cached[0] if cached is not None else None
+
     def _load_cache(self) -> tuple[Snapshot, Identity | None] | None:
         """The cached last good snapshot (and what its prefix held), or None."""
         try:

@@ -594,6 +594,9 @@ class GitSource(Source):
                 self._nudge_retry_at = 0.0
         self._wake.set()
 
+    async def last_applied(self) -> Snapshot | None:
+        return await asyncio.to_thread(self._load_applied_sync)
+
     def applied(self, snapshot: Snapshot) -> None:
         revision = snapshot.revision
         if snapshot.source != self.description or not (len(revision) == 40 and _is_hex(revision)):
