@@ -498,3 +498,35 @@ async def test_notice_latency_of_an_atomic_save(root: Path) -> None:
         f"max {max(samples) * 1000:.0f} ms"
     )
     assert max(samples) < 1.5
+
+
+# -- files that matter ---------------------------------------------------------------
+
+
+async def test_after_apply_churn_beside_a_file_spec_makes_no_snapshot(tmp_path: Path) -> None:
+    # a daemon started as `cronstable run -c /etc/x/jobs.yaml 2>> /etc/x/daemon.log`
+    make_tree(tmp_path / "x", {"jobs.yaml": b"jobs: []\n", "env": b"A=1\n"})
+    async with running(tmp_path / "x" / "jobs.yaml") as (source, it):
+        first = await next_snapshot(it)
+        source.applied(first, {"jobs.yaml", "env"})
+        log = tmp_path / "x" / "daemon.log"
+        for n in range(15):  # a log file written all the time
+            with log.open("a") as fh:
+                fh.write(f"line {n}\n")
+            await asyncio.sleep(0.05)
+        await nothing_within(it, 1.0)
+        write_atomically(tmp_path / "x" / "env", b"A=2\n")  # a file the revision read
+        snap = await next_snapshot(it)
+        assert snap.files["env"] == b"A=2\n"
+        assert "daemon.log" in snap.files  # the snapshot stays complete
+
+
+async def test_after_apply_a_directory_still_sees_new_configuration_files(root: Path) -> None:
+    async with running(root) as (source, it):
+        first = await next_snapshot(it)
+        source.applied(first, {"cronstable.yaml", "jobs/a.yaml"})
+        write_atomically(root / "README.md", b"notes\n")
+        await nothing_within(it, 1.0)
+        write_atomically(root / "jobs" / "b.yaml", b"jobs: []\n")
+        snap = await next_snapshot(it)
+        assert snap.files["jobs/b.yaml"] == b"jobs: []\n"

@@ -125,7 +125,8 @@ class Daemon:
         record = await self.applier.reconcile(snapshot)
         if record.outcome == "rejected":
             return False
-        self.source.applied(snapshot)
+        state = self.applier.applied_state
+        self.source.applied(snapshot, state.files if state is not None else None)
         return True
 
     async def _follow(self, snapshots: AsyncIterator[Snapshot]) -> None:

@@ -24,7 +24,7 @@ neither an origin nor a cached snapshot to start from.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 
 from cronstable.errors import CronstableError
 from cronstable.snapshot import Snapshot
@@ -63,8 +63,14 @@ class Source(abc.ABC):
         it sees it, since the origin may lag behind the notification.
         """
 
-    def applied(self, snapshot: Snapshot) -> None:  # noqa: B027 - optional hook
-        """The applier committed ``snapshot``: keep it as the last good one."""
+    def applied(  # noqa: B027 - optional hook
+        self, snapshot: Snapshot, reads: Collection[str] | None = None
+    ) -> None:
+        """The applier committed ``snapshot``: keep it as the last good one.
+
+        ``reads`` are the files its load read (configuration and env files): a
+        source may watch those, and ignore churn in other files beside them.
+        """
 
     async def last_applied(self) -> Snapshot | None:
         """The last snapshot :meth:`applied` recorded (across restarts), if the source keeps one.

@@ -61,7 +61,7 @@ import random
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -263,7 +263,7 @@ class EtcdSource(Source):
                 self._wanted_attempts = 0
         self._mark(urgent=True)
 
-    def applied(self, snapshot: Snapshot) -> None:
+    def applied(self, snapshot: Snapshot, reads: Collection[str] | None = None) -> None:
         """Keep ``snapshot`` in the cache file as the last good one (a failure to write it
         is logged, never raised)."""
         identity = self._identities.get(snapshot.revision)

@@ -80,7 +80,7 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -102,6 +102,7 @@ from dulwich.protocol import PEELED_TAG_SUFFIX
 from dulwich.refs import LOCAL_BRANCH_PREFIX, LOCAL_TAG_PREFIX, Ref, check_ref_format
 from dulwich.repo import Repo
 
+from cronstable.retrying import transient
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
 from cronstable.sources.factory import GitSpec
@@ -597,7 +598,7 @@ class GitSource(Source):
     async def last_applied(self) -> Snapshot | None:
         return await asyncio.to_thread(self._load_applied_sync)
 
-    def applied(self, snapshot: Snapshot) -> None:
+    def applied(self, snapshot: Snapshot, reads: Collection[str] | None = None) -> None:
         revision = snapshot.revision
         if snapshot.source != self.description or not (len(revision) == 40 and _is_hex(revision)):
             logger.warning(
@@ -989,20 +990,34 @@ class GitSource(Source):
             return [ObjectID(sha) for sha in dict.fromkeys(wanted) if ObjectID(sha) not in store]
 
         try:
+            for attempt in transient(
+                self.description,
+                _is_transient,
+                lambda exc: (
+                    self._scrub(self._fetch_error(exc)) if isinstance(exc, Exception) else ""
+                ),
+            ):
+                with attempt:
+                    result = self._fetch_once(repo, determine_wants)
+        except SourceError:
+            raise
+        except Exception as exc:  # the transport's many failure types, all "cannot fetch"
+            raise SourceError(self._fetch_error(exc)) from exc
+        refs = _advertised({k: v for k, v in result.refs.items() if v is not None})
+        self._mirror(repo, refs)
+        return refs, {bytes(k): bytes(v) for k, v in result.symrefs.items()}
+
+    def _fetch_once(self, repo: _CacheRepo, determine_wants: Any) -> Any:
+        try:
             client, path, pool = self._client()
         except ValueError as exc:
             raise SourceError(f"unsupported git URL {self._safe_url}: {exc}") from exc
         try:
-            result = client.fetch(path, repo, determine_wants=determine_wants)
-        except Exception as exc:  # the transport's many failure types, all "cannot fetch"
-            raise SourceError(self._fetch_error(exc)) from exc
+            return client.fetch(path, repo, determine_wants=determine_wants)
         finally:
             client.close()
             if pool is not None:
                 _close_pool(pool)
-        refs = _advertised({k: v for k, v in result.refs.items() if v is not None})
-        self._mirror(repo, refs)
-        return refs, {bytes(k): bytes(v) for k, v in result.symrefs.items()}
 
     def _fetch_error(self, exc: Exception) -> str:
         where = self._safe_url
@@ -1151,6 +1166,15 @@ class GitSource(Source):
             logger.debug("%s: repacked %d packs in the cache", self.description, len(packs))
         except OSError as exc:
             logger.debug("%s: cannot repack the cache: %s", self.description, exc)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """A failure worth a quick retry: the connection, not the remote's answer."""
+    if isinstance(exc, HTTPUnauthorized | NotGitRepository | SourceError):
+        return False
+    if isinstance(exc, OSError | HangupException):
+        return True
+    return isinstance(exc.__cause__, urllib3.exceptions.MaxRetryError)
 
 
 class _RemembersResponses:

@@ -64,12 +64,13 @@ import importlib
 import logging
 import os
 import stat
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from watchfiles import awatch
 
+from cronstable.config.tree import is_loadable_name
 from cronstable.snapshot import Snapshot, content_revision
 from cronstable.sources.base import Source, SourceError
 
@@ -432,6 +433,7 @@ class LocalDirSource(Source):
         self._problem: str | None = None
         self._unstable_logged = False
         self._notes: tuple[str, ...] = ()
+        self._reads: frozenset[str] | None = None
 
     # -- Source ----------------------------------------------------------------
 
@@ -459,6 +461,27 @@ class LocalDirSource(Source):
         if self._latest is None and not self._closed:
             raise RuntimeError("LocalDirSource.watch() before start()")
         return _Watch(self)
+
+    def applied(self, snapshot: Snapshot, reads: Collection[str] | None = None) -> None:
+        """From now on, only changes to the files that matter make a new snapshot.
+
+        Those are the files the applied revision read and, for a directory, every
+        file the loader would load; a log file or an editor's swap file changing
+        beside them neither makes a revision nor keeps the tree from settling.
+        """
+        if reads is not None:
+            self._reads = frozenset(reads)
+
+    def _matters(self, path: str) -> bool:
+        if self._reads is None or path in self._reads or path == self._entry:
+            return True
+        return not self._entry and is_loadable_name(path)
+
+    def _key(self, files: Mapping[str, bytes], revision: str) -> str:
+        """What decides whether two scans differ: the files that matter."""
+        if self._reads is None:
+            return revision
+        return content_revision({p: d for p, d in files.items() if self._matters(p)})
 
     def nudge(self, revision: str | None = None) -> None:
         """Rescan now.  ``revision`` is not used: the directory is read directly."""
@@ -676,20 +699,23 @@ class LocalDirSource(Source):
                 moving.add(exc.path)
                 previous = None
             else:
-                if previous is not None and (previous.revision, previous.watch) == (
-                    scan.revision,
-                    scan.watch,
-                ):
+                if previous is not None and (
+                    self._key(previous.files, previous.revision),
+                    previous.watch,
+                ) == (self._key(scan.files, scan.revision), scan.watch):
                     return scan
                 if previous is not None:
-                    moving |= _changed_paths(previous, scan)
+                    moving |= {p for p in _changed_paths(previous, scan) if self._matters(p)}
                 previous = scan
             if loop.time() + self.settle > deadline:
                 raise _Unstable(moving)
             await asyncio.sleep(self.settle)
 
     def _publish(self, scan: _Scan) -> None:
-        if self._latest is not None and self._latest.revision == scan.revision:
+        latest = self._latest
+        if latest is not None and self._key(latest.files, latest.revision) == self._key(
+            scan.files, scan.revision
+        ):
             return
         self._latest = Snapshot(
             revision=scan.revision, source=self.description, files=scan.files, entry=self._entry
