@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
@@ -55,6 +56,8 @@ class ProcessSpawner:
     def __init__(self, mirror: OutputMirror | None) -> None:
         self.mirror = mirror
         self.identities: Mapping[str, Identity | None] = {}
+        # copied once: copying os.environ decodes every variable, on every run (bench_runtime)
+        self.base_environment = dict(os.environ)
 
     def __call__(self, job: Job, scheduled: datetime, attempt: int) -> JobProcess:
         return JobProcess(
@@ -62,6 +65,7 @@ class ProcessSpawner:
             scheduled_time=scheduled,
             attempt=attempt,
             identity=self.identities.get(job.name),
+            base_environment=self.base_environment,
             mirror=self.mirror,
         )
 
