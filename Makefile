@@ -51,10 +51,15 @@ pytest: $(STAMP) deps
 schema: $(STAMP)
 	$(BIN)/cronstable schema > schema/cronstable.schema.json
 
-bench: $(STAMP)
+# on demand, never in `make test`: each prints ratios against yacron 0.19.0 (installed
+# from PyPI into bench/.venv-yacron on first use) or against a floor, measured in the same run
+bench: $(STAMP) deps
 	$(BIN)/python bench/bench_load.py
 	$(BIN)/python bench/bench_schedule.py
 	$(BIN)/python bench/bench_cli.py
+	$(BIN)/python bench/bench_reconcile.py
+	$(BIN)/python bench/bench_source_notice.py
+	$(BIN)/python bench/bench_runtime.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
