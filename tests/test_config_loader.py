@@ -1667,3 +1667,13 @@ def test_disk_tree_follows_symlinked_directories_inside_the_root(tmp_path: Path)
     (tmp_path / "cfg" / "elsewhere").symlink_to(outside)  # leaves the tree: not followed
     (tmp_path / "cfg" / "loop").symlink_to(".")  # a loop: visited once
     assert list(load_path(str(tmp_path / "cfg")).jobs) == ["a"]
+
+
+def test_an_empty_section_in_a_job_leaves_the_error_where_the_default_is() -> None:
+    files = {
+        "_d.yaml": "defaults:\n  onFailure:\n    retry:\n      maximumRetries: x\n",
+        "c.yaml": "include: [_d.yaml]\njobs:\n" + job("a", "onFailure:\n"),
+    }
+    assert lines(files) == [
+        "_d.yaml:4:7: defaults.onFailure.retry.maximumRetries: expected an integer, got 'x'"
+    ]

@@ -41,6 +41,7 @@ class StandInRun:
     duration: float
     code: int
     started: datetime | None = None
+    ended: datetime | None = None
     cancelled: bool = False
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -57,6 +58,7 @@ class StandInRun:
         await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
         sleeper.cancel()
         stopper.cancel()
+        self.ended = self.clock.now()
         code = -15 if self.cancelled else self.code
         assert self.started is not None
         return RunResult(
@@ -507,3 +509,92 @@ async def test_stop_cancels_retries_and_waits_for_running() -> None:
     await clock.advance(60)
     await asyncio.wait_for(task, 5)
     assert [r.job.name for r in runs] == ["flaky", "long"]
+
+
+@dataclass(eq=False)
+class SlowToDieRun(StandInRun):
+    """Like a real process: cancel() before start does nothing; after, it takes 30 s."""
+
+    async def cancel(self) -> None:
+        if self.started is None:
+            return
+        await self.clock.sleep(30)
+        await super().cancel()
+
+
+def slow_to_die_spawner(clock: ManualClock, runs: list[StandInRun]) -> object:
+    def spawner(job: Job, scheduled: datetime, attempt: int) -> SlowToDieRun:
+        run = SlowToDieRun(clock, job, scheduled, attempt, 1000.0, 0)
+        runs.append(run)
+        return run
+
+    return spawner
+
+
+@pytest.mark.asyncio
+async def test_replace_never_runs_two_at_once_while_the_old_run_dies() -> None:
+    clock = ManualClock(T0)
+    runs: list[StandInRun] = []
+    scheduler = Scheduler(clock, slow_to_die_spawner(clock, runs))  # type: ignore[arg-type]
+    scheduler.replace_jobs(
+        jobs(
+            """\
+            jobs:
+              - {name: r, command: "true", schedule: "*/10 * * * * * *", concurrencyPolicy: Replace}
+            """
+        )
+    )
+    task = asyncio.create_task(scheduler.run())
+    await clock.advance(100)
+    started = [r for r in runs if r.started is not None]
+    # each run takes 30 s to die while fires come every 10 s: replacements waiting for it
+    # are replaced in turn and never start, and a run starts only once the last one died
+    assert len(runs) == 10 and 2 <= len(started) < len(runs)
+    for before, after in zip(started, started[1:], strict=False):
+        assert before.ended is not None and after.started is not None
+        assert before.ended <= after.started
+    scheduler.stop()
+    stopping = asyncio.ensure_future(scheduler.cancel_running())  # takes 30 s of clock
+    await clock.advance(100)
+    await asyncio.wait_for(stopping, 5)
+    await asyncio.wait_for(task, 5)
+
+
+@pytest.mark.asyncio
+async def test_a_stop_during_a_replacement_wait_starts_nothing() -> None:
+    clock = ManualClock(T0)
+    runs: list[StandInRun] = []
+    scheduler = Scheduler(clock, slow_to_die_spawner(clock, runs))  # type: ignore[arg-type]
+    scheduler.replace_jobs(
+        jobs(
+            'jobs: [{name: r, command: "true", schedule: "* * * * *", concurrencyPolicy: Replace}]'
+        )
+    )
+    task = asyncio.create_task(scheduler.run())
+    await clock.advance(120 + 5)  # 12:01 runs; 12:02 stops it and waits (until 12:02:30)
+    scheduler.stop()
+    await clock.advance(60)
+    await asyncio.wait_for(task, 5)
+    assert [r.started is not None for r in runs] == [True, False]
+
+
+@pytest.mark.asyncio
+async def test_the_second_signal_also_stops_runs_of_removed_jobs() -> None:
+    clock = ManualClock(T0)
+    runs: list[StandInRun] = []
+
+    def spawner(job: Job, scheduled: datetime, attempt: int) -> StandInRun:
+        run = StandInRun(clock, job, scheduled, attempt, 1000.0, 0)
+        runs.append(run)
+        return run
+
+    scheduler = Scheduler(clock, spawner)
+    scheduler.replace_jobs(jobs('jobs: [{name: old, command: "true", schedule: "@reboot"}]'))
+    task = asyncio.create_task(scheduler.run())
+    await clock.advance(1)
+    scheduler.replace_jobs(jobs('jobs: [{name: new, command: "true", schedule: "@yearly"}]'))
+    scheduler.stop()
+    await scheduler.cancel_running()
+    await clock.advance(1)
+    await asyncio.wait_for(task, 5)
+    assert runs[0].cancelled

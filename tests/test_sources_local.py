@@ -524,9 +524,78 @@ async def test_after_apply_churn_beside_a_file_spec_makes_no_snapshot(tmp_path: 
 async def test_after_apply_a_directory_still_sees_new_configuration_files(root: Path) -> None:
     async with running(root) as (source, it):
         first = await next_snapshot(it)
-        source.applied(first, {"cronstable.yaml", "jobs/a.yaml"})
+        source.applied(first, {"cronstable.yaml", "jobs/a.yaml", "/"})
         write_atomically(root / "README.md", b"notes\n")
         await nothing_within(it, 1.0)
         write_atomically(root / "jobs" / "b.yaml", b"jobs: []\n")
         snap = await next_snapshot(it)
         assert snap.files["jobs/b.yaml"] == b"jobs: []\n"
+
+
+JOB = b"jobs:\n  - name: %s\n    command: echo\n    schedule: '* * * * *'\n"
+
+
+@pytest.mark.parametrize(
+    ("files", "spec", "edit", "new"),
+    [
+        # a new file in a directory a file spec includes
+        (
+            {"main.yaml": b"include: [conf.d]\n", "conf.d/a.yaml": JOB % b"a"},
+            "main.yaml",
+            None,
+            ("conf.d/b.yaml", JOB % b"b"),
+        ),
+        # a new file in an included _private directory of a directory spec
+        (
+            {"main.yaml": b"include: [_lib]\n", "_lib/a.yaml": JOB % b"a"},
+            "",
+            None,
+            ("_lib/b.yaml", JOB % b"b"),
+        ),
+        # an include naming a file that does not exist yet: rejected, then the file comes
+        (
+            {"main.yaml": JOB % b"a"},
+            "main.yaml",
+            ("main.yaml", b"include: [extra.yaml]\n"),
+            ("extra.yaml", JOB % b"b"),
+        ),
+        # an env file named before it exists, in a directory spec
+        (
+            {"main.yaml": JOB % b"a"},
+            "",
+            ("main.yaml", JOB % b"a" + b"    env_file: app.env\n"),
+            ("app.env", b"A=1\n"),
+        ),
+    ],
+    ids=["included-dir", "private-dir", "include-before-file", "env-file-before-file"],
+)
+async def test_every_file_a_fix_can_bring_is_seen(
+    tmp_path: Path,
+    files: dict[str, bytes],
+    spec: str,
+    edit: tuple[str, bytes] | None,
+    new: tuple[str, bytes],
+) -> None:
+    from cronstable.reconcile.apply import Applier
+    from cronstable.runtime.daemon import source_reads
+
+    root = tmp_path / "x"
+    make_tree(root, files)
+    applier = Applier([])
+
+    async def reconcile(snap: Snapshot, source: LocalDirSource) -> str:
+        record = await applier.reconcile(snap)  # as Daemon.reconcile does
+        if record.outcome == "rejected":
+            source.rejected(snap)
+        else:
+            assert applier.applied_state is not None
+            source.applied(snap, source_reads(applier.applied_state))
+        return record.outcome
+
+    async with running(root / spec if spec else root) as (source, it):
+        assert await reconcile(await next_snapshot(it), source) == "applied"
+        if edit is not None:
+            write_atomically(root / edit[0], edit[1])
+            assert await reconcile(await next_snapshot(it), source) == "rejected"
+        write_atomically(root / new[0], new[1])
+        assert await reconcile(await next_snapshot(it), source) == "applied"

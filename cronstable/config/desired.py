@@ -42,3 +42,5 @@ class DesiredState:
     job_set_id: str
     files: tuple[str, ...]
     """Every file the load read (configuration and env files), in the order read."""
+    directories: tuple[str, ...] = ()
+    """Every directory whose configuration files the load listed (``""`` is the root)."""

@@ -163,6 +163,15 @@ def _attribute(layers: list[_Layer], loc: KeyPath) -> tuple[_Layer, KeyPath] | N
                 except KeyError:
                     continue
                 present.append((layer, (*path, part)))
+            # an empty value (``key:``) keeps an earlier mapping, as merge() does
+            present = [
+                (layer, path)
+                for i, (layer, path) in enumerate(present)
+                if not (
+                    _get(layer.data, path) is None
+                    and any(isinstance(_get(e.data, q), dict) for e, q in present[:i])
+                )
+            ]
             # only the layers from the last one that replaced (not merged) the value count
             for i in range(len(present) - 1, 0, -1):
                 if not isinstance(_get(present[i][0].data, present[i][1]), dict | list):
@@ -194,6 +203,7 @@ class _Loader:
         self._digests: dict[str, bytes] = {}
         self.problems: list[Problem] = []
         self.read_order: list[str] = []
+        self.listed: list[str] = []
         self._docs: dict[str, dict[str, Any] | None] = {}
         self._nodes: dict[str, Node | None] = {}
         self._results: dict[str, _FileResult] = {}
@@ -287,6 +297,7 @@ class _Loader:
 
     def load_entry(self, entry: str) -> list[_JobEntry]:
         if entry == "" or self.tree.is_dir(entry):
+            self.listed.append(entry)
             files = self.tree.config_files_below(entry)
             if not files:
                 # a wiped or half-made checkout, far likelier than an intent to run nothing
@@ -376,6 +387,7 @@ class _Loader:
             position = self.position(path, ("include", index))
             how = f"included by {self.shown(path)}" + (f":{position[0]}" if position else "")
             if self.tree.is_dir(target):
+                self.listed.append(target)
                 targets = self.tree.config_files_below(target)
             else:
                 targets = [target]
@@ -613,4 +625,5 @@ def load(
         logging=loader.logging,
         job_set_id=job_set_id(job.digest for job in jobs.values()),
         files=tuple(loader.read_order),
+        directories=tuple(dict.fromkeys(loader.listed)),
     )

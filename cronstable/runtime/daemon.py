@@ -50,6 +50,11 @@ def resolve_identities(state: DesiredState) -> dict[str, Identity | None]:
     return identities
 
 
+def source_reads(state: DesiredState) -> list[str]:
+    """What an applied revision read, as :meth:`Source.applied` takes it (dirs end in ``/``)."""
+    return [*state.files, *(f"{d}/" if d else "/" for d in state.directories)]
+
+
 class ProcessSpawner:
     """Creates the real runs; the identities follow the applied revision."""
 
@@ -128,14 +133,20 @@ class Daemon:
     async def reconcile(self, snapshot: Snapshot) -> bool:
         record = await self.applier.reconcile(snapshot)
         if record.outcome == "rejected":
+            self.source.rejected(snapshot)
             return False
         state = self.applier.applied_state
-        self.source.applied(snapshot, state.files if state is not None else None)
+        self.source.applied(snapshot, source_reads(state) if state is not None else None)
         return True
 
     async def _follow(self, snapshots: AsyncIterator[Snapshot]) -> None:
         async for snapshot in snapshots:
-            await self.reconcile(snapshot)
+            try:
+                await self.reconcile(snapshot)
+            except Exception:  # never stop following the source
+                logger.exception(
+                    "Reconciling revision %s failed; please report this", snapshot.revision
+                )
 
     async def _start_from_last_applied(self, rejected: Snapshot) -> bool:
         """After a bad push, a restart runs the last good revision rather than nothing."""

@@ -100,6 +100,8 @@ class _Instance:
     retry: RetryState | None
     replaced: bool = False
     task: asyncio.Task[None] | None = None
+    stopping: asyncio.Future[None] | None = None
+    """The cancel() of a replaced run, which a replacement waits for."""
 
 
 @dataclass(eq=False, slots=True)
@@ -139,6 +141,8 @@ class Scheduler:
         self._stopping = False
         self._started = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._live: set[_Instance] = set()
+        """Every run not yet finished, also of jobs a swap removed."""
 
     # ------------------------------------------------------------ the job table
 
@@ -234,11 +238,8 @@ class Scheduler:
         self._wake.set()
 
     async def cancel_running(self) -> None:
-        """Stop every running run now (a second shutdown signal)."""
-        await asyncio.gather(
-            *(inst.run.cancel() for slot in self._slots.values() for inst in slot.running),
-            return_exceptions=True,
-        )
+        """Stop every running run now (a second shutdown signal), removed jobs' runs included."""
+        await asyncio.gather(*(inst.run.cancel() for inst in self._live), return_exceptions=True)
 
     async def run(self) -> None:
         """Schedule until :meth:`stop`, then drain."""
@@ -351,7 +352,7 @@ class Scheduler:
         job = slot.job
         policy = job.config.concurrency_policy
         active = [inst for inst in slot.running if not inst.replaced]
-        waits: list[asyncio.Task[None]] = []
+        waits: list[asyncio.Future[None]] = []
         if active and policy == "Forbid":
             self.stats.skipped_forbid += 1
             logger.info(
@@ -371,8 +372,8 @@ class Scheduler:
         self.stats.fires += 1
         self._launch(slot, scheduled, 1, slot.retry, waits)
 
-    def _replace(self, slot: _Slot, active: list[_Instance]) -> list[asyncio.Task[None]]:
-        tasks: list[asyncio.Task[None]] = []
+    def _replace(self, slot: _Slot, active: list[_Instance]) -> list[asyncio.Future[None]]:
+        """Stop ``active``; what a new run must wait for: every run of the job still dying."""
         for inst in active:
             inst.replaced = True
             self.stats.replaced += 1
@@ -382,8 +383,8 @@ class Scheduler:
                 inst.scheduled_time.isoformat(),
                 extra={"job": slot.job.name},
             )
-            tasks.append(asyncio.ensure_future(inst.run.cancel()))
-        return tasks
+            inst.stopping = asyncio.ensure_future(inst.run.cancel())
+        return [inst.stopping for inst in slot.running if inst.stopping is not None]
 
     def _launch(
         self,
@@ -391,16 +392,17 @@ class Scheduler:
         scheduled: datetime,
         attempt: int,
         retry: RetryState | None,
-        waits: list[asyncio.Task[None]] | None = None,
+        waits: list[asyncio.Future[None]] | None = None,
     ) -> None:
         inst = _Instance(self.spawner(slot.job, scheduled, attempt), scheduled, attempt, retry)
         slot.running.append(inst)
+        self._live.add(inst)
         inst.task = asyncio.create_task(self._supervise(slot, inst, waits or []))
         self._tasks.add(inst.task)
         inst.task.add_done_callback(self._tasks.discard)
 
     async def _supervise(
-        self, slot: _Slot, inst: _Instance, waits: list[asyncio.Task[None]]
+        self, slot: _Slot, inst: _Instance, waits: list[asyncio.Future[None]]
     ) -> None:
         name = slot.job.name
         fields = {
@@ -411,6 +413,10 @@ class Scheduler:
         try:
             if waits:
                 await asyncio.gather(*waits, return_exceptions=True)
+                # while the old run was dying, this one may have been replaced in turn,
+                # the daemon told to stop, or the job removed: then it never starts
+                if inst.replaced or self._stopping or self._slots.get(name) is not slot:
+                    return
             await inst.run.start()
             logger.info(
                 "Job %s started: scheduled %s, attempt %d, pid %s",
@@ -426,6 +432,7 @@ class Scheduler:
             logger.exception("Job %s: the run failed unexpectedly; please report this", name)
             return
         finally:
+            self._live.discard(inst)
             if inst in slot.running:
                 slot.running.remove(inst)
         slot.last_result = result
@@ -488,7 +495,7 @@ class Scheduler:
         if state.cancelled or self._stopping or self._slots.get(slot.job.name) is not slot:
             return
         active = [inst for inst in slot.running if not inst.replaced]
-        waits: list[asyncio.Task[None]] = []
+        waits: list[asyncio.Future[None]] = []
         if active and slot.job.config.concurrency_policy == "Forbid":
             logger.info(
                 "Job %s: retry skipped, a run is still going (concurrencyPolicy Forbid)",

@@ -68,8 +68,16 @@ class Source(abc.ABC):
     ) -> None:
         """The applier committed ``snapshot``: keep it as the last good one.
 
-        ``reads`` are the files its load read (configuration and env files): a
-        source may watch those, and ignore churn in other files beside them.
+        ``reads`` are the files its load read (configuration and env files) and the
+        directories it listed, with a trailing ``/`` (``"conf.d/"``, ``"/"`` for the
+        root): a source may watch those, and ignore churn in other files beside them.
+        """
+
+    def rejected(self, snapshot: Snapshot) -> None:  # noqa: B027 - optional hook
+        """The applier rejected ``snapshot``; the last applied one stays the last good one.
+
+        Whatever a source stopped watching because the applied revision did not
+        read it may matter now (the fix may add the file the rejected one named).
         """
 
     async def last_applied(self) -> Snapshot | None:

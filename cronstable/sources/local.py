@@ -434,6 +434,7 @@ class LocalDirSource(Source):
         self._unstable_logged = False
         self._notes: tuple[str, ...] = ()
         self._reads: frozenset[str] | None = None
+        self._listed: tuple[str, ...] = ()
 
     # -- Source ----------------------------------------------------------------
 
@@ -465,17 +466,23 @@ class LocalDirSource(Source):
     def applied(self, snapshot: Snapshot, reads: Collection[str] | None = None) -> None:
         """From now on, only changes to the files that matter make a new snapshot.
 
-        Those are the files the applied revision read and, for a directory, every
-        file the loader would load; a log file or an editor's swap file changing
+        Those are the files the applied revision read and every configuration file
+        of a directory it listed; a log file or an editor's swap file changing
         beside them neither makes a revision nor keeps the tree from settling.
         """
         if reads is not None:
-            self._reads = frozenset(reads)
+            self._reads = frozenset(r for r in reads if not r.endswith("/"))
+            self._listed = tuple("" if r == "/" else r for r in reads if r.endswith("/"))
+
+    def rejected(self, snapshot: Snapshot) -> None:
+        """Watch everything again until a revision applies: the fix may add any file."""
+        self._reads = None
 
     def _matters(self, path: str) -> bool:
         if self._reads is None or path in self._reads or path == self._entry:
             return True
-        return not self._entry and is_loadable_name(path)
+        # a new configuration file in a directory the load listed (the root, an include)
+        return any(path.startswith(d) and is_loadable_name(path[len(d) :]) for d in self._listed)
 
     def _key(self, files: Mapping[str, bytes], revision: str) -> str:
         """What decides whether two scans differ: the files that matter."""
