@@ -167,6 +167,7 @@ class Daemon:
             await self.source.start()
         except SourceError as exc:
             logger.error("Cannot start from %s: %s", self.source.description, exc)
+            await asyncio.to_thread(self.mirror.close)
             return 1
         snapshots = aiter(self.source.watch())
         try:
