@@ -598,3 +598,22 @@ async def test_the_second_signal_also_stops_runs_of_removed_jobs() -> None:
     await clock.advance(1)
     await asyncio.wait_for(task, 5)
     assert runs[0].cancelled
+
+
+@pytest.mark.asyncio
+async def test_a_long_jump_is_counted_without_walking_every_fire(
+    harness: Callable[..., Harness],
+) -> None:
+    table = jobs(
+        'jobs: [{name: s, command: "true", schedule: "* * * * * * *", '
+        "startingDeadlineSeconds: 3600}]"
+    )
+    h = harness(table)
+    await h.clock.advance(1)
+    h.clock.jump(18000)  # five hours asleep: 18,000 missed per-second fires
+    await h.clock.advance(0)
+    seconds = [int((t - T0).total_seconds()) for t in h.scheduled("s")]
+    # the first, one catch-up inside the deadline window, then the on-time window (5 s)
+    assert seconds == [1, 14401, 17996, 17997, 17998, 17999, 18000, 18001]
+    assert h.scheduler.stats.catch_ups == 1
+    assert h.scheduler.stats.missed == 10_000  # the scan stops counting there ("at least")

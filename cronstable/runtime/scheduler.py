@@ -303,6 +303,7 @@ class Scheduler:
             last_missed = cursor
             missed += 1
             cursor = self._next(job, cursor)
+        counted = catch_up is not None  # the catch-up fire is among the `missed` counted
         capped = cursor is not None and cursor < on_time
         if capped:
             # too many to enumerate: resume at the on-time window; in the deadline
@@ -311,8 +312,8 @@ class Scheduler:
             if window is not None and catch_up is None:
                 first = self._next(job, window - timedelta(microseconds=1))
                 catch_up = first if first is not None and first < on_time else None
-        if catch_up is not None:
-            missed -= 1
+        if counted:
+            missed -= 1  # it runs after all
         self.stats.missed += missed
         if missed:
             if catch_up is not None:
