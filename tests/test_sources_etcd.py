@@ -431,3 +431,43 @@ async def test_an_empty_prefix_is_an_empty_snapshot(
         assert dict(again.files) == {} and again.revision == str(deleted.revision)
     finally:
         await source.close()
+
+
+@pytest.mark.asyncio
+async def test_credentials_come_from_the_environment_and_are_never_logged(
+    etcd_server: EtcdServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with EtcdClient(etcd_server.endpoint) as admin:
+        await admin.put(PREFIX + "c.yaml", b"jobs: []\n")
+        for path, body in (
+            ("/v3/auth/user/add", {"name": "root", "password": "s3cret-pw"}),
+            ("/v3/auth/role/add", {"name": "root"}),
+            ("/v3/auth/user/grant", {"user": "root", "role": "root"}),
+            ("/v3/auth/enable", {}),
+        ):
+            await admin._call(path, body, what=path)
+
+    caplog.set_level(logging.DEBUG)
+    # without credentials the server refuses, and nothing is cached
+    with pytest.raises(SourceError):
+        await make_source(etcd_server, tmp_path / "none").start()
+
+    secret = tmp_path / "password"
+    secret.write_text("s3cret-pw\n")
+    monkeypatch.setenv("CRONSTABLE_ETCD_USERNAME", "root")
+    monkeypatch.setenv("CRONSTABLE_ETCD_PASSWORD_FILE", str(secret))
+    source = make_source(etcd_server, tmp_path / "cache")
+    await source.start()
+    try:
+        snap = await next_snapshot(aiter(source.watch()))
+        assert dict(snap.files) == {"c.yaml": b"jobs: []\n"}
+    finally:
+        await source.close()
+    assert "s3cret-pw" not in caplog.text
+
+    monkeypatch.delenv("CRONSTABLE_ETCD_PASSWORD_FILE")
+    with pytest.raises(SourceError, match="CRONSTABLE_ETCD_PASSWORD"):
+        await make_source(etcd_server, tmp_path / "half").start()

@@ -132,6 +132,35 @@ class _Read:
     header: int
 
 
+ENV_USERNAME = "CRONSTABLE_ETCD_USERNAME"
+ENV_PASSWORD = "CRONSTABLE_ETCD_PASSWORD"
+ENV_PASSWORD_FILE = "CRONSTABLE_ETCD_PASSWORD_FILE"
+
+
+def etcd_credentials() -> tuple[str | None, str | None]:
+    """etcd authentication from the daemon's environment (never from the spec, never logged).
+
+    ``CRONSTABLE_ETCD_USERNAME`` with ``CRONSTABLE_ETCD_PASSWORD`` or
+    ``CRONSTABLE_ETCD_PASSWORD_FILE`` (the file's content, stripped).
+    """
+    username = os.environ.get(ENV_USERNAME) or None
+    password = os.environ.get(ENV_PASSWORD) or None
+    password_file = os.environ.get(ENV_PASSWORD_FILE) or None
+    if password is not None and password_file is not None:
+        raise SourceError(f"set {ENV_PASSWORD} or {ENV_PASSWORD_FILE}, not both")
+    if password_file is not None:
+        try:
+            password = Path(password_file).read_text().strip()
+        except OSError as exc:
+            raise SourceError(f"cannot read {ENV_PASSWORD_FILE}: {exc.strerror or exc}") from exc
+    if (username is None) != (password is None):
+        raise SourceError(
+            f"etcd authentication needs both {ENV_USERNAME} and {ENV_PASSWORD} "
+            f"(or {ENV_PASSWORD_FILE})"
+        )
+    return username, password
+
+
 class EtcdSource(Source):
     """Every key under ``spec.prefix`` in the etcd at ``spec.endpoint`` is a file.
 
@@ -193,7 +222,10 @@ class EtcdSource(Source):
             raise SourceError(f"{self.description}: already started")
         if self._closed:
             raise SourceError(f"{self.description}: closed")
-        self._client = EtcdClient(self.spec.endpoint, timeout=self._timeout)
+        username, password = etcd_credentials()
+        self._client = EtcdClient(
+            self.spec.endpoint, timeout=self._timeout, username=username, password=password
+        )
         cached = await asyncio.to_thread(self._load_cache)
         if cached is not None and cached[1] is not None:
             self._known = (cached[1], cached[0].revision)
