@@ -38,6 +38,11 @@ def job_file(name: str, out: Path, schedule: str) -> str:
     )
 
 
+def run_argv(spec: str, cache: Path) -> list[str]:
+    """`cronstable run` on a source spec, as a daemon in these tests is started."""
+    return [sys.executable, "-m", "cronstable", "run", "--source", spec, "--cache-dir", str(cache)]
+
+
 def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
@@ -57,16 +62,7 @@ def test_daemon_follows_a_git_remote(tmp_path: Path, origin: tuple[WorkRepo, Git
     spec = f"{server.url('cron.git')}?path=cron&interval=0.5"
     log = (tmp_path / "daemon.log").open("w")
     daemon = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cronstable",
-            "run",
-            "--source",
-            spec,
-            "--cache-dir",
-            str(tmp_path / "cache"),
-        ],
+        run_argv(spec, tmp_path / "cache"),
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -187,16 +183,7 @@ def test_restart_after_a_bad_push_runs_the_last_applied_revision(
     good = repo.commit({"jobs.yaml": job_file("good", out, "* * * * * * *")}, "good")
     repo.push()
     spec = f"{server.url('cron.git')}?interval=0.5"
-    argv = [
-        sys.executable,
-        "-m",
-        "cronstable",
-        "run",
-        "--source",
-        spec,
-        "--cache-dir",
-        str(tmp_path / "cache"),
-    ]
+    argv = run_argv(spec, tmp_path / "cache")
     first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: len(lines(out)) >= 1)  # applied, and so recorded as last good
