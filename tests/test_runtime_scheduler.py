@@ -617,3 +617,175 @@ async def test_a_long_jump_is_counted_without_walking_every_fire(
     assert seconds == [1, 14401, 17996, 17997, 17998, 17999, 18000, 18001]
     assert h.scheduler.stats.catch_ups == 1
     assert h.scheduler.stats.missed == 10_000  # the scan stops counting there ("at least")
+
+
+# ---------------------------------------------------------------- the wall clock steps back
+
+
+@pytest.mark.asyncio
+async def test_a_backward_step_does_not_stall_a_per_second_job(
+    harness: Callable[..., Harness],
+) -> None:
+    h = harness(jobs('jobs: [{name: tick, command: "true", schedule: "* * * * * * *"}]'))
+    await h.clock.advance(10)
+    h.clock.jump(-20)  # an NTP step back to 11:59:50; the loop still wakes 1 s later
+    await h.clock.advance(3)
+    before = [T0 + timedelta(seconds=s) for s in range(1, 11)]
+    # re-planned from the wake that found the step (11:59:51), not stalled until 12:00:11
+    after = [T0 - timedelta(seconds=s) for s in (9, 8, 7)]
+    assert h.scheduled("tick") == [*before, *after]
+    assert h.scheduler.stats.clock_jumps == 1
+    assert h.scheduler.stats.replanned == 1
+    assert h.scheduler.stats.missed == 0
+
+
+NIGHTLY_AND_MINUTELY = """\
+    jobs:
+      - {name: nightly, command: "true", schedule: "30 2 * * *"}
+      - {name: minutely, command: "true", schedule: "* * * * *"}
+      - {name: quarterly, command: "true", schedule: "*/15 * * * *"}
+    """
+NIGHT = datetime(2026, 6, 1, 2, 0, tzinfo=UTC)
+
+
+@pytest.mark.asyncio
+async def test_a_step_back_under_3_hours_replans_wildcard_jobs_only(
+    harness: Callable[..., Harness],
+) -> None:
+    h = harness(jobs(NIGHTLY_AND_MINUTELY), start=NIGHT)
+    await h.clock.advance(31 * 60)  # 02:31: the nightly ran at 02:30
+    h.clock.jump(-3600)  # 01:31
+    await h.clock.advance(2 * 3600)  # to 03:31
+    minute = timedelta(minutes=1)
+    # the nightly keeps its cursor: 02:30 does not run twice, its next fire is tomorrow's
+    assert h.scheduled("nightly") == [NIGHT + 30 * minute]
+    assert h.scheduler.next_fire("nightly") == NIGHT + timedelta(days=1, minutes=30)
+    # wildcard jobs follow the new time: 01:32 to 02:31 run again
+    again = NIGHT - 28 * minute
+    assert h.scheduled("minutely") == [
+        *(NIGHT + n * minute for n in range(1, 32)),
+        *(again + n * minute for n in range(120)),
+    ]
+    assert h.scheduled("quarterly") == [
+        NIGHT + 15 * minute,
+        NIGHT + 30 * minute,
+        *(NIGHT - 15 * minute + n * 15 * minute for n in range(8)),
+    ]
+    assert h.scheduler.stats.replanned == 2
+
+
+@pytest.mark.asyncio
+async def test_a_step_back_of_3_hours_or_more_replans_every_job(
+    harness: Callable[..., Harness],
+) -> None:
+    h = harness(jobs(NIGHTLY_AND_MINUTELY), start=NIGHT)
+    await h.clock.advance(31 * 60)  # 02:31: the nightly ran at 02:30
+    h.clock.jump(-4 * 3600)  # 22:31 the day before
+    await h.clock.advance(60)  # the loop wakes at 22:32 (02:32 before the step)
+    assert h.scheduler.next_fire("nightly") == NIGHT + timedelta(minutes=30)
+    assert h.scheduled("minutely")[-1] == NIGHT - timedelta(hours=3, minutes=28)
+    assert h.scheduler.stats.replanned == 3
+    await h.clock.advance(4 * 3600)
+    # Vixie cron's rule: past 3 h, the time is taken as new, and 02:30 runs again
+    assert h.scheduled("nightly") == [NIGHT + timedelta(minutes=30)] * 2
+
+
+# ---------------------------------------------------------------- swaps: new fire sequences
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "before",
+    [
+        'jobs: [{name: j, command: "true", schedule: "0 0 * * *"}]',
+        'jobs: [{name: j, command: "true", schedule: "* * * * * * *", enabled: no}]',
+    ],
+    ids=["retimed", "enabled"],
+)
+async def test_a_changed_schedule_first_fires_after_the_swap(
+    harness: Callable[..., Harness], before: str
+) -> None:
+    h = harness(jobs(before))
+    await h.clock.advance(30.5)
+    summary = h.scheduler.replace_jobs(
+        jobs('jobs: [{name: j, command: "true", schedule: "* * * * * * *"}]')
+    )
+    assert summary.changed == ("j",)
+    await h.clock.advance(0)
+    assert h.runs == []  # nothing from before the swap (12:00:26 to 12:00:30)
+    await h.clock.advance(2)
+    assert h.scheduled("j") == [T0 + timedelta(seconds=31), T0 + timedelta(seconds=32)]
+
+
+@pytest.mark.asyncio
+async def test_a_new_job_first_fires_after_the_swap(harness: Callable[..., Harness]) -> None:
+    h = harness(jobs('jobs: [{name: a, command: "true", schedule: "0 0 * * *"}]'))
+    await h.clock.advance(30)
+    h.scheduler.replace_jobs(
+        jobs(
+            """\
+            jobs:
+              - {name: a, command: "true", schedule: "0 0 * * *"}
+              - {name: b, command: "true", schedule: "* * * * * * *"}
+            """
+        )
+    )
+    await h.clock.advance(1)
+    assert h.scheduled("b") == [T0 + timedelta(seconds=31)]
+
+
+# ---------------------------------------------------------------- swaps: retries end with the job
+
+
+def flaky(command: str = "false", enabled: str = "yes") -> dict[str, Job]:
+    """A failing hourly job retried 30 s after a failure."""
+    text = f"""\
+        jobs:
+          - name: flaky
+            command: "{command}"
+            enabled: {enabled}
+            schedule: "0 * * * *"
+            onFailure: {{retry: {{maximumRetries: 5, initialDelay: 30}}}}
+        """
+    return jobs(text)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        ({"command": "false; true"}, "it changed"),
+        ({"enabled": "no"}, "the job was disabled"),
+    ],
+    ids=["changed", "disabled"],
+)
+async def test_a_change_or_disable_ends_the_pending_retry(
+    harness: Callable[..., Harness],
+    caplog: pytest.LogCaptureFixture,
+    edit: dict[str, str],
+    reason: str,
+) -> None:
+    h = harness(flaky())
+    h.behaviour["flaky"] = (10.0, 1)
+    await h.clock.advance(3600 + 11)  # failed at 13:00:10; retry 1 due at 13:00:40
+    h.scheduler.replace_jobs(flaky())  # the same definition: the retry stays
+    assert h.scheduler.retry_pending("flaky")
+    with caplog.at_level("INFO", logger="cronstable.runtime.scheduler"):
+        assert h.scheduler.replace_jobs(flaky(**edit)).changed == ("flaky",)
+    assert not h.scheduler.retry_pending("flaky")
+    assert f"Job flaky: pending retry 1 dropped: {reason}" in caplog.messages
+    await h.clock.advance(120)
+    assert [r.attempt for r in h.runs] == [1]
+
+
+@pytest.mark.asyncio
+async def test_a_run_failing_after_its_job_changed_is_not_retried(
+    harness: Callable[..., Harness],
+) -> None:
+    h = harness(flaky())
+    h.behaviour["flaky"] = (10.0, 1)
+    await h.clock.advance(3600 + 5)  # the 13:00 run is going, with its retry sequence
+    h.scheduler.replace_jobs(flaky(command="false; true"))
+    await h.clock.advance(600)
+    assert [r.attempt for r in h.runs] == [1]
+    assert h.outcomes == [("flaky", "permanent_failure", 1)]

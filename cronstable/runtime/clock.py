@@ -130,8 +130,19 @@ class ManualClock:
         await self.advance((moment - self._now).total_seconds())
 
     def jump(self, seconds: float) -> None:
-        """Step the wall clock without the monotonic clock (NTP step, suspend/resume)."""
-        self._now += timedelta(seconds=seconds)
+        """Step the wall clock without the monotonic clock (NTP step, suspend/resume).
+
+        Forward, every sleeper whose deadline it passes wakes (an early return).
+        Backward, every sleeper wakes at the same monotonic instant as before the
+        step, as with :class:`SystemClock`, whose sleeps are durations on the
+        monotonic clock: the deadlines move back with the wall clock.
+        """
+        step = timedelta(seconds=seconds)
+        self._now += step
+        if seconds < 0:
+            self._sleepers = [(d + step, seq, f) for d, seq, f in self._sleepers if not f.done()]
+            heapq.heapify(self._sleepers)
+            return
         for deadline, _, future in self._sleepers:
             if deadline <= self._now and not future.done():
                 future.set_result(None)

@@ -8,18 +8,30 @@
   (suspend, NTP step) or the daemon stalled: with ``startingDeadlineSeconds``
   set, the most recent missed fire within the deadline runs once (catch-up);
   every other missed fire is skipped, logged and counted.
+* **Clock steps back.** A backward step of the wall clock (found against the
+  monotonic clock, beyond ``late_tolerance``) re-plans as Vixie cron does:
+  under :data:`BIG_STEP` (3 h), wildcard jobs (:attr:`Schedule.is_wildcard
+  <cronstable.schedule.Schedule.is_wildcard>`) are planned anew from the new
+  time, so their fires between the new and the old time run again, while
+  fixed-time jobs keep their next fire and run again only once the clock passes
+  the last fire they handled; a step of 3 h or more re-plans every job.
 * **Swaps.** :meth:`Scheduler.replace_jobs` installs a new job table in one
-  step.  Unchanged jobs keep their next fire, retry state and running runs;
-  changed jobs keep their running runs and use the new definition from the
-  next fire on; removed jobs lose their pending retries and their running runs
-  finish.  Each job remembers the last fire it handled, so a swap landing at a
-  fire instant neither drops nor doubles that fire.
+  step.  Unchanged jobs keep their next fire, retry state and running runs.
+  A new job, and a changed job whose timing (schedule, zone, enabled) changed,
+  first fires strictly after the swap.  A changed job keeps its running runs
+  and, when only its other settings changed, its place in the schedule (the
+  new definition runs from the next fire on); its pending retries end, since
+  they would retry a definition that is gone.  Removed jobs lose their pending
+  retries and their running runs finish.  Each job remembers the last fire it
+  handled, so a swap landing at a fire instant neither drops nor doubles that
+  fire.
 * **Concurrency.** ``Allow`` starts another run, ``Forbid`` skips the fire
   (the retry sequence in progress stays), ``Replace`` stops the running runs —
   a replaced run is not a failure and triggers no retry — then starts anew.
 * **Retries.** A scheduled fire starts a fresh retry sequence; a failed run
   is retried after an exponential back-off capped at ``maximumDelay``
-  (``maximumRetries: -1`` forever); success ends the sequence.
+  (``maximumRetries: -1`` forever); success ends the sequence, and so does a
+  swap that changes, disables or removes the job.
 * **@reboot** jobs run once when :meth:`Scheduler.run` starts, never again in
   that daemon's life (also not when a reload adds one).
 
@@ -46,6 +58,9 @@ logger = logging.getLogger(__name__)
 
 LATE_TOLERANCE = 5.0
 """Seconds a fire may be found late and still count as on time."""
+BIG_STEP = 3 * 3600.0
+"""A backward clock step at least this long (seconds) re-plans every job, fixed-time
+ones too (Vixie cron's limit); a shorter one re-plans wildcard jobs only."""
 MISSED_SCAN_LIMIT = 10_000
 """Most missed fires enumerated one by one after a jump (a per-second job after a
 day-long suspend would otherwise take seconds to count)."""
@@ -88,6 +103,9 @@ class SchedulerStats:
     """Fires skipped because they were found too late."""
     catch_ups: int = 0
     clock_jumps: int = 0
+    """Wall-clock steps found, either way."""
+    replanned: int = 0
+    """Jobs planned anew after the wall clock stepped back."""
     replaced: int = 0
     retries: int = 0
 
@@ -187,11 +205,16 @@ class Scheduler:
                 unchanged.append(name)
             else:
                 retimed = _timing(slot.job) != _timing(job)
+                disabled = not job.config.enabled
+                self._end_retries(slot, "the job was disabled" if disabled else "it changed")
                 slot.job = job
                 slot.order = order
                 if retimed:
-                    floor = now - timedelta(seconds=self.late_tolerance)
-                    self._plan(slot, max(slot.cursor, floor))
+                    # a new fire sequence: none of it from before the swap; the cursor
+                    # is later than now only after a backward clock step, when a
+                    # fixed-time fire already handled must not run again
+                    slot.cursor = max(slot.cursor, now)
+                    self._plan(slot, slot.cursor)
                 changed.append(name)
             slots[name] = slot
         removed = [name for name in old if name not in jobs]
@@ -199,7 +222,7 @@ class Scheduler:
             slot = old[name]
             slot.generation += 1
             slot.next_fire = None
-            self._end_retries(slot)
+            self._end_retries(slot, "the job was removed")
         self._slots = slots
         self._wake.set()
         return SwapSummary(tuple(added), tuple(removed), tuple(changed), tuple(unchanged))
@@ -253,7 +276,10 @@ class Scheduler:
             self._wake.clear()
             now, mono = self.clock.now(), self.clock.monotonic()
             drift = (now - last_wall).total_seconds() - (mono - last_mono)
-            if abs(drift) > self.late_tolerance:
+            if drift < -self.late_tolerance:
+                self.stats.clock_jumps += 1
+                self._stepped_back(now, -drift)
+            elif drift > self.late_tolerance:
                 self.stats.clock_jumps += 1
                 logger.warning(
                     "The wall clock moved %+.1f s against the monotonic clock "
@@ -264,6 +290,29 @@ class Scheduler:
             self._service(now)
             await self.clock.sleep_until(self._soonest(), self._wake)
         await self._drain()
+
+    def _stepped_back(self, now: datetime, step: float) -> None:
+        """Re-plan after the wall clock stepped back ``step`` seconds (Vixie cron's rule)."""
+        every = step >= BIG_STEP
+        # from the current whole second: a fire in it (the one the loop woke up for,
+        # in the old time) runs, as Vixie cron runs the current minute's wildcard jobs
+        start = now.replace(microsecond=0) - timedelta(microseconds=1)
+        count = 0
+        for slot in self._slots.values():
+            if every or slot.job.schedule.is_wildcard:
+                slot.cursor = start
+                self._plan(slot, start)
+                count += 1
+        self.stats.replanned += count
+        logger.warning(
+            "The wall clock stepped back %.1f s against the monotonic clock (NTP step?): "
+            "%s planned from the new time%s",
+            step,
+            f"all {count} job{'' if count == 1 else 's'}"
+            if every
+            else f"{count} wildcard job{'' if count == 1 else 's'}",
+            "" if every else "; fixed-time jobs run again once the clock passes their last fire",
+        )
 
     def _soonest(self) -> datetime | None:
         while self._heap:
@@ -508,10 +557,21 @@ class Scheduler:
             waits = self._replace(slot, active)
         self._launch(slot, scheduled, state.count + 1, state, waits)
 
-    def _end_retries(self, slot: _Slot) -> None:
-        if slot.retry is not None:
-            slot.retry.cancel()
-            slot.retry = None
+    def _end_retries(self, slot: _Slot, reason: str | None = None) -> None:
+        """End the slot's retry sequence; with ``reason``, log a pending retry it drops."""
+        state = slot.retry
+        if state is None:
+            return
+        if reason is not None and state.task is not None and not state.task.done():
+            logger.info(
+                "Job %s: pending retry %d dropped: %s",
+                slot.job.name,
+                state.count,
+                reason,
+                extra={"job": slot.job.name, "attempt": state.count + 1},
+            )
+        state.cancel()
+        slot.retry = None
 
     def _report(self, job: Job, result: RunResult, outcome: Outcome) -> None:
         if self.on_result is not None:
