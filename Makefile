@@ -10,13 +10,14 @@ EXAMPLE := examples/gitops-repo
 .PHONY: run test deps lint typecheck imports pytest schema bench clean
 
 # Debian packages the test suite needs: a real etcd server (started by the test
-# fixtures on a free loopback port) and git (its daemon and http-backend serve
-# test remotes).
-DEBIAN_PACKAGES := etcd-server git
+# fixtures on a free loopback port), git (its daemon and http-backend serve
+# test remotes) and faketime (libfaketime steps the daemon's wall clock).
+DEBIAN_PACKAGES := etcd-server git faketime
 deps:
 	@missing=""; \
 	command -v etcd >/dev/null 2>&1 || missing="$$missing etcd-server"; \
 	test -x /usr/lib/git-core/git-http-backend || missing="$$missing git"; \
+	command -v faketime >/dev/null 2>&1 || missing="$$missing faketime"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
