@@ -1,7 +1,8 @@
 """The daemon's own log output: plain text or one JSON object per line.
 
 Job lines carry structured fields (``extra=``): job, scheduled_time, attempt,
-pid, outcome, exit_code, duration, fail_reason, missed.  The JSON format
+pid, outcome, exit_code, duration, fail_reason, missed, pids (processes
+still holding a finished run's output pipes).  The JSON format
 emits them beside time, level, logger and message; the text format shows the
 message alone, which already names them.
 """
@@ -24,6 +25,7 @@ JOB_FIELDS = (
     "duration",
     "fail_reason",
     "missed",
+    "pids",
 )
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
