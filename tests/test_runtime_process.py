@@ -19,7 +19,6 @@ import pytest
 import yaml
 
 from cronstable.config import Job, MemoryTree, load
-from cronstable.runtime import process
 from cronstable.runtime.output import OutputMirror
 from cronstable.runtime.process import JobProcess, RunResult
 
