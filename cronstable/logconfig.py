@@ -156,12 +156,16 @@ def build(config: dict[str, Any]) -> BuiltLogging:
 def _build_objects(configurator: logging.config.DictConfigurator, built: BuiltLogging) -> None:
     cfg = configurator.config
     formatters = cfg.get("formatters", {})
+    filters = cfg.get("filters", {})
+    for kind, specs in (("formatters", formatters), ("filters", filters)):
+        for name in specs:
+            if not isinstance(specs[name], dict):
+                raise LoggingSetupError((kind, name), "expected a mapping")
     for name in formatters:
         try:
             formatters[name] = configurator.configure_formatter(formatters[name])
         except Exception as exc:
             raise _cannot_build(("formatters", name), exc) from exc
-    filters = cfg.get("filters", {})
     for name in filters:
         try:
             filters[name] = configurator.configure_filter(filters[name])

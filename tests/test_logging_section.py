@@ -180,6 +180,10 @@ async def test_problems_name_the_line_of_what_is_wrong(saved_logging: None) -> N
     record = await applier.reconcile(snap(unknown_handler))
     assert record.errors == ("c.yaml:5:23: logging.root.handlers: no handler named 'gone'",)
 
+    not_a_mapping = JOBS + "logging:\n  version: 1\n  formatters:\n    f: plain\n"
+    record = await applier.reconcile(snap(not_a_mapping))
+    assert record.errors == ("c.yaml:6:5: logging.formatters.f: expected a mapping",)
+
     bad_level = JOBS + "logging:\n  version: 1\n  loggers:\n    x: {level: LOUD}\n"
     record = await applier.reconcile(snap(bad_level))
     assert record.errors == ("c.yaml:6:9: logging.loggers.x.level: unknown level 'LOUD'",)
