@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from datetime import UTC, tzinfo
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -32,3 +33,35 @@ def local_timezone() -> tzinfo:
             return ZoneInfo.from_file(fh, key="localtime")
     except (OSError, ZoneInfoNotFoundError, ValueError):
         return UTC
+
+
+def pipe_holders(inodes: Collection[int]) -> list[int]:
+    """Pids of the processes, other than this one, that hold a pipe with one of ``inodes`` open.
+
+    Linux answers from ``/proc/*/fd``; a process whose descriptors this user
+    cannot read (another user's, as non-root) is not seen.  Elsewhere: ``[]``.
+    Blocking (it reads every process's descriptor table): call it from a thread.
+    """
+    wanted = {f"pipe:[{inode}]" for inode in inodes}
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    found: list[int] = []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        fd_dir = f"/proc/{entry}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:  # exited meanwhile, or not ours to look at
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"{fd_dir}/{fd}") in wanted:
+                    found.append(int(entry))
+                    break
+            except OSError:
+                continue
+    return sorted(found)

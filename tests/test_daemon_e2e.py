@@ -221,3 +221,41 @@ def test_json_log_format(tmp_path: Path, daemon: Callable[..., Daemon]) -> None:
     assert finished["exit_code"] == 3
     assert finished["level"] == "INFO"
     assert {"time", "logger", "message", "scheduled_time", "duration"} <= finished.keys()
+
+
+def test_a_helper_holding_the_output_blocks_neither_forbid_nor_a_graceful_stop(
+    tmp_path: Path, daemon: Callable[..., Daemon]
+) -> None:
+    # issue 7 item 10: each run leaves a `setsid` helper holding its stdout and
+    # stderr for 30 s; the run ends 5 s (the stream grace) after its shell exits
+    runs, helpers = tmp_path / "runs", tmp_path / "helpers"
+    write(
+        tmp_path / "c.yaml",
+        f"""\
+        jobs:
+          - name: spawner
+            command: echo run >> {runs}; setsid sh -c 'sleep 30' & echo $! >> {helpers}
+            schedule: "* * * * * * *"
+            captureStdout: true
+            concurrencyPolicy: Forbid
+        """,
+    )
+    try:
+        d = daemon(tmp_path / "c.yaml", "--log-format", "json")
+        wait_for(lambda: len(lines(runs)) >= 2, timeout=20)  # Forbid let the next fire run
+        d.signal(signal.SIGTERM)
+        assert d.wait(20) == 0  # the run in flight ends with the grace, not with the helper
+        records = [json.loads(line) for line in d.output().splitlines() if line.startswith("{")]
+        warned = [r for r in records if r["level"] == "WARNING" and r.get("job") == "spawner"]
+        assert warned, d.output()
+        message = warned[0]["message"]
+        assert "its main process exited but its stdout and stderr are still open 5 s" in message
+        first_helper = int(lines(helpers)[0])
+        assert first_helper in warned[0]["pids"]
+        assert os.getsid(first_helper) == first_helper  # left running
+    finally:
+        for pid in lines(helpers):
+            try:
+                os.killpg(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -19,7 +19,6 @@ import pytest
 import yaml
 
 from cronstable.config import Job, MemoryTree, load
-from cronstable.runtime import process
 from cronstable.runtime.output import OutputMirror
 from cronstable.runtime.process import JobProcess, RunResult
 
@@ -409,25 +408,78 @@ async def test_cancel_kills_descendants_holding_the_pipe_after_the_child_exited(
 
 
 @pytest.mark.asyncio
-async def test_escaped_descendant_cannot_strand_the_run(
+async def test_escaped_descendant_cannot_strand_a_killed_run(
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     stray_pids: list[int],
 ) -> None:
-    monkeypatch.setattr(process, "STREAM_GRACE", 0.3)
     pids = tmp_path / "pids"
     job = make_job(
-        f"setsid sleep 300 & echo $! > {pids}; exit 0", captureStdout=True, executionTimeout=0.3
+        f"setsid sleep 300 & echo $! > {pids}; sleep 300",
+        captureStdout=True,
+        executionTimeout=0.3,
     )
-    proc = JobProcess(job, scheduled_time=SCHEDULED, attempt=1)
+    proc = JobProcess(job, scheduled_time=SCHEDULED, attempt=1, stream_grace=0.3)
     await proc.start()
     stray_pids.extend(await wait_for_file(pids))
     result = await proc.wait()
     assert result.returncode == -100 and result.timed_out
-    assert result.duration < 2
-    assert "output pipes still open" in caplog.text
+    assert "its process group was killed but its stdout and stderr are still open" in caplog.text
+    assert f"held by pid {stray_pids[0]};" in caplog.text
     assert alive(stray_pids[0])  # outside the group: not ours to kill
+
+
+@pytest.fixture
+def escaped_sessions() -> Iterator[list[int]]:
+    """Session leaders a job started with setsid; their whole group is killed at the end."""
+    leaders: list[int] = []
+    yield leaders
+    for pid in leaders:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.asyncio
+async def test_a_daemonised_helper_holding_stdout_does_not_keep_the_run_going(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    escaped_sessions: list[int],
+) -> None:
+    # issue 7 item 10: `setsid helper &` keeps stdout open after the job's main
+    # process exited; the run used to stay "running" until the helper ended
+    caplog.set_level(logging.WARNING, "cronstable.runtime.process")
+    pids = tmp_path / "pids"
+    job = make_job(
+        f"echo before; setsid sh -c 'sleep 30' 2>/dev/null & echo $! > {pids}; exit 3",
+        name="nightly-report",
+        captureStdout=True,
+        failsWhen={"nonzeroReturn": False},
+    )
+    proc = JobProcess(job, scheduled_time=SCHEDULED, attempt=1, stream_grace=0.5)
+    await proc.start()
+    escaped_sessions.extend(await wait_for_file(pids))
+    [helper] = escaped_sessions
+    result = await asyncio.wait_for(proc.wait(), 10)  # the helper lives 30 s
+    assert not proc.running
+    assert result.returncode == 3 and not result.timed_out and not result.cancelled
+    assert result.stdout == "before"
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    message = warning.getMessage()
+    assert message.startswith("job nightly-report: its main process exited but its stdout is ")
+    holders: list[int] = warning.pids
+    assert helper in holders  # the helper shell, and its sleep
+    assert all(os.getsid(p) == helper for p in holders)
+    assert f"held by pids {', '.join(map(str, holders))}; closing it and leaving them" in message
+    assert all(alive(p) for p in holders)  # reported, never signalled
+
+
+@pytest.mark.asyncio
+async def test_output_written_by_a_descendant_within_the_grace_is_kept() -> None:
+    job = make_job("(sleep 0.3; echo late) & echo early", captureStdout=True)
+    result = await run(job)
+    assert result.stdout == "early\nlate"
 
 
 @pytest.mark.asyncio

@@ -43,16 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-l",
         "--log-level",
-        default="INFO",
+        default=None,
         choices=LOG_LEVELS,
         type=str.upper,
-        help="log level (default INFO)",
+        help="log level (default INFO); given, it wins over the configuration's logging section",
     )
     parser.add_argument(
         "--log-format",
-        default="text",
+        default=None,
         choices=["text", "json"],
-        help="daemon log format: text, or one JSON object per line (default text)",
+        help="daemon log format: text, or one JSON object per line (default text); "
+        "given, it wins over the configuration's logging section",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 

@@ -6,13 +6,15 @@ import asyncio
 from pathlib import Path
 
 
-def cmd_run(spec: str, log_level: str, log_format: str, cache_dir: str | None) -> int:
-    from cronstable.logs import setup_logging
+def cmd_run(spec: str, log_level: str | None, log_format: str | None, cache_dir: str | None) -> int:
+    """``log_level``/``log_format``: None when not given (INFO and text, which the
+    configuration's ``logging`` section may change); given, they win over it."""
+    from cronstable.logs import LogOverrides, setup_logging
     from cronstable.runtime.daemon import Daemon
     from cronstable.sources.base import SourceError
     from cronstable.sources.factory import open_source
 
-    setup_logging(log_level, log_format)
+    setup_logging(log_level or "INFO", log_format or "text")
     try:
         source = open_source(spec, cache_dir=Path(cache_dir) if cache_dir else None)
     except SourceError as exc:
@@ -22,6 +24,7 @@ def cmd_run(spec: str, log_level: str, log_format: str, cache_dir: str | None) -
         return 2
 
     async def main() -> int:
-        return await Daemon(source).run()
+        overrides = LogOverrides(level=log_level, format=log_format)
+        return await Daemon(source, log_overrides=overrides).run()
 
     return asyncio.run(main())

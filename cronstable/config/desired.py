@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import tzinfo
 
 from cronstable.config.models import JobConfig, LoggingConfig, WebConfig
+from cronstable.errors import KeyPath, Problem
 from cronstable.schedule import Schedule
 
 
@@ -32,6 +33,25 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class SectionSite:
+    """Where a daemon-wide section is written, so later checks can point at it."""
+
+    file: str
+    """The file holding the section, as problems show it."""
+    positions: Mapping[KeyPath, tuple[int, int]]
+    """Line and column of the section's key and of its keys a few levels down,
+    by document path (``("logging", "handlers", "file")``)."""
+
+    def problem(self, key: KeyPath, message: str) -> Problem:
+        """A problem at ``key``, located at the deepest part of it that has a position."""
+        for depth in range(len(key), 0, -1):
+            found = self.positions.get(key[:depth])
+            if found is not None:
+                return Problem(self.file, found[0], found[1], key, message)
+        return Problem(self.file, None, None, key, message)
+
+
+@dataclass(frozen=True, slots=True)
 class DesiredState:
     """Frozen, fingerprinted result of loading one revision."""
 
@@ -44,3 +64,5 @@ class DesiredState:
     """Every file the load read (configuration and env files), in the order read."""
     directories: tuple[str, ...] = ()
     """Every directory whose configuration files the load listed (``""`` is the root)."""
+    logging_site: SectionSite | None = None
+    """Where the ``logging`` section is written (None without one)."""

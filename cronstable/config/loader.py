@@ -40,7 +40,7 @@ from pydantic import BaseModel, ValidationError
 from yaml.nodes import Node
 
 from cronstable.config import yamlread
-from cronstable.config.desired import DesiredState, Job
+from cronstable.config.desired import DesiredState, Job, SectionSite
 from cronstable.config.envfile import EnvFileError, parse_env_file
 from cronstable.config.errors_map import clean_loc, describe, known_keys, suggest
 from cronstable.config.models import (
@@ -212,6 +212,7 @@ class _Loader:
         self._sections: dict[str, tuple[str, Any]] = {}
         self.web: WebConfig | None = None
         self.logging: LoggingConfig | None = None
+        self.logging_site: SectionSite | None = None
 
     # ------------------------------------------------------------ problems
 
@@ -237,6 +238,12 @@ class _Loader:
 
     def position(self, file: str, path: KeyPath) -> tuple[int, int] | None:
         return yamlread.locate(self._nodes.get(file), path)
+
+    def site(self, file: str, key: KeyPath, depth: int) -> SectionSite:
+        """Where the section at ``key`` is, with its keys ``depth`` levels down."""
+        return SectionSite(
+            self.shown(file), yamlread.key_positions(self._nodes.get(file), key, depth)
+        )
 
     def validation_problems(
         self, exc: ValidationError, model: type[BaseModel], layers: list[_Layer]
@@ -423,6 +430,7 @@ class _Loader:
                 self.web = section
             elif isinstance(section, LoggingConfig):
                 self.logging = section
+                self.logging_site = self.site(path, (key,), depth=3)
 
     # ------------------------------------------------------------ jobs
 
@@ -623,6 +631,7 @@ def load(
         jobs=jobs,
         web=loader.web,
         logging=loader.logging,
+        logging_site=loader.logging_site,
         job_set_id=job_set_id(job.digest for job in jobs.values()),
         files=tuple(loader.read_order),
         directories=tuple(dict.fromkeys(loader.listed)),

@@ -274,3 +274,39 @@ def locate(root: Node | None, path: KeyPath) -> tuple[int, int] | None:
             break
         node = found
     return mark.line + 1, mark.column + 1
+
+
+def key_positions(root: Node | None, path: KeyPath, depth: int) -> dict[KeyPath, tuple[int, int]]:
+    """Line and column (1-based) of the key at ``path`` and of every mapping key up to
+    ``depth`` levels below it, by document path; linear in the nodes visited."""
+    if root is None:
+        return {}
+    positions: dict[KeyPath, tuple[int, int]] = {}
+    node: Node = root
+    for part in path:  # the key at ``path`` itself, as locate() finds it
+        found: tuple[Node, Node] | None = None
+        if isinstance(node, MappingNode):
+            found = next(
+                (
+                    (key, value)
+                    for key, value in reversed(_entries(node))
+                    if isinstance(key, ScalarNode) and key.value == part
+                ),
+                None,
+            )
+        if found is None:
+            return positions
+        key_node, node = found
+    if path:
+        positions[path] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+    pending: list[tuple[KeyPath, Node, int]] = [(path, node, depth)]
+    while pending:
+        prefix, current, left = pending.pop()
+        if not left or not isinstance(current, MappingNode):
+            continue
+        for key, value in _entries(current):  # later entries win, as in locate()
+            if isinstance(key, ScalarNode):
+                where = (*prefix, key.value)
+                positions[where] = (key.start_mark.line + 1, key.start_mark.column + 1)
+                pending.append((where, value, left - 1))
+    return positions

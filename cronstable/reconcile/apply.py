@@ -1,8 +1,8 @@
 """The Applier: the only code that changes the running daemon.
 
 A revision is applied whole or not at all.  Phase one *prepares* every section
-the plan touches (jobs: resolve users and groups; logging: check the handlers
-and formatters can be built; web, cluster and state join as their features
+the plan touches (jobs: resolve users and groups; logging: build the handlers
+and formatters, not yet installed; web, cluster and state join as their features
 land); if any preparation fails, everything prepared is discarded and the
 previous revision keeps running untouched.  Phase two *commits* each prepared
 section; commits do not fail.
@@ -14,16 +14,16 @@ a rejected revision is not retried in a loop — the next revision is tried.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
-import logging.config
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from cronstable import logconfig
 from cronstable.config import ConfigError, DesiredState, LoadCache, Problem, load
+from cronstable.logs import LogOverrides
 from cronstable.metrics import DaemonMetrics
 from cronstable.reconcile.plan import Plan, plan
 from cronstable.snapshot import Snapshot
@@ -82,9 +82,19 @@ class ReconcileStatus:
 
 
 class LoggingSection:
-    """The ``logging`` section: Python's dictConfig, applied when it changes."""
+    """The ``logging`` section (Python's dictConfig schema), applied when it changes.
+
+    Prepare builds every formatter, filter and handler without touching the
+    running logging (:mod:`cronstable.logconfig`); one that cannot be built
+    rejects the revision, naming its place in the file.  Commit installs them;
+    discard closes them.  ``overrides`` (``-l``/``--log-format`` given on the
+    command line) are applied again after every commit, so they keep winning.
+    """
 
     name = "logging"
+
+    def __init__(self, overrides: LogOverrides | None = None) -> None:
+        self.overrides = overrides if overrides is not None else LogOverrides()
 
     def affected(self, plan: Plan) -> bool:
         return any(s.section == "logging" for s in plan.sections)
@@ -92,44 +102,31 @@ class LoggingSection:
     async def prepare(self, desired: DesiredState) -> Any:
         if desired.logging is None:
             return None
-        config = desired.logging.dict_config()
-        problems = [
-            Problem("", None, None, ("logging", kind, name), message)
-            for kind in ("handlers", "formatters", "filters")
-            for name, spec in (config.get(kind) or {}).items()
-            if (message := _unresolvable(spec)) is not None
-        ]
-        if problems:
-            raise ConfigError(problems)
-        return config
+        try:
+            return await asyncio.to_thread(logconfig.build, desired.logging.dict_config())
+        except logconfig.LoggingSetupError as exc:
+            key = ("logging", *exc.key)
+            site = desired.logging_site
+            raise ConfigError(
+                [
+                    site.problem(key, exc.message)
+                    if site is not None
+                    else Problem("", None, None, key, exc.message)
+                ]
+            ) from exc
 
     def commit(self, prepared: Any, desired: DesiredState) -> None:
         if prepared is None:
             return  # a removed section leaves the logging as it is
         try:
-            logging.config.dictConfig(prepared)
-        except (ValueError, TypeError, AttributeError, ImportError) as exc:
-            logger.error("The logging section could not be applied: %s", exc)
+            prepared.install()
+        except Exception:  # checked in prepare; never let logging stop a revision
+            logger.exception("The logging section could not be installed completely")
+        self.overrides.apply()
 
     async def discard(self, prepared: Any) -> None:
-        return None
-
-
-def _unresolvable(spec: Any) -> str | None:
-    """Why a handler/formatter/filter's class or factory cannot be imported, if it cannot."""
-    if not isinstance(spec, dict):
-        return "expected a mapping"
-    target = spec.get("class") or spec.get("()")
-    if not isinstance(target, str) or target.startswith("ext://"):
-        return None
-    module, _, attr = target.rpartition(".")
-    if not module:
-        return f"{target!r} is not a dotted path"
-    try:
-        found = getattr(importlib.import_module(module), attr, None)
-    except ImportError as exc:
-        return f"cannot import {module!r}: {exc}"
-    return None if found is not None else f"{module!r} has no {attr!r}"
+        if prepared is not None:
+            await asyncio.to_thread(prepared.close)
 
 
 def _internal(exc: Exception) -> Problem:

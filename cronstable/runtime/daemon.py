@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from cronstable.config import ConfigError, DesiredState, Job, Problem
+from cronstable.logs import LogOverrides
 from cronstable.metrics import DaemonMetrics
 from cronstable.reconcile.apply import Applier, LoggingSection
 from cronstable.reconcile.plan import Plan
@@ -106,6 +107,7 @@ class Daemon:
         clock: Clock | None = None,
         mirror: OutputMirror | None = None,
         metrics: DaemonMetrics | None = None,
+        log_overrides: LogOverrides | None = None,
     ) -> None:
         self.source = source
         self.mirror = mirror if mirror is not None else OutputMirror()
@@ -113,7 +115,8 @@ class Daemon:
         self.spawner = ProcessSpawner(self.mirror)
         self.scheduler = Scheduler(clock or SystemClock(), self.spawner)
         self.applier = Applier(
-            [JobsSection(self.scheduler, self.spawner), LoggingSection()], self.metrics
+            [JobsSection(self.scheduler, self.spawner), LoggingSection(log_overrides)],
+            self.metrics,
         )
         self._signals = 0
 

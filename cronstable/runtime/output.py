@@ -188,6 +188,7 @@ class StreamCapture:
         self._warned = False
         self._discarded = 0
         self._produced = False
+        self._ended = False
         self._mirror = mirror
         self._prefix = prefix.encode("utf-8", "replace")
 
@@ -200,6 +201,11 @@ class StreamCapture:
     def produced(self) -> bool:
         """Whether the stream carried any byte at all (discarded lines included)."""
         return self._produced
+
+    @property
+    def ended(self) -> bool:
+        """Whether the end of the stream was seen (:meth:`feed_eof`)."""
+        return self._ended
 
     def text(self) -> str:
         """Kept lines, with a marker line where lines were discarded (when any were)."""
@@ -253,6 +259,7 @@ class StreamCapture:
             self._partial.clear()
             self._take([last])
         self._skipping = False
+        self._ended = True
 
     # ------------------------------------------------------------------ helpers
 

@@ -5,6 +5,12 @@ signals everything the job started, not only the direct child (yacron bug #70):
 SIGTERM to the group, ``killTimeout`` seconds for the child to exit, then SIGKILL
 to the group, always, since descendants may survive the child and hold its pipes.
 
+A run ends when its main process has exited and its captured pipes reached EOF,
+or :data:`STREAM_GRACE` seconds after that exit, whichever comes first: a
+descendant that keeps a pipe open (``setsid helper &``) cannot keep the run
+going.  The pipes are then closed and a warning names the job and the pids
+still holding them; those processes are left alone.
+
 Nothing here raises because of the job: a command that cannot be spawned ends
 as a :class:`RunResult` with return code 127.
 """
@@ -12,6 +18,7 @@ as a :class:`RunResult` with return code 127.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -24,6 +31,7 @@ from typing import Any, Literal
 
 from cronstable.config.desired import Job
 from cronstable.config.models import JobConfig
+from cronstable.platform import pipe_holders
 from cronstable.runtime.identity import Identity
 from cronstable.runtime.output import CHUNK_SIZE, OutputMirror, StreamCapture, StreamName
 
@@ -36,7 +44,8 @@ TIMEOUT_RETURNCODE = -100
 REAP_GRACE = 5.0
 """Seconds to wait for the child to be reaped after SIGKILL."""
 STREAM_GRACE = 5.0
-"""Seconds, after SIGKILL, that captured pipes may stay open before they are closed."""
+"""Seconds captured pipes may stay open once the main process has exited (or its group
+was killed) before they are closed and the run ends."""
 
 Outcome = Literal["exit", "cancel", "timeout"]
 
@@ -164,7 +173,9 @@ class JobProcess:
 
     ``identity`` comes from :func:`cronstable.runtime.identity.resolve_identity`;
     ``mirror`` receives captured lines (None: captured output is not mirrored);
-    ``base_environment`` defaults to the daemon's ``os.environ``.
+    ``base_environment`` defaults to the daemon's ``os.environ``;
+    ``stream_grace`` is how long captured pipes may outlive the main process
+    (default :data:`STREAM_GRACE`).
     """
 
     def __init__(
@@ -177,6 +188,7 @@ class JobProcess:
         base_environment: Mapping[str, str] | None = None,
         mirror: OutputMirror | None = None,
         wall_clock: Callable[[], datetime] = utc_now,
+        stream_grace: float | None = None,
     ) -> None:
         self.job = job
         self.scheduled_time = scheduled_time
@@ -185,6 +197,7 @@ class JobProcess:
         self._base_environment = base_environment
         self._mirror = mirror
         self._wall_clock = wall_clock
+        self._stream_grace = stream_grace
         self.pid: int | None = None
         self._started = False
         self._started_at: datetime | None = None
@@ -278,6 +291,9 @@ class JobProcess:
     async def wait(self) -> RunResult:
         """Wait for the process to exit and its captured pipes to close; the run's result.
 
+        The pipes get at most the stream grace after the exit: a descendant
+        still holding them then is reported and left running, and the run ends.
+
         ``executionTimeout`` is enforced whether or not anyone waits.  Cancelling
         a waiter does not stop the run (use :meth:`cancel`).
         """
@@ -308,27 +324,28 @@ class JobProcess:
     ) -> RunResult:
         pid = transport.get_pid()
         exited = protocol.exited
-        finished = asyncio.create_task(_wait_all([exited, *self._capture_tasks]))
         stop_task = asyncio.create_task(self._stop.wait())
-        timeout = self.job.config.execution_timeout
-        remaining = (
-            None if timeout is None else max(0.0, self._started_mono + timeout - time.monotonic())
-        )
+        drained: asyncio.Task[None] | None = None
         outcome: Outcome = "exit"
         try:
-            done, _ = await asyncio.wait(
-                {finished, stop_task}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-            )
-            if finished not in done:
-                if stop_task in done:
-                    outcome = "cancel"
+            # 1. the main process exits (unless stopped or timed out first)
+            ended = await self._until(exited, stop_task, None)
+            if ended == "done" and self._capture_tasks:
+                # 2. its pipes reach EOF, within the grace: a descendant that keeps
+                # them open (a daemonised helper) must not keep the run going
+                drained = asyncio.create_task(_wait_all(list(self._capture_tasks)))
+                ended = await self._until(drained, stop_task, self._grace())
+                if ended == "grace":
+                    await self._abandon_pipes(transport, "its main process exited")
+            if ended in ("cancel", "timeout"):
+                outcome = "cancel" if ended == "cancel" else "timeout"
+                if outcome == "cancel":
                     logger.info("job %s: stopping pid %d (cancelled)", self.name, pid)
                 else:
-                    outcome = "timeout"
                     logger.warning(
                         "job %s: execution timeout of %g s exceeded; stopping pid %d",
                         self.name,
-                        timeout,
+                        self.job.config.execution_timeout,
                         pid,
                     )
                 await self._terminate(transport, exited)
@@ -337,14 +354,14 @@ class JobProcess:
             self._signal_group(transport, signal.SIGKILL)
             raise
         finally:
-            for task in (stop_task, finished, *self._capture_tasks):
-                if not task.done():
+            for task in (stop_task, drained, *self._capture_tasks):
+                if task is not None and not task.done():
                     task.cancel()
             transport.close()
         exit_status = transport.get_returncode()
         returncode = TIMEOUT_RETURNCODE if outcome == "timeout" else exit_status
         if outcome == "timeout":
-            reason: str | None = f"executionTimeout ({timeout:g} s)"
+            reason: str | None = f"executionTimeout ({self.job.config.execution_timeout:g} s)"
         elif outcome == "cancel":
             reason = "cancelled"
         else:
@@ -364,6 +381,28 @@ class JobProcess:
             reason or "success",
         )
         return self._result
+
+    async def _until(
+        self, target: asyncio.Future[Any], stop_task: asyncio.Task[Any], grace: float | None
+    ) -> Literal["done", "cancel", "timeout", "grace"]:
+        """Wait for ``target``, a stop request, ``executionTimeout`` or ``grace`` seconds."""
+        timeout = self.job.config.execution_timeout
+        remaining = (
+            None if timeout is None else max(0.0, self._started_mono + timeout - time.monotonic())
+        )
+        timeout_first = remaining is not None and (grace is None or remaining <= grace)
+        limit = remaining if timeout_first else grace
+        done, _ = await asyncio.wait(
+            {target, stop_task}, timeout=limit, return_when=asyncio.FIRST_COMPLETED
+        )
+        if target in done:
+            return "done"
+        if stop_task in done:
+            return "cancel"
+        return "timeout" if timeout_first else "grace"
+
+    def _grace(self) -> float:
+        return STREAM_GRACE if self._stream_grace is None else self._stream_grace
 
     async def _terminate(
         self, transport: asyncio.SubprocessTransport, exited: asyncio.Future[None]
@@ -385,19 +424,47 @@ class JobProcess:
                 )
         pending = [task for task in self._capture_tasks if not task.done()]
         if pending:
-            _, still = await asyncio.wait(pending, timeout=STREAM_GRACE)
+            _, still = await asyncio.wait(pending, timeout=self._grace())
             if still:
-                logger.warning(
-                    "job %s: output pipes still open %g s after SIGKILL (held by a process "
-                    "that left the job's process group); closing them",
-                    self.name,
-                    STREAM_GRACE,
-                )
-                for fd in (1, 2):
-                    pipe = transport.get_pipe_transport(fd)
-                    if pipe is not None:
-                        pipe.close()
-                await asyncio.wait(still, timeout=1.0)
+                await self._abandon_pipes(transport, "its process group was killed")
+
+    async def _abandon_pipes(self, transport: asyncio.SubprocessTransport, why: str) -> None:
+        """Close captured pipes still open after the grace; report who holds them.
+
+        The holders are processes that left the job's process group (``setsid``)
+        or outlived its main process: they are named, never signalled.
+        """
+        pending = [task for task in self._capture_tasks if not task.done()]
+        streams = [capture.stream_name for capture in self._captures.values() if not capture.ended]
+        pipes = [
+            pipe
+            for fd in (1, 2)
+            if (pipe := transport.get_pipe_transport(fd)) is not None and not pipe.is_closing()
+        ]
+        inodes: set[int] = set()
+        for pipe in pipes:
+            with contextlib.suppress(AttributeError, OSError, ValueError):
+                inodes.add(os.fstat(pipe.get_extra_info("pipe").fileno()).st_ino)
+        holders = await asyncio.to_thread(pipe_holders, inodes) if inodes else []
+        logger.warning(
+            "job %s: %s but its %s %s still open %g s later, held by %s; closing %s "
+            "and leaving %s running",
+            self.name,
+            why,
+            " and ".join(streams) or "output",
+            "is" if len(streams) == 1 else "are",
+            self._grace(),
+            f"pid{'s' if len(holders) > 1 else ''} {', '.join(map(str, holders))}"
+            if holders
+            else "processes this daemon cannot see",
+            "it" if len(streams) == 1 else "them",
+            "it" if len(holders) == 1 else "them",
+            extra={"job": self.name, "pids": holders},
+        )
+        for pipe in pipes:
+            pipe.close()
+        if pending:
+            await asyncio.wait(pending, timeout=1.0)
 
     def _signal_group(self, transport: asyncio.SubprocessTransport, sig: signal.Signals) -> None:
         """Signal the run's process group (pgid == pid: the job is a session leader)."""
