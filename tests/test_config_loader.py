@@ -1555,6 +1555,14 @@ def test_deeply_nested_logging_values_do_not_crash() -> None:
             pass
 
 
+def test_too_deep_logging_values_are_located() -> None:
+    nested = "[" * 120 + "]" * 120
+    text = f"logging:\n  version: 1\n  root:\n    level: INFO\n  handlers:\n    h: {nested}\n"
+    assert lines({"c.yaml": text}) == [
+        "c.yaml:6:106: logging.handlers.h: nests too deeply below here (more than 100 levels)"
+    ]
+
+
 def test_duplicate_key_problem_has_its_key_path() -> None:
     [problem] = problems({"c.yaml": jobs(job("a", "shell: x\nshell: y\n"))})
     assert problem.key == ("jobs", 0, "shell")
