@@ -501,6 +501,14 @@ def test_literal_choices(setting: str, attribute: str, value: str) -> None:
             id="document-is-a-list",
         ),
         pytest.param(
+            "jobs:\n  - name: a\n    command: echo\n    schedule:\n",
+            [
+                "c.yaml:4:5: jobs[0].schedule: empty schedule: write a cron expression "
+                "(like '0 3 * * *') or a mapping of fields"
+            ],
+            id="empty-schedule",
+        ),
+        pytest.param(
             "jobs: x\n",
             ["c.yaml:1:1: jobs: expected a list of jobs"],
             id="jobs-not-a-list",

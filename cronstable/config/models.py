@@ -435,6 +435,11 @@ def _schedule_shape(value: Any) -> Any:
         return value
     if isinstance(value, str):
         return value
+    if value is None:  # `schedule:` with nothing after it
+        raise PydanticCustomError(
+            "schedule",
+            "empty schedule: write a cron expression (like '0 3 * * *') or a mapping of fields",
+        )
     raise PydanticCustomError(
         "schedule",
         "expected a cron expression or a mapping of fields, got {got}",
