@@ -50,6 +50,7 @@ from cronstable.config.models import (
     LoggingConfig,
     WebConfig,
     schedule_source,
+    secret_paths,
 )
 from cronstable.config.tree import ConfigTree, TreeError, normalize
 from cronstable.errors import ConfigError, KeyPath, Problem
@@ -202,6 +203,8 @@ class _Loader:
         self.display_root = display_root
         self._digests: dict[str, bytes] = {}
         self.problems: list[Problem] = []
+        self.warnings: list[Problem] = []
+        self.positions: dict[KeyPath, tuple[str, int | None, int | None]] = {}
         self.read_order: list[str] = []
         self.listed: list[str] = []
         self._docs: dict[str, dict[str, Any] | None] = {}
@@ -419,10 +422,20 @@ class _Loader:
                 self.validation_problems(exc, model, [_Layer(path, (key,), doc[key])])
                 section = None
             self._sections[key] = (path, section)
+            self._section_positions(path, (key,), doc[key])
             if isinstance(section, WebConfig):
                 self.web = section
             elif isinstance(section, LoggingConfig):
                 self.logging = section
+
+    def _section_positions(self, file: str, key: KeyPath, value: Any) -> None:
+        """Record where a section and its keys (three levels deep) are written."""
+        position = self.position(file, key)
+        line, column = position if position else (None, None)
+        self.positions[key] = (self.shown(file), line, column)
+        if len(key) < 3 and isinstance(value, dict):
+            for name, inner in value.items():
+                self._section_positions(file, (*key, name), inner)
 
     # ------------------------------------------------------------ jobs
 
@@ -451,7 +464,33 @@ class _Loader:
                 job = results.get(entry.index)
                 if job is not None:
                     jobs[job.name] = job
+                    self._secret_warnings(job.config, entry)
         return jobs
+
+    def _secret_warnings(self, config: JobConfig, entry: _JobEntry) -> None:
+        """Warn about a secret given more than one source: only the first set one is used."""
+        for attributes, key in secret_paths(JobConfig):
+            secret: Any = config
+            for name in attributes:
+                secret = getattr(secret, name)
+            given = secret.set_keys()
+            if len(given) < 2:
+                continue
+            source = _attribute(entry.layers, key)
+            layer, path = source if source is not None else (entry.layers[-1], key)
+            where = (*layer.prefix, *path)
+            position = self.position(layer.file, where)
+            line, column = position if position else (None, None)
+            both = (
+                " and ".join(given) + " are both"
+                if len(given) == 2
+                else "value, fromFile and fromEnvVar are all"
+            )
+            message = (
+                f"{both} set; only {given[0]} is used "
+                "(the first set of value, fromFile, fromEnvVar wins)"
+            )
+            self.warnings.append(Problem(self.shown(layer.file), line, column, where, message))
 
     @staticmethod
     def _batches(entries: list[_JobEntry]) -> Iterator[list[_JobEntry]]:
@@ -626,4 +665,6 @@ def load(
         job_set_id=job_set_id(job.digest for job in jobs.values()),
         files=tuple(loader.read_order),
         directories=tuple(dict.fromkeys(loader.listed)),
+        warnings=tuple(dict.fromkeys(loader.warnings)),
+        positions=loader.positions,
     )

@@ -41,6 +41,7 @@ from cronstable.config.types import (
     to_list,
     to_text,
 )
+from cronstable.errors import KeyPath
 from cronstable.schedule import ScheduleError, parse_schedule
 
 DEFAULT_SUBJECT_TEMPLATE = (
@@ -145,7 +146,7 @@ Command = Annotated[str | list[str], BeforeValidator(_command)]
 
 class SecretSource(Model):
     """A secret, read when it is needed: value, else fromFile, else fromEnvVar
-    (the first one set wins)."""
+    (the first one set wins; the loader warns when more than one is set)."""
 
     value: OptText = None
     """The secret itself, inline. Prefer fromFile or fromEnvVar for real secrets."""
@@ -153,6 +154,42 @@ class SecretSource(Model):
     """Path of a file holding the secret (surrounding whitespace is stripped)."""
     from_env_var: OptText = Field(None, alias="fromEnvVar")
     """Name of an environment variable of the daemon holding the secret."""
+
+    def set_keys(self) -> list[str]:
+        """The keys set, in precedence order (yacron's: value, fromFile, fromEnvVar)."""
+        return [
+            key
+            for key, given in (
+                ("value", self.value),
+                ("fromFile", self.from_file),
+                ("fromEnvVar", self.from_env_var),
+            )
+            if given is not None
+        ]
+
+    def chosen(self) -> tuple[str, str] | None:
+        """(key, text) of the source that is used: the first set, in precedence order."""
+        keys = self.set_keys()
+        if not keys:
+            return None
+        text = {"value": self.value, "fromFile": self.from_file, "fromEnvVar": self.from_env_var}
+        return keys[0], str(text[keys[0]])
+
+
+@functools.cache
+def secret_paths(model: type[BaseModel]) -> tuple[tuple[tuple[str, ...], KeyPath], ...]:
+    """Where ``model`` holds secrets: (attribute names, YAML key path) of each SecretSource."""
+    found: list[tuple[tuple[str, ...], KeyPath]] = []
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            continue
+        key = info.alias or name
+        if annotation is SecretSource:
+            found.append(((name,), (key,)))
+        else:
+            found.extend(((name, *a), (key, *k)) for a, k in secret_paths(annotation))
+    return tuple(found)
 
 
 class SentryReport(Model):

@@ -94,7 +94,7 @@ class LoggingSection:
             return None
         config = desired.logging.dict_config()
         problems = [
-            Problem("", None, None, ("logging", kind, name), message)
+            desired.problem(("logging", kind, name), message)
             for kind in ("handlers", "formatters", "filters")
             for name, spec in (config.get(kind) or {}).items()
             if (message := _unresolvable(spec)) is not None
@@ -164,6 +164,8 @@ class Applier:
         except Exception as exc:  # a loader bug must not stop the daemon following its source
             logger.exception("Loading revision %s failed unexpectedly", snapshot.revision)
             return self._rejected(snapshot, started, [_internal(exc)], None)
+        for warning in desired.warnings:
+            logger.warning("Revision %s: %s", snapshot.revision, warning)
         applied_revision = self.status.applied.revision if self.status.applied else None
         the_plan = plan(
             desired,
