@@ -25,6 +25,7 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -83,15 +84,15 @@ class Model(BaseModel):
     def _empty_section_is_default(cls, data: Any) -> Any:
         """``onFailure:`` with nothing after it means the defaults, not an error."""
         if isinstance(data, dict):
-            nested = _section_keys(cls)
+            nested = section_keys(cls)
             if nested and any(data.get(key, 0) is None for key in nested):
                 data = {k: v for k, v in data.items() if not (v is None and k in nested)}
         return data
 
 
 @functools.cache
-def _section_keys(model: type[BaseModel]) -> frozenset[str]:
-    """Keys of ``model`` whose value is itself a model with defaults."""
+def section_keys(model: type[BaseModel]) -> frozenset[str]:
+    """Keys of ``model`` whose value is itself a model with defaults (empty means defaults)."""
     return frozenset(
         info.alias or name
         for name, info in model.model_fields.items()
@@ -127,7 +128,10 @@ def _text_list(value: Any) -> Any:
     return value
 
 
-TextList = Annotated[list[str], BeforeValidator(_text_list)]
+# json_schema_input_type: what the validator takes, so the JSON Schema accepts it too
+TextList = Annotated[
+    list[str], BeforeValidator(_text_list, json_schema_input_type=list[str] | str | None)
+]
 
 
 def _command(value: Any) -> str | list[str]:
@@ -365,7 +369,9 @@ class JobSettings(Model):
     """Read the schedule in UTC (true) or in the daemon's local time zone (false)."""
     timezone: OptText = Field(None, examples=["Europe/Lisbon", "America/New_York"])
     """IANA time zone of the schedule; overrides utc."""
-    environment: Annotated[list[EnvVar], BeforeValidator(to_list)] = Field(default_factory=list)
+    environment: Annotated[
+        list[EnvVar], BeforeValidator(to_list, json_schema_input_type=list[EnvVar] | None)
+    ] = Field(default_factory=list)
     """Variables added to the daemon's environment (the last entry of a key wins)."""
     env_file: OptText = Field(None, examples=["env/backup.env"])
     """File of KEY=VALUE lines, relative to the file naming it; environment wins over it."""
@@ -492,7 +498,9 @@ def _schedule_kind(value: Any) -> str:
 # reports its own errors and not also "expected text".  Tags start with "<" so the
 # loader can drop them from error locations.
 ScheduleSpec = Annotated[
-    Annotated[str, Tag("<expression>")] | Annotated[ScheduleFields, Tag("<fields>")],
+    # text only: an empty schedule, true or 5 is no schedule (other text fields are lenient)
+    Annotated[str, Tag("<expression>"), WithJsonSchema({"type": "string"})]
+    | Annotated[ScheduleFields, Tag("<fields>")],
     Discriminator(_schedule_kind),
     BeforeValidator(_schedule_shape),
 ]
@@ -569,7 +577,8 @@ class WebConfig(Model):
     """The HTTP API."""
 
     listen: Annotated[
-        list[Annotated[str, BeforeValidator(_listen_url)]], BeforeValidator(to_list)
+        list[Annotated[str, BeforeValidator(_listen_url)]],
+        BeforeValidator(to_list, json_schema_input_type=list[str] | None),
     ] = Field(examples=[["http://127.0.0.1:8080", "unix:///run/cronstable.sock"]])
     """Addresses to serve on: http://HOST:PORT or unix:///PATH."""
 
@@ -633,7 +642,9 @@ class LoggingConfig(Model):
 class ConfigFile(Model):
     """One configuration file."""
 
-    jobs: list[JobConfig] = Field(default_factory=list)
+    jobs: Annotated[
+        list[JobConfig], BeforeValidator(to_list, json_schema_input_type=list[JobConfig] | None)
+    ] = Field(default_factory=list)
     """The jobs defined in this file."""
     defaults: JobDefaults = _shared(JobDefaults())
     """Settings for every job of this file; included files' defaults come first."""
