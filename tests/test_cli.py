@@ -240,3 +240,26 @@ def test_run_rejects_an_unknown_log_level_without_a_traceback(tmp_path: Path) ->
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "invalid choice" in result.stderr
+
+
+def test_validate_prints_warnings_and_stays_valid(tmp_path: Path) -> None:
+    config = write(
+        tmp_path / "c.yaml",
+        """\
+        jobs:
+          - name: a
+            command: "true"
+            schedule: "@daily"
+            onFailure:
+              report:
+                sentry:
+                  dsn: {fromFile: /run/dsn, fromEnvVar: SENTRY_DSN}
+        """,
+    )
+    result = cli("validate", str(config))
+    assert result.returncode == 0, result.stderr
+    assert "valid, 1 job" in result.stdout
+    assert result.stderr.splitlines() == [
+        f"  warning: {config}:8:11: jobs[0].onFailure.report.sentry.dsn: fromFile and fromEnvVar "
+        "are both set; only fromFile is used (the first set of value, fromFile, fromEnvVar wins)"
+    ]

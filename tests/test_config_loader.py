@@ -501,6 +501,14 @@ def test_literal_choices(setting: str, attribute: str, value: str) -> None:
             id="document-is-a-list",
         ),
         pytest.param(
+            "jobs:\n  - name: a\n    command: echo\n    schedule:\n",
+            [
+                "c.yaml:4:5: jobs[0].schedule: empty schedule: write a cron expression "
+                "(like '0 3 * * *') or a mapping of fields"
+            ],
+            id="empty-schedule",
+        ),
+        pytest.param(
             "jobs: x\n",
             ["c.yaml:1:1: jobs: expected a list of jobs"],
             id="jobs-not-a-list",
@@ -1555,6 +1563,14 @@ def test_deeply_nested_logging_values_do_not_crash() -> None:
             pass
 
 
+def test_too_deep_logging_values_are_located() -> None:
+    nested = "[" * 120 + "]" * 120
+    text = f"logging:\n  version: 1\n  root:\n    level: INFO\n  handlers:\n    h: {nested}\n"
+    assert lines({"c.yaml": text}) == [
+        "c.yaml:6:106: logging.handlers.h: nests too deeply below here (more than 100 levels)"
+    ]
+
+
 def test_duplicate_key_problem_has_its_key_path() -> None:
     [problem] = problems({"c.yaml": jobs(job("a", "shell: x\nshell: y\n"))})
     assert problem.key == ("jobs", 0, "shell")
@@ -1677,3 +1693,95 @@ def test_an_empty_section_in_a_job_leaves_the_error_where_the_default_is() -> No
     assert lines(files) == [
         "_d.yaml:4:7: defaults.onFailure.retry.maximumRetries: expected an integer, got 'x'"
     ]
+
+
+# --------------------------------------------------------------------------
+# Secrets: yacron's precedence, and a warning when more than one source is set
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("secret", "chosen"),
+    [
+        ("{value: v, fromFile: /f, fromEnvVar: E}", ("value", "v")),
+        ("{fromFile: /f, fromEnvVar: E}", ("fromFile", "/f")),
+        ("{fromEnvVar: E, value: v}", ("value", "v")),
+        ("{fromEnvVar: E}", ("fromEnvVar", "E")),
+        ("{}", None),
+        ("{value: }", None),
+    ],
+)
+def test_the_first_set_secret_source_wins(secret: str, chosen: tuple[str, str] | None) -> None:
+    extra = f"onFailure:\n  report:\n    sentry:\n      dsn: {secret}\n"
+    dsn = ok({"c.yaml": jobs(job("a", extra))}).jobs["a"].config.on_failure.report.sentry.dsn
+    assert dsn.chosen() == chosen
+
+
+def test_one_secret_source_gives_no_warning() -> None:
+    extra = "onSuccess:\n  report:\n    mail:\n      password:\n        fromFile: /run/pw\n"
+    assert ok({"c.yaml": jobs(job("a", extra))}).warnings == ()
+
+
+def test_a_secret_with_two_sources_is_a_warning_at_the_secret() -> None:
+    extra = (
+        "onSuccess:\n  report:\n    mail:\n      password:\n"
+        "        value: x\n        fromFile: /run/pw\n"
+    )
+    state = ok({"c.yaml": jobs(job("a", extra))})
+    assert list(state.jobs) == ["a"]
+    assert [str(w) for w in state.warnings] == [
+        "c.yaml:8:11: jobs[0].onSuccess.report.mail.password: value and fromFile are both set; "
+        "only value is used (the first set of value, fromFile, fromEnvVar wins)"
+    ]
+
+
+def test_a_secret_source_merged_from_defaults_is_a_warning_where_the_job_adds_one() -> None:
+    files = {
+        "c.yaml": "defaults:\n  onFailure:\n    report:\n      sentry:\n        dsn:\n"
+        "          fromEnvVar: SENTRY_DSN\n"
+        + jobs(
+            job("a"),
+            job("b", "onFailure:\n  report:\n    sentry:\n      dsn: {value: https://k@s/1}\n"),
+        )
+    }
+    state = ok(files)
+    assert [str(w) for w in state.warnings] == [
+        "c.yaml:17:11: jobs[1].onFailure.report.sentry.dsn: value and fromEnvVar are both set; "
+        "only value is used (the first set of value, fromFile, fromEnvVar wins)"
+    ]
+
+
+def test_a_secret_with_three_sources_in_defaults_is_one_warning_for_every_job() -> None:
+    files = {
+        "c.yaml": "defaults:\n  onSuccess:\n    report:\n      mail:\n        password:\n"
+        "          {value: a, fromFile: /b, fromEnvVar: C}\n" + jobs(job("a"), job("b"))
+    }
+    state = ok(files)
+    assert [str(w) for w in state.warnings] == [
+        "c.yaml:5:9: defaults.onSuccess.report.mail.password: value, fromFile and fromEnvVar "
+        "are all set; only value is used (the first set of value, fromFile, fromEnvVar wins)"
+    ]
+
+
+def test_secret_warnings_survive_the_load_cache() -> None:
+    from cronstable.config import LoadCache
+
+    extra = "onSuccess:\n  report:\n    mail:\n      password: {value: x, fromEnvVar: P}\n"
+    cache = LoadCache()
+    first = load(tree({"c.yaml": jobs(job("a", extra))}), "c.yaml", cache=cache)
+    again = load(tree({"c.yaml": jobs(job("a", extra))}), "c.yaml", cache=cache)
+    assert again.warnings == first.warnings and len(first.warnings) == 1
+
+
+def test_sections_know_where_their_keys_are_written() -> None:
+    text = "logging:\n  version: 1\n  handlers:\n    console: {class: logging.StreamHandler}\n"
+    state = ok({"c.yaml": text})
+    key: tuple[str, ...] = ("logging", "handlers", "console")
+    assert str(state.problem(key, "x")) == "c.yaml:4:5: logging.handlers.console: x"
+    # deeper keys are placed at the nearest recorded one
+    assert str(state.problem((*key, "class"), "x")) == (
+        "c.yaml:4:15: logging.handlers.console.class: x"
+    )
+    key = ("logging", "handlers", "console", "class", "more")
+    assert str(state.problem(key, "x")) == "c.yaml:4:15: logging.handlers.console.class.more: x"
+    assert str(state.problem(("web",), "x")) == "<config>: web: x"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from cronstable.config.yamlread import DuplicateKeyError, YamlError, locate, parse
+from cronstable.config.yamlread import MAX_DEPTH, DuplicateKeyError, YamlError, locate, parse
 
 
 def data(text: str | bytes) -> object:
@@ -390,6 +390,48 @@ def test_absurd_nesting_is_an_error_not_a_crash(text: str) -> None:
 def test_block_nesting_deeper_than_python_allows_is_an_error() -> None:
     text = "".join(" " * i + "a:\n" for i in range(990))
     assert isinstance(error(text), YamlError)
+
+
+def test_block_nesting_past_the_cap_is_located_where_it_goes_too_deep() -> None:
+    text = "".join(" " * i + f"k{i}:\n" for i in range(MAX_DEPTH + 5))
+    exc = error(text)
+    assert exc.message == f"nests too deeply below here (more than {MAX_DEPTH} levels)"
+    # the value of k100 (the mapping starting at k101 on line 102) is one level too deep
+    assert (exc.line, exc.column) == (MAX_DEPTH + 2, MAX_DEPTH + 2)
+    assert exc.key == ("k0", "k1", "k2")
+
+
+def test_nesting_up_to_the_cap_is_accepted() -> None:
+    above = "".join(" " * i + f"k{i}:\n" for i in range(MAX_DEPTH - 1)) + " " * (MAX_DEPTH - 1)
+    assert isinstance(data(above + "last: x\n"), dict)
+    assert error(above + "last: {one: more}\n").line == MAX_DEPTH
+
+
+def test_nesting_built_up_through_aliases_is_capped_too() -> None:
+    # each anchor is shallow, but every alias puts a whole chain below the next one
+    half = MAX_DEPTH // 2 + 1
+    text = "a: &a " + "[" * half + "]" * half + "\nb: " + "[" * half + "*a" + "]" * half + "\n"
+    exc = error(text)
+    assert exc.message.startswith("nests too deeply")
+    assert exc.line == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "opened", "what"),
+    [
+        ('jobs:\n  - name: a\n    command: "echo hi\n  - name: b\n', (3, 14), "quote"),
+        ("a: 1\nb: 'it\nc: 2\n\n", (2, 4), "quote"),
+        ("a: [1, 2\n", (1, 4), "'['"),
+        ("a: {x: 1\n\n", (1, 4), "'{'"),
+        ("\ufeffa: 'x\n", (1, 4), "quote"),
+    ],
+)
+def test_an_unclosed_quote_or_bracket_is_reported_where_it_opens(
+    text: str, opened: tuple[int, int], what: str
+) -> None:
+    exc = error(text)
+    assert exc.message == f"invalid YAML: the {what} opened here is never closed"
+    assert (exc.line, exc.column) == opened
 
 
 def test_yaml_error_is_an_exception_with_message() -> None:

@@ -165,3 +165,31 @@ async def test_an_internal_error_is_a_rejection_not_a_crash() -> None:
     assert record.outcome == "rejected"
     assert record.errors == ("<config>: internal error (RuntimeError: boom)",)
     assert list(scheduler.jobs) == []
+
+
+async def test_a_logging_section_problem_names_its_file_and_line() -> None:
+    applier, _, _ = make()
+    record = await applier.reconcile(
+        snap(GOOD + "logging:\n  version: 1\n  handlers:\n    h: {class: no.such.Handler}\n")
+    )
+    assert record.outcome == "rejected"
+    [error] = record.errors
+    assert error.startswith("c.yaml:6:5: logging.handlers.h: cannot be built"), error
+
+
+async def test_the_loaders_warnings_are_logged_with_their_place(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    applier, _, _ = make()
+    text = (
+        "jobs:\n  - name: a\n    command: 'true'\n    schedule: '@daily'\n"
+        "    onSuccess: {report: {mail: {password: {value: x, fromEnvVar: PW}}}}\n"
+    )
+    with caplog.at_level("WARNING", logger="cronstable.reconcile.apply"):
+        record = await applier.reconcile(snap(text))
+    assert record.outcome == "applied"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Revision {record.revision}: c.yaml:5:33: jobs[0].onSuccess.report.mail.password: "
+        "value and fromEnvVar are both set; only value is used "
+        "(the first set of value, fromFile, fromEnvVar wins)"
+    ]

@@ -95,3 +95,29 @@ def test_example_repository_loads() -> None:
     assert settlement.environment["PAYMENTS_TIMEOUT"] == "20"
     assert settlement.environment["PAYMENTS_PROVIDER_URL"].startswith("https://")
     assert settlement.environment["CRONSTABLE_EXAMPLE"] == "yes"
+
+
+@pytest.mark.parametrize("written", ["", "true", "5", "1.5", "null"])
+def test_schema_refuses_a_schedule_that_is_not_text(written: str) -> None:
+    # what an editor reads (YAML 1.2): null, a boolean, a number; the loader refuses each too
+    text = f"jobs:\n  - name: a\n    command: x\n    schedule: {written}\n"
+    document = yaml.safe_load(text)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(document, config_schema(), cls=jsonschema.Draft202012Validator)
+    from cronstable.config import ConfigError, MemoryTree, load
+
+    with pytest.raises(ConfigError):
+        load(MemoryTree({"c.yaml": text.encode()}), "c.yaml")
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"jobs": None},
+        {"defaults": None},
+        {"defaults": {"onFailure": None, "environment": None}},
+        {"defaults": {"onSuccess": {"report": {"sentry": {"dsn": None, "fingerprint": "x"}}}}},
+    ],
+)
+def test_schema_accepts_empty_sections_as_the_loader_does(document: dict[str, object]) -> None:
+    jsonschema.validate(document, config_schema(), cls=jsonschema.Draft202012Validator)

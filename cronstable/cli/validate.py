@@ -35,6 +35,8 @@ def cmd_validate(paths: list[str]) -> int:
         print(
             f"{path}: valid, {count} job{'s' if count != 1 else ''}, job-set id {state.job_set_id}"
         )
+        for warning in state.warnings:
+            print(f"  warning: {warning}", file=sys.stderr)
     return status
 
 

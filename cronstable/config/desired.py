@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import tzinfo
 
 from cronstable.config.models import JobConfig, LoggingConfig, WebConfig
 from cronstable.errors import KeyPath, Problem
 from cronstable.schedule import Schedule
+
+Position = tuple[str, int | None, int | None]
+"""(file, line, column) of a key in the revision."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,25 +36,6 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
-class SectionSite:
-    """Where a daemon-wide section is written, so later checks can point at it."""
-
-    file: str
-    """The file holding the section, as problems show it."""
-    positions: Mapping[KeyPath, tuple[int, int]]
-    """Line and column of the section's key and of its keys a few levels down,
-    by document path (``("logging", "handlers", "file")``)."""
-
-    def problem(self, key: KeyPath, message: str) -> Problem:
-        """A problem at ``key``, located at the deepest part of it that has a position."""
-        for depth in range(len(key), 0, -1):
-            found = self.positions.get(key[:depth])
-            if found is not None:
-                return Problem(self.file, found[0], found[1], key, message)
-        return Problem(self.file, None, None, key, message)
-
-
-@dataclass(frozen=True, slots=True)
 class DesiredState:
     """Frozen, fingerprinted result of loading one revision."""
 
@@ -64,5 +48,17 @@ class DesiredState:
     """Every file the load read (configuration and env files), in the order read."""
     directories: tuple[str, ...] = ()
     """Every directory whose configuration files the load listed (``""`` is the root)."""
-    logging_site: SectionSite | None = None
-    """Where the ``logging`` section is written (None without one)."""
+    warnings: tuple[Problem, ...] = ()
+    """What is accepted but probably not meant (a secret with two sources): located
+    like problems; ``validate`` prints them and the daemon logs them."""
+    positions: Mapping[KeyPath, Position] = field(default_factory=dict)
+    """Where the ``web`` and ``logging`` sections and their keys (down to
+    ``logging.handlers.NAME.KEY``) are written, for errors found after loading."""
+
+    def problem(self, key: KeyPath, message: str) -> Problem:
+        """A problem about a section's value, at the nearest of ``key``'s positions."""
+        for depth in range(len(key), 0, -1):
+            where = self.positions.get(key[:depth])
+            if where is not None:
+                return Problem(where[0], where[1], where[2], key, message)
+        return Problem("", None, None, key, message)

@@ -14,10 +14,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from cronstable.config.models import ConfigFile
+from cronstable.config.models import ConfigFile, section_keys
 from cronstable.config.types import FALSE_WORDS, TRUE_WORDS
 
 _BOOL_WORDS = sorted(
@@ -44,6 +45,18 @@ class LenientSchema(GenerateJsonSchema):
     def str_schema(self, schema: core_schema.StringSchema) -> JsonSchemaValue:
         out = super().str_schema(schema)
         out["type"] = ["string", "number", "boolean", "null"]
+        return out
+
+    def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
+        """A section left empty (``onFailure:``) means its defaults, as in the loader."""
+        out = super().model_schema(schema)
+        properties = out.get("properties", {})
+        model: type[BaseModel] = schema["cls"]
+        for key in section_keys(model):
+            prop = properties.get(key)
+            if prop is not None and "$ref" in prop:
+                rest = {k: v for k, v in prop.items() if k != "$ref"}
+                properties[key] = {"anyOf": [{"$ref": prop["$ref"]}, {"type": "null"}], **rest}
         return out
 
 

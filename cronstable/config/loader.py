@@ -40,7 +40,7 @@ from pydantic import BaseModel, ValidationError
 from yaml.nodes import Node
 
 from cronstable.config import yamlread
-from cronstable.config.desired import DesiredState, Job, SectionSite
+from cronstable.config.desired import DesiredState, Job
 from cronstable.config.envfile import EnvFileError, parse_env_file
 from cronstable.config.errors_map import clean_loc, describe, known_keys, suggest
 from cronstable.config.models import (
@@ -50,6 +50,7 @@ from cronstable.config.models import (
     LoggingConfig,
     WebConfig,
     schedule_source,
+    secret_paths,
 )
 from cronstable.config.tree import ConfigTree, TreeError, normalize
 from cronstable.errors import ConfigError, KeyPath, Problem
@@ -202,6 +203,8 @@ class _Loader:
         self.display_root = display_root
         self._digests: dict[str, bytes] = {}
         self.problems: list[Problem] = []
+        self.warnings: list[Problem] = []
+        self.positions: dict[KeyPath, tuple[str, int | None, int | None]] = {}
         self.read_order: list[str] = []
         self.listed: list[str] = []
         self._docs: dict[str, dict[str, Any] | None] = {}
@@ -212,7 +215,6 @@ class _Loader:
         self._sections: dict[str, tuple[str, Any]] = {}
         self.web: WebConfig | None = None
         self.logging: LoggingConfig | None = None
-        self.logging_site: SectionSite | None = None
 
     # ------------------------------------------------------------ problems
 
@@ -238,12 +240,6 @@ class _Loader:
 
     def position(self, file: str, path: KeyPath) -> tuple[int, int] | None:
         return yamlread.locate(self._nodes.get(file), path)
-
-    def site(self, file: str, key: KeyPath, depth: int) -> SectionSite:
-        """Where the section at ``key`` is, with its keys ``depth`` levels down."""
-        return SectionSite(
-            self.shown(file), yamlread.key_positions(self._nodes.get(file), key, depth)
-        )
 
     def validation_problems(
         self, exc: ValidationError, model: type[BaseModel], layers: list[_Layer]
@@ -426,11 +422,20 @@ class _Loader:
                 self.validation_problems(exc, model, [_Layer(path, (key,), doc[key])])
                 section = None
             self._sections[key] = (path, section)
+            self._section_positions(path, (key,), doc[key])
             if isinstance(section, WebConfig):
                 self.web = section
             elif isinstance(section, LoggingConfig):
                 self.logging = section
-                self.logging_site = self.site(path, (key,), depth=3)
+
+    def _section_positions(self, file: str, key: KeyPath, value: Any) -> None:
+        """Record where a section and its keys (to ``logging.handlers.NAME.KEY``) are written."""
+        position = self.position(file, key)
+        line, column = position if position else (None, None)
+        self.positions[key] = (self.shown(file), line, column)
+        if len(key) < 4 and isinstance(value, dict):
+            for name, inner in value.items():
+                self._section_positions(file, (*key, name), inner)
 
     # ------------------------------------------------------------ jobs
 
@@ -459,7 +464,33 @@ class _Loader:
                 job = results.get(entry.index)
                 if job is not None:
                     jobs[job.name] = job
+                    self._secret_warnings(job.config, entry)
         return jobs
+
+    def _secret_warnings(self, config: JobConfig, entry: _JobEntry) -> None:
+        """Warn about a secret given more than one source: only the first set one is used."""
+        for attributes, key in secret_paths(JobConfig):
+            secret: Any = config
+            for name in attributes:
+                secret = getattr(secret, name)
+            given = secret.set_keys()
+            if len(given) < 2:
+                continue
+            source = _attribute(entry.layers, key)
+            layer, path = source if source is not None else (entry.layers[-1], key)
+            where = (*layer.prefix, *path)
+            position = self.position(layer.file, where)
+            line, column = position if position else (None, None)
+            both = (
+                " and ".join(given) + " are both"
+                if len(given) == 2
+                else "value, fromFile and fromEnvVar are all"
+            )
+            message = (
+                f"{both} set; only {given[0]} is used "
+                "(the first set of value, fromFile, fromEnvVar wins)"
+            )
+            self.warnings.append(Problem(self.shown(layer.file), line, column, where, message))
 
     @staticmethod
     def _batches(entries: list[_JobEntry]) -> Iterator[list[_JobEntry]]:
@@ -631,8 +662,9 @@ def load(
         jobs=jobs,
         web=loader.web,
         logging=loader.logging,
-        logging_site=loader.logging_site,
         job_set_id=job_set_id(job.digest for job in jobs.values()),
         files=tuple(loader.read_order),
         directories=tuple(dict.fromkeys(loader.listed)),
+        warnings=tuple(dict.fromkeys(loader.warnings)),
+        positions=loader.positions,
     )

@@ -25,6 +25,7 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -41,6 +42,7 @@ from cronstable.config.types import (
     to_list,
     to_text,
 )
+from cronstable.errors import KeyPath
 from cronstable.schedule import ScheduleError, parse_schedule
 
 DEFAULT_SUBJECT_TEMPLATE = (
@@ -82,15 +84,15 @@ class Model(BaseModel):
     def _empty_section_is_default(cls, data: Any) -> Any:
         """``onFailure:`` with nothing after it means the defaults, not an error."""
         if isinstance(data, dict):
-            nested = _section_keys(cls)
+            nested = section_keys(cls)
             if nested and any(data.get(key, 0) is None for key in nested):
                 data = {k: v for k, v in data.items() if not (v is None and k in nested)}
         return data
 
 
 @functools.cache
-def _section_keys(model: type[BaseModel]) -> frozenset[str]:
-    """Keys of ``model`` whose value is itself a model with defaults."""
+def section_keys(model: type[BaseModel]) -> frozenset[str]:
+    """Keys of ``model`` whose value is itself a model with defaults (empty means defaults)."""
     return frozenset(
         info.alias or name
         for name, info in model.model_fields.items()
@@ -126,7 +128,10 @@ def _text_list(value: Any) -> Any:
     return value
 
 
-TextList = Annotated[list[str], BeforeValidator(_text_list)]
+# json_schema_input_type: what the validator takes, so the JSON Schema accepts it too
+TextList = Annotated[
+    list[str], BeforeValidator(_text_list, json_schema_input_type=list[str] | str | None)
+]
 
 
 def _command(value: Any) -> str | list[str]:
@@ -145,7 +150,7 @@ Command = Annotated[str | list[str], BeforeValidator(_command)]
 
 class SecretSource(Model):
     """A secret, read when it is needed: value, else fromFile, else fromEnvVar
-    (the first one set wins)."""
+    (the first one set wins; the loader warns when more than one is set)."""
 
     value: OptText = None
     """The secret itself, inline. Prefer fromFile or fromEnvVar for real secrets."""
@@ -153,6 +158,42 @@ class SecretSource(Model):
     """Path of a file holding the secret (surrounding whitespace is stripped)."""
     from_env_var: OptText = Field(None, alias="fromEnvVar")
     """Name of an environment variable of the daemon holding the secret."""
+
+    def set_keys(self) -> list[str]:
+        """The keys set, in precedence order (yacron's: value, fromFile, fromEnvVar)."""
+        return [
+            key
+            for key, given in (
+                ("value", self.value),
+                ("fromFile", self.from_file),
+                ("fromEnvVar", self.from_env_var),
+            )
+            if given is not None
+        ]
+
+    def chosen(self) -> tuple[str, str] | None:
+        """(key, text) of the source that is used: the first set, in precedence order."""
+        keys = self.set_keys()
+        if not keys:
+            return None
+        text = {"value": self.value, "fromFile": self.from_file, "fromEnvVar": self.from_env_var}
+        return keys[0], str(text[keys[0]])
+
+
+@functools.cache
+def secret_paths(model: type[BaseModel]) -> tuple[tuple[tuple[str, ...], KeyPath], ...]:
+    """Where ``model`` holds secrets: (attribute names, YAML key path) of each SecretSource."""
+    found: list[tuple[tuple[str, ...], KeyPath]] = []
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            continue
+        key = info.alias or name
+        if annotation is SecretSource:
+            found.append(((name,), (key,)))
+        else:
+            found.extend(((name, *a), (key, *k)) for a, k in secret_paths(annotation))
+    return tuple(found)
 
 
 class SentryReport(Model):
@@ -328,7 +369,9 @@ class JobSettings(Model):
     """Read the schedule in UTC (true) or in the daemon's local time zone (false)."""
     timezone: OptText = Field(None, examples=["Europe/Lisbon", "America/New_York"])
     """IANA time zone of the schedule; overrides utc."""
-    environment: Annotated[list[EnvVar], BeforeValidator(to_list)] = Field(default_factory=list)
+    environment: Annotated[
+        list[EnvVar], BeforeValidator(to_list, json_schema_input_type=list[EnvVar] | None)
+    ] = Field(default_factory=list)
     """Variables added to the daemon's environment (the last entry of a key wins)."""
     env_file: OptText = Field(None, examples=["env/backup.env"])
     """File of KEY=VALUE lines, relative to the file naming it; environment wins over it."""
@@ -435,6 +478,11 @@ def _schedule_shape(value: Any) -> Any:
         return value
     if isinstance(value, str):
         return value
+    if value is None:  # `schedule:` with nothing after it
+        raise PydanticCustomError(
+            "schedule",
+            "empty schedule: write a cron expression (like '0 3 * * *') or a mapping of fields",
+        )
     raise PydanticCustomError(
         "schedule",
         "expected a cron expression or a mapping of fields, got {got}",
@@ -450,7 +498,9 @@ def _schedule_kind(value: Any) -> str:
 # reports its own errors and not also "expected text".  Tags start with "<" so the
 # loader can drop them from error locations.
 ScheduleSpec = Annotated[
-    Annotated[str, Tag("<expression>")] | Annotated[ScheduleFields, Tag("<fields>")],
+    # text only: an empty schedule, true or 5 is no schedule (other text fields are lenient)
+    Annotated[str, Tag("<expression>"), WithJsonSchema({"type": "string"})]
+    | Annotated[ScheduleFields, Tag("<fields>")],
     Discriminator(_schedule_kind),
     BeforeValidator(_schedule_shape),
 ]
@@ -527,7 +577,8 @@ class WebConfig(Model):
     """The HTTP API."""
 
     listen: Annotated[
-        list[Annotated[str, BeforeValidator(_listen_url)]], BeforeValidator(to_list)
+        list[Annotated[str, BeforeValidator(_listen_url)]],
+        BeforeValidator(to_list, json_schema_input_type=list[str] | None),
     ] = Field(examples=[["http://127.0.0.1:8080", "unix:///run/cronstable.sock"]])
     """Addresses to serve on: http://HOST:PORT or unix:///PATH."""
 
@@ -591,7 +642,9 @@ class LoggingConfig(Model):
 class ConfigFile(Model):
     """One configuration file."""
 
-    jobs: list[JobConfig] = Field(default_factory=list)
+    jobs: Annotated[
+        list[JobConfig], BeforeValidator(to_list, json_schema_input_type=list[JobConfig] | None)
+    ] = Field(default_factory=list)
     """The jobs defined in this file."""
     defaults: JobDefaults = _shared(JobDefaults())
     """Settings for every job of this file; included files' defaults come first."""

@@ -59,6 +59,11 @@ _STANDARD_TAGS = frozenset(
     for name in ("str", "int", "float", "bool", "null", "timestamp", "binary", "seq", "map")
 )
 _MAX_NODES = 1_000_000  # expanded through aliases; stops "billion laughs" documents
+MAX_DEPTH = 100
+"""Deepest nesting of collections, aliases expanded (real configurations use under 10).
+
+Checked while building, so every later recursive walk (merging, validation,
+serialization) stays far from Python's recursion limit."""
 
 
 class _Resolver(yaml.resolver.BaseResolver):
@@ -103,19 +108,30 @@ class _Builder:
         self.done: dict[int, Any] = {}
         self.busy: set[int] = set()
         self.size: dict[int, int] = {}
+        self.height: dict[int, int] = {}
+        """Levels of collections in a built node (a scalar is 0)."""
+        self.open: list[Node] = []
+        """The nodes being built, outermost first."""
         self.path: list[str | int] = []
         """Where the builder is, for error messages."""
 
     def build(self, node: Node) -> Any:
         key = id(node)
         if key in self.done:
+            if len(self.path) + self.height[key] > MAX_DEPTH:
+                # an alias: its node sits at the anchor, the collection using it is here
+                raise self._too_deep(self.open[-1] if self.open else node)
             return self.done[key]
+        if len(self.path) > MAX_DEPTH:
+            raise self._too_deep(node)
         if key in self.busy:
             raise _error("an alias refers to a node that contains it", node)
         if node.tag not in _STANDARD_TAGS and node.tag != _MERGE:
             raise _error(f"unsupported tag {node.tag!r}", node)
         self.busy.add(key)
+        self.open.append(node)
         size = 1
+        height = 0
         value: Any
         if isinstance(node, ScalarNode):
             value = None if node.tag == _NULL and node.value in ("", "~", "null") else node.value
@@ -126,20 +142,34 @@ class _Builder:
                 value.append(self.build(child))
                 self.path.pop()
                 size += self.size[id(child)]
+                height = max(height, self.height[id(child)])
+            height += 1
         else:
-            value, size = self.mapping(node)
+            value, size, height = self.mapping(node)
+        self.open.pop()
         self.busy.discard(key)
         self.size[key] = size
+        self.height[key] = height
         if size > _MAX_NODES:
             raise _error("the document expands to too many values through aliases", node)
         self.done[key] = value
         return value
 
-    def mapping(self, node: Node) -> tuple[dict[str, Any], int]:
+    def _too_deep(self, node: Node) -> YamlError:
+        mark = node.start_mark
+        return YamlError(
+            f"nests too deeply below here (more than {MAX_DEPTH} levels)",
+            mark.line + 1,
+            mark.column + 1,
+            tuple(self.path[:3]),  # enough to name the section; the line says where
+        )
+
+    def mapping(self, node: Node) -> tuple[dict[str, Any], int, int]:
         merged: dict[str, Any] = {}
         own: dict[str, Any] = {}
         seen: dict[str, Node] = {}
         size = 1
+        height = 0
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE:
                 sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
@@ -148,6 +178,7 @@ class _Builder:
                         raise _error("a merge key (<<) takes a mapping or a list of them", source)
                     merged.update(self.build(source))
                     size += self.size[id(source)]
+                    height = max(height, self.height[id(source)] - 1)
                 continue
             if not isinstance(key_node, ScalarNode) or key_node.value is None:
                 raise _error("mapping keys must be plain text", key_node)
@@ -166,10 +197,11 @@ class _Builder:
             own[name] = self.build(value_node)
             self.path.pop()
             size += self.size[id(value_node)]
+            height = max(height, self.height[id(value_node)])
         if merged:
             merged.update(own)
-            return merged, size
-        return own, size
+            return merged, size, height + 1
+        return own, size, height + 1
 
 
 def _mark_of(exc: yaml.YAMLError) -> tuple[int | None, int | None]:
@@ -177,6 +209,32 @@ def _mark_of(exc: yaml.YAMLError) -> tuple[int | None, int | None]:
     if mark is None:
         return None, None
     return mark.line + 1, mark.column + 1
+
+
+_OPENERS = {
+    "while scanning a quoted scalar": "the quote",
+    "while parsing a flow sequence": "the '['",
+    "while parsing a flow mapping": "the '{'",
+}
+
+
+def _unclosed(exc: yaml.YAMLError, text: str) -> YamlError | None:
+    """A quote or bracket still open at the end of the file, reported where it opens.
+
+    The parser notices only at the end of the file; that position says nothing
+    about where the mistake is, the opening one does (PyYAML's context mark).
+    """
+    context = getattr(exc, "context", None)
+    opened = getattr(exc, "context_mark", None)
+    ended = getattr(exc, "problem_mark", None)
+    what = _OPENERS.get(str(context))
+    if what is None or opened is None or ended is None:
+        return None
+    if text[ended.index :].strip() and "end of stream" not in str(getattr(exc, "problem", "")):
+        return None  # stopped before the end: the problem mark is the better place
+    return YamlError(
+        f"invalid YAML: {what} opened here is never closed", opened.line + 1, opened.column + 1
+    )
 
 
 def _position(text: str, offset: int) -> tuple[int, int]:
@@ -209,7 +267,8 @@ def parse(data: bytes | str) -> Document:
             raise YamlError(f"not valid UTF-8 ({exc.reason})", bad_line, None) from exc
     else:
         text = data
-    loader = _NodeLoader(text.removeprefix("\ufeff"))
+    text = text.removeprefix("\ufeff")
+    loader = _NodeLoader(text)
     try:
         root: Node | None = loader.get_single_node()
         return Document(None if root is None else _Builder().build(root), root)
@@ -220,6 +279,9 @@ def parse(data: bytes | str) -> Document:
         shown = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
         raise YamlError(f"invalid YAML: unacceptable character {shown}", line, column) from exc
     except yaml.YAMLError as exc:
+        unclosed = _unclosed(exc, text)
+        if unclosed is not None:
+            raise unclosed from exc
         where = _mark_of(exc)
         problem = getattr(exc, "problem", None) or str(exc)
         context = getattr(exc, "context", None)
@@ -274,39 +336,3 @@ def locate(root: Node | None, path: KeyPath) -> tuple[int, int] | None:
             break
         node = found
     return mark.line + 1, mark.column + 1
-
-
-def key_positions(root: Node | None, path: KeyPath, depth: int) -> dict[KeyPath, tuple[int, int]]:
-    """Line and column (1-based) of the key at ``path`` and of every mapping key up to
-    ``depth`` levels below it, by document path; linear in the nodes visited."""
-    if root is None:
-        return {}
-    positions: dict[KeyPath, tuple[int, int]] = {}
-    node: Node = root
-    for part in path:  # the key at ``path`` itself, as locate() finds it
-        found: tuple[Node, Node] | None = None
-        if isinstance(node, MappingNode):
-            found = next(
-                (
-                    (key, value)
-                    for key, value in reversed(_entries(node))
-                    if isinstance(key, ScalarNode) and key.value == part
-                ),
-                None,
-            )
-        if found is None:
-            return positions
-        key_node, node = found
-    if path:
-        positions[path] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-    pending: list[tuple[KeyPath, Node, int]] = [(path, node, depth)]
-    while pending:
-        prefix, current, left = pending.pop()
-        if not left or not isinstance(current, MappingNode):
-            continue
-        for key, value in _entries(current):  # later entries win, as in locate()
-            if isinstance(key, ScalarNode):
-                where = (*prefix, key.value)
-                positions[where] = (key.start_mark.line + 1, key.start_mark.column + 1)
-                pending.append((where, value, left - 1))
-    return positions

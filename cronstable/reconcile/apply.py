@@ -105,15 +105,7 @@ class LoggingSection:
         try:
             return await asyncio.to_thread(logconfig.build, desired.logging.dict_config())
         except logconfig.LoggingSetupError as exc:
-            key = ("logging", *exc.key)
-            site = desired.logging_site
-            raise ConfigError(
-                [
-                    site.problem(key, exc.message)
-                    if site is not None
-                    else Problem("", None, None, key, exc.message)
-                ]
-            ) from exc
+            raise ConfigError([desired.problem(("logging", *exc.key), exc.message)]) from exc
 
     def commit(self, prepared: Any, desired: DesiredState) -> None:
         if prepared is None:
@@ -161,6 +153,8 @@ class Applier:
         except Exception as exc:  # a loader bug must not stop the daemon following its source
             logger.exception("Loading revision %s failed unexpectedly", snapshot.revision)
             return self._rejected(snapshot, started, [_internal(exc)], None)
+        for warning in desired.warnings:
+            logger.warning("Revision %s: %s", snapshot.revision, warning)
         applied_revision = self.status.applied.revision if self.status.applied else None
         the_plan = plan(
             desired,
