@@ -107,8 +107,10 @@ class MemoryTree:
 class DiskTree:
     """A directory on disk, read lazily.  Symlinks are followed but must stay inside."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, max_file_bytes: int | None = None) -> None:
         self.root = os.path.realpath(os.fspath(root))
+        self.max_file_bytes = max_file_bytes
+        """Read at most one byte more than this of a file (the loader refuses it then)."""
 
     def _real(self, path: str) -> str:
         full = os.path.join(self.root, path) if path else self.root
@@ -121,7 +123,8 @@ class DiskTree:
         real = self._real(path)
         try:
             with open(real, "rb") as fh:
-                return fh.read()
+                cap = self.max_file_bytes
+                return fh.read() if cap is None else fh.read(cap + 1)
         except IsADirectoryError:
             raise TreeError(f"{path!r} is a directory") from None
         except FileNotFoundError:
