@@ -5,8 +5,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from cronstable.config.limits import DEFAULT_LIMITS, Limits
 
-def cmd_run(spec: str, log_level: str, log_format: str, cache_dir: str | None) -> int:
+
+def cmd_run(
+    spec: str,
+    log_level: str,
+    log_format: str,
+    cache_dir: str | None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> int:
     from cronstable.logs import setup_logging
     from cronstable.runtime.daemon import Daemon
     from cronstable.sources.base import SourceError
@@ -14,7 +22,7 @@ def cmd_run(spec: str, log_level: str, log_format: str, cache_dir: str | None) -
 
     setup_logging(log_level, log_format)
     try:
-        source = open_source(spec, cache_dir=Path(cache_dir) if cache_dir else None)
+        source = open_source(spec, cache_dir=Path(cache_dir) if cache_dir else None, limits=limits)
     except SourceError as exc:
         import logging
 
@@ -22,6 +30,6 @@ def cmd_run(spec: str, log_level: str, log_format: str, cache_dir: str | None) -
         return 2
 
     async def main() -> int:
-        return await Daemon(source).run()
+        return await Daemon(source, limits=limits).run()
 
     return asyncio.run(main())

@@ -291,7 +291,7 @@ class _Loader:
         revision's byte cap, the load stops (:class:`_Abort`)."""
         data = self.tree.read(path)
         if len(data) > self.limits.max_file_bytes:
-            raise TreeError(f"{path!r} is {self.limits.file_too_big()}")
+            raise TreeError(f"the file is {self.limits.file_too_big()}")
         if path not in self._sizes:
             self._sizes[path] = len(data)
             self._bytes += len(data)

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from cronstable.config import ConfigError, DesiredState, Job, Problem
+from cronstable.config import ConfigError, DesiredState, Job, Limits, Problem
 from cronstable.metrics import DaemonMetrics
 from cronstable.reconcile.apply import Applier, LoggingSection
 from cronstable.reconcile.plan import Plan
@@ -106,6 +106,7 @@ class Daemon:
         clock: Clock | None = None,
         mirror: OutputMirror | None = None,
         metrics: DaemonMetrics | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.source = source
         self.mirror = mirror if mirror is not None else OutputMirror()
@@ -113,7 +114,9 @@ class Daemon:
         self.spawner = ProcessSpawner(self.mirror)
         self.scheduler = Scheduler(clock or SystemClock(), self.spawner)
         self.applier = Applier(
-            [JobsSection(self.scheduler, self.spawner), LoggingSection()], self.metrics
+            [JobsSection(self.scheduler, self.spawner), LoggingSection()],
+            self.metrics,
+            limits=limits,
         )
         self._signals = 0
 
