@@ -132,8 +132,12 @@ class LoadCache:
         used = (self._used_documents, self._used_batches)
         if ok:
             self._good, self._tried = used, ({}, {})
-        else:
-            self._tried = used
+        else:  # what the good load holds already is not held twice
+            documents, batches = self._good
+            self._tried = (
+                {k: v for k, v in used[0].items() if k not in documents},
+                {k: v for k, v in used[1].items() if k not in batches},
+            )
         self._used_documents, self._used_batches = {}, {}
 
     def entries(self) -> int:
