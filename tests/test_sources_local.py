@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from harness_local import make_tree, write_atomically
 
+from cronstable.config.limits import Limits
 from cronstable.snapshot import Snapshot, content_revision
 from cronstable.sources import local
 from cronstable.sources.base import SourceError
@@ -325,9 +326,9 @@ async def test_a_file_spec_in_a_crowded_directory_is_refused(root: Path) -> None
     for i in range(30):
         (root / f"other-{i}").write_bytes(b"x")
     with pytest.raises(SourceError, match="give cronstable.yaml a directory of its own"):
-        await LocalDirSource(root / "cronstable.yaml", max_files=20).start()
-    with pytest.raises(SourceError, match="more than 40 bytes"):
-        await LocalDirSource(root, max_bytes=40).start()
+        await LocalDirSource(root / "cronstable.yaml", limits=Limits(max_files=20)).start()
+    with pytest.raises(SourceError, match="more than 40 bytes.*--max-revision-bytes"):
+        await LocalDirSource(root, limits=Limits(max_revision_bytes=40)).start()
 
 
 async def test_a_file_spec_whose_file_goes_away_keeps_the_last_snapshot(

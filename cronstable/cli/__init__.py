@@ -10,6 +10,7 @@ Exit codes: 0 success (valid), 1 invalid configuration, 2 usage error.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from cronstable import __version__
 from cronstable.platform import DEFAULT_CONFIG_PATH
@@ -18,6 +19,67 @@ EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+if TYPE_CHECKING:
+    from cronstable.config.limits import Limits
+
+
+def _size(text: str) -> int:
+    from cronstable.config.limits import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _count(text: str) -> int:
+    from cronstable.config.limits import parse_count
+
+    try:
+        return parse_count(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _limit_options() -> argparse.ArgumentParser:
+    """--max-file-bytes, --max-revision-bytes, --max-yaml-nodes (run, validate, diff)."""
+    options = argparse.ArgumentParser(add_help=False)
+    group = options.add_argument_group("input limits (a revision past one is refused)")
+    group.add_argument(
+        "--max-file-bytes",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="largest configuration or env file read (default 4M; K, M, G suffixes)",
+    )
+    group.add_argument(
+        "--max-revision-bytes",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="all the files of a revision together (default 64M)",
+    )
+    group.add_argument(
+        "--max-yaml-nodes",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="YAML values in a revision, each alias use counted as a copy (default 250000)",
+    )
+    return options
+
+
+def limits_from(args: argparse.Namespace) -> Limits:
+    """The Limits the command line asks for (defaults for the options not given)."""
+    from cronstable.config.limits import Limits
+
+    given = {
+        name: value
+        for name in ("max_file_bytes", "max_revision_bytes", "max_yaml_nodes")
+        if (value := getattr(args, name, None)) is not None
+    }
+    return Limits(**given)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,7 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     daemon_options.add_argument(
         "--log-format", choices=["text", "json"], default=argparse.SUPPRESS, help="log format"
     )
-    p = sub.add_parser("run", parents=[daemon_options], help="run the daemon in the foreground")
+    limit_options = _limit_options()
+    p = sub.add_parser(
+        "run", parents=[daemon_options, limit_options], help="run the daemon in the foreground"
+    )
     p.add_argument("path", nargs="?", default=None, metavar="PATH", help="same as -c PATH")
     p.add_argument(
         "--source",
@@ -90,7 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(default /var/cache/cronstable as root, else $XDG_CACHE_HOME/cronstable)",
     )
 
-    p = sub.add_parser("validate", help="validate configurations; exit 1 if any is invalid")
+    p = sub.add_parser(
+        "validate",
+        parents=[limit_options],
+        help="validate configurations; exit 1 if any is invalid",
+    )
     p.add_argument("paths", nargs="*", metavar="PATH", help="each path is its own configuration")
 
     p = sub.add_parser("job-set-id", help="print the job-set id of a configuration")
@@ -100,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "diff",
+        parents=[limit_options],
         help="show what applying NEW over OLD changes; exit 0 same, 1 changed, 2 error",
         description="Each side is a path, a source spec (git+https://…, git://…, "
         "etcd://HOST:PORT/PREFIX/), or git:REPO@REF[:SUBDIR] for a local repository at a ref "
@@ -137,7 +207,7 @@ def run_cli(argv: list[str]) -> int:
         from cronstable.cli.validate import cmd_validate
 
         paths = getattr(args, "paths", None) or [args.config or DEFAULT_CONFIG_PATH]
-        return cmd_validate(paths)
+        return cmd_validate(paths, limits_from(args))
     if command == "job-set-id":
         from cronstable.cli.validate import cmd_job_set_id
 
@@ -149,7 +219,7 @@ def run_cli(argv: list[str]) -> int:
     if command == "diff":
         from cronstable.cli.diff import cmd_diff
 
-        return cmd_diff(args.old, args.new, args.format, args.at)
+        return cmd_diff(args.old, args.new, args.format, args.at, limits_from(args))
     if command == "next":
         from cronstable.cli.next import cmd_next
 
@@ -165,4 +235,10 @@ def run_cli(argv: list[str]) -> int:
         or args.config
         or DEFAULT_CONFIG_PATH
     )
-    return cmd_run(spec, args.log_level, args.log_format, getattr(args, "cache_dir", None))
+    return cmd_run(
+        spec,
+        args.log_level,
+        args.log_format,
+        getattr(args, "cache_dir", None),
+        limits_from(args),
+    )

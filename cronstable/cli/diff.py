@@ -15,7 +15,8 @@ from cronstable.cli import EXIT_USAGE
 from cronstable.cli.next import parse_after
 from cronstable.cli.sides import Side, SideError, resolve
 from cronstable.cli.validate import report_invalid
-from cronstable.config import ConfigError, DesiredState
+from cronstable.config import ConfigError, DesiredState, Limits
+from cronstable.config.limits import DEFAULT_LIMITS
 
 EXIT_SAME = 0
 EXIT_CHANGED = 1
@@ -29,14 +30,20 @@ def _load(side: Side) -> DesiredState | None:
         return None
 
 
-def cmd_diff(old_text: str, new_text: str, fmt: str, at_text: str | None) -> int:
+def cmd_diff(
+    old_text: str,
+    new_text: str,
+    fmt: str,
+    at_text: str | None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> int:
     try:
         at: datetime = parse_after(at_text).replace(microsecond=0)
     except ValueError:
         print(f"cronstable diff: --at {at_text!r} is not an ISO 8601 time", file=sys.stderr)
         return EXIT_USAGE
     try:
-        old_side, new_side = resolve(old_text), resolve(new_text)
+        old_side, new_side = resolve(old_text, limits), resolve(new_text, limits)
     except SideError as exc:
         print(f"cronstable diff: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -5,8 +5,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from cronstable.config.limits import DEFAULT_LIMITS, Limits
 
-def cmd_run(spec: str, log_level: str | None, log_format: str | None, cache_dir: str | None) -> int:
+
+def cmd_run(
+    spec: str,
+    log_level: str | None,
+    log_format: str | None,
+    cache_dir: str | None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> int:
     """``log_level``/``log_format``: None when not given (INFO and text, which the
     configuration's ``logging`` section may change); given, they win over it."""
     from cronstable.logs import LogOverrides, setup_logging
@@ -16,7 +24,7 @@ def cmd_run(spec: str, log_level: str | None, log_format: str | None, cache_dir:
 
     setup_logging(log_level or "INFO", log_format or "text")
     try:
-        source = open_source(spec, cache_dir=Path(cache_dir) if cache_dir else None)
+        source = open_source(spec, cache_dir=Path(cache_dir) if cache_dir else None, limits=limits)
     except SourceError as exc:
         import logging
 
@@ -25,6 +33,6 @@ def cmd_run(spec: str, log_level: str | None, log_format: str | None, cache_dir:
 
     async def main() -> int:
         overrides = LogOverrides(level=log_level, format=log_format)
-        return await Daemon(source, log_overrides=overrides).run()
+        return await Daemon(source, log_overrides=overrides, limits=limits).run()
 
     return asyncio.run(main())

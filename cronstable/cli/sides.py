@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cronstable.config import DesiredState
+from cronstable.config import DesiredState, Limits
+from cronstable.config.limits import DEFAULT_LIMITS
 from cronstable.errors import CronstableError
 
 
@@ -33,14 +34,15 @@ class Side:
 
 
 Recogniser = Callable[[str], bool]
-Opener = Callable[[str], Side]
+Opener = Callable[[str, Limits], Side]
+"""Opens what the user typed; files and snapshots are read within the limits given."""
 
 
 def _is_local_git(text: str) -> bool:
     return text.startswith("git:") and not text.startswith("git://")
 
 
-def _open_local_git(text: str) -> Side:
+def _open_local_git(text: str, limits: Limits) -> Side:
     repo, sep, rest = text[len("git:") :].partition("@")
     if not sep or not repo or not rest:
         raise SideError(f"{text!r}: expected git:REPO@REF[:SUBDIR], e.g. git:.@origin/main")
@@ -50,10 +52,12 @@ def _open_local_git(text: str) -> Side:
     from cronstable.sources.factory import local_repo_snapshot
 
     try:
-        snapshot = local_repo_snapshot(repo, ref, subdir.strip("/"))
+        snapshot = local_repo_snapshot(repo, ref, subdir.strip("/"), limits)
     except SourceError as exc:
         raise SideError(f"{text}: {exc}") from exc
-    return Side(text, snapshot.revision, lambda: load(snapshot.tree(), snapshot.entry))
+    return Side(
+        text, snapshot.revision, lambda: load(snapshot.tree(), snapshot.entry, limits=limits)
+    )
 
 
 def _is_source_spec(text: str) -> bool:
@@ -62,7 +66,7 @@ def _is_source_spec(text: str) -> bool:
     return is_remote_spec(text)
 
 
-def _open_source_spec(text: str) -> Side:
+def _open_source_spec(text: str, limits: Limits) -> Side:
     import asyncio
     import tempfile
     from pathlib import Path
@@ -73,7 +77,7 @@ def _open_source_spec(text: str) -> Side:
 
     async def first() -> tuple[str, object]:
         with tempfile.TemporaryDirectory(prefix="cronstable-diff-") as cache:
-            source = open_source(text, cache_dir=Path(cache))
+            source = open_source(text, cache_dir=Path(cache), limits=limits)
             try:
                 await source.start()
                 snapshot = await anext(aiter(source.watch()))
@@ -88,17 +92,17 @@ def _open_source_spec(text: str) -> Side:
     from cronstable.snapshot import Snapshot
 
     assert isinstance(snapshot, Snapshot)
-    return Side(text, revision, lambda: load(snapshot.tree(), snapshot.entry))
+    return Side(text, revision, lambda: load(snapshot.tree(), snapshot.entry, limits=limits))
 
 
-def _open_path(text: str) -> Side:
+def _open_path(text: str, limits: Limits) -> Side:
     import os
 
     from cronstable.config import load_path
 
     if not os.path.exists(text):
         raise SideError(f"{text}: no such file or directory")
-    return Side(text, None, lambda: load_path(text))
+    return Side(text, None, lambda: load_path(text, limits))
 
 
 RESOLVERS: list[tuple[Recogniser, Opener]] = [
@@ -112,8 +116,8 @@ def register(recognise: Recogniser, open_side: Opener) -> None:
     RESOLVERS.insert(0, (recognise, open_side))
 
 
-def resolve(text: str) -> Side:
+def resolve(text: str, limits: Limits = DEFAULT_LIMITS) -> Side:
     for recognise, open_side in RESOLVERS:
         if recognise(text):
-            return open_side(text)
-    return _open_path(text)
+            return open_side(text, limits)
+    return _open_path(text, limits)

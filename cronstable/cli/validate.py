@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from cronstable.cli import EXIT_INVALID, EXIT_OK
-from cronstable.config import ConfigError, DesiredState, load_path
+from cronstable.config import ConfigError, DesiredState, Limits, load_path
+from cronstable.config.limits import DEFAULT_LIMITS
 
 
 def report_invalid(label: str, exc: ConfigError) -> None:
@@ -16,18 +17,18 @@ def report_invalid(label: str, exc: ConfigError) -> None:
         print(f"  {problem}", file=sys.stderr)
 
 
-def load_or_report(path: str) -> DesiredState | None:
+def load_or_report(path: str, limits: Limits = DEFAULT_LIMITS) -> DesiredState | None:
     try:
-        return load_path(path)
+        return load_path(path, limits)
     except ConfigError as exc:
         report_invalid(path, exc)
         return None
 
 
-def cmd_validate(paths: list[str]) -> int:
+def cmd_validate(paths: list[str], limits: Limits = DEFAULT_LIMITS) -> int:
     status = EXIT_OK
     for path in paths:
-        state = load_or_report(path)
+        state = load_or_report(path, limits)
         if state is None:
             status = EXIT_INVALID
             continue

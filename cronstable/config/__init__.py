@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from cronstable.config.desired import DesiredState, Job
+from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.config.loader import LoadCache, load
 from cronstable.config.tree import ConfigTree, DiskTree, MemoryTree
 from cronstable.errors import ConfigError, Problem
@@ -15,6 +16,7 @@ __all__ = [
     "DesiredState",
     "DiskTree",
     "Job",
+    "Limits",
     "LoadCache",
     "MemoryTree",
     "Problem",
@@ -23,11 +25,12 @@ __all__ = [
 ]
 
 
-def load_path(path: str) -> DesiredState:
+def load_path(path: str, limits: Limits = DEFAULT_LIMITS) -> DesiredState:
     """Load a configuration file or directory from disk.
 
     Problems name files as the user would (``PATH/jobs/a.yaml``), not relative
-    to the tree root.
+    to the tree root.  A file over ``limits.max_file_bytes`` is refused without
+    being read whole.
     """
     if os.path.isdir(path):
         root, entry = path, ""
@@ -35,4 +38,5 @@ def load_path(path: str) -> DesiredState:
         root, entry = os.path.dirname(path) or ".", os.path.basename(path)
     else:
         raise ConfigError([Problem(path, None, None, (), "no such file or directory")])
-    return load(DiskTree(root), entry, display_root=root)
+    tree = DiskTree(root, max_file_bytes=limits.max_file_bytes)
+    return load(tree, entry, display_root=root, limits=limits)

@@ -43,6 +43,7 @@ from cronstable.config import yamlread
 from cronstable.config.desired import DesiredState, Job
 from cronstable.config.envfile import EnvFileError, parse_env_file
 from cronstable.config.errors_map import clean_loc, describe, known_keys, suggest
+from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.config.models import (
     ConfigFile,
     JobConfig,
@@ -94,18 +95,24 @@ class LoadCache:
     Parsed files are kept by the digest of their bytes, and each file's built
     jobs by the digests of every input they came from (the file, the files whose
     defaults apply, the env files read), so a one-file edit in a large
-    repository re-parses and re-validates that file's jobs only.  Entries
-    unused by a load are dropped at its end.
+    repository re-parses and re-validates that file's jobs only.
+
+    Bounded: it holds what the last successful load used and what the last
+    rejected load used (so fixing one file of a rejected revision re-reads only
+    that file), nothing else; entries unused by either are dropped at the end of
+    each load.  Each load is within :class:`~cronstable.config.limits.Limits`, so
+    the cache never holds more than two revisions' worth, however many revisions
+    are rejected in a row.
     """
 
     def __init__(self) -> None:
-        self._documents: dict[bytes, yamlread.Document] = {}
-        self._batches: dict[Hashable, _Batch] = {}
+        self._good: tuple[dict[bytes, yamlread.Document], dict[Hashable, _Batch]] = ({}, {})
+        self._tried: tuple[dict[bytes, yamlread.Document], dict[Hashable, _Batch]] = ({}, {})
         self._used_documents: dict[bytes, yamlread.Document] = {}
         self._used_batches: dict[Hashable, _Batch] = {}
 
     def document(self, digest: bytes) -> yamlread.Document | None:
-        doc = self._documents.get(digest)
+        doc = self._good[0].get(digest) or self._tried[0].get(digest)
         if doc is not None:
             self._used_documents[digest] = doc
         return doc
@@ -114,16 +121,29 @@ class LoadCache:
         self._used_documents[digest] = doc
 
     def batch(self, key: Hashable) -> _Batch | None:
-        return self._batches.get(key)
+        return self._good[1].get(key) or self._tried[1].get(key)
 
     def keep_batch(
         self, key: Hashable, jobs: dict[int, Job], deps: tuple[tuple[str, bytes], ...]
     ) -> None:
         self._used_batches[key] = (jobs, deps)
 
-    def finish(self) -> None:
-        self._documents, self._used_documents = self._used_documents, {}
-        self._batches, self._used_batches = self._used_batches, {}
+    def finish(self, ok: bool = True) -> None:
+        """End a load: ``ok`` if it produced a state (else it was rejected)."""
+        used = (self._used_documents, self._used_batches)
+        if ok:
+            self._good, self._tried = used, ({}, {})
+        else:  # what the good load holds already is not held twice
+            documents, batches = self._good
+            self._tried = (
+                {k: v for k, v in used[0].items() if k not in documents},
+                {k: v for k, v in used[1].items() if k not in batches},
+            )
+        self._used_documents, self._used_batches = {}, {}
+
+    def entries(self) -> int:
+        """How many parsed files and built batches are held (for tests and metrics)."""
+        return sum(len(part) for held in (self._good, self._tried) for part in held)
 
 
 def merge(base: Any, over: Any) -> Any:
@@ -194,13 +214,25 @@ def _attribute(layers: list[_Layer], loc: KeyPath) -> tuple[_Layer, KeyPath] | N
     return candidates[-1]
 
 
+class _Abort(Exception):
+    """A revision-wide limit was passed: reading more would only cost memory."""
+
+
 class _Loader:
     def __init__(
-        self, tree: ConfigTree, cache: LoadCache | None = None, display_root: str = ""
+        self,
+        tree: ConfigTree,
+        cache: LoadCache | None = None,
+        display_root: str = "",
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self.tree = tree
         self.cache = cache
         self.display_root = display_root
+        self.limits = limits
+        self._sizes: dict[str, int] = {}
+        self._bytes = 0
+        self._nodes_left = limits.max_yaml_nodes
         self._digests: dict[str, bytes] = {}
         self.problems: list[Problem] = []
         self.warnings: list[Problem] = []
@@ -261,12 +293,34 @@ class _Loader:
 
     # ------------------------------------------------------------ reading
 
+    def read(self, path: str) -> bytes:
+        """A file's bytes, within the limits: TreeError past the per-file cap; past the
+        revision's byte cap, the load stops (:class:`_Abort`)."""
+        data = self.tree.read(path)
+        if len(data) > self.limits.max_file_bytes:
+            raise TreeError(f"the file is {self.limits.file_too_big()}")
+        if path not in self._sizes:
+            self._sizes[path] = len(data)
+            self._bytes += len(data)
+            if self._bytes > self.limits.max_revision_bytes:
+                self.problems.append(
+                    Problem(self.shown(path), None, None, (), self.limits.revision_too_big())
+                )
+                raise _Abort
+        return data
+
+    def _too_many_nodes(self, path: str, line: int | None, column: int | None) -> _Abort:
+        self.problems.append(
+            Problem(self.shown(path), line, column, (), self.limits.too_many_nodes())
+        )
+        return _Abort()
+
     def document(self, path: str) -> dict[str, Any] | None:
         if path in self._docs:
             return self._docs[path]
         self._docs[path] = None
         try:
-            data = self.tree.read(path)
+            data = self.read(path)
         except TreeError as exc:
             self.problems.append(Problem(self.shown(path), None, None, (), str(exc)))
             return None
@@ -274,9 +328,13 @@ class _Loader:
         digest = hashlib.sha256(data).digest()
         self._digests[path] = digest
         parsed = self.cache.document(digest) if self.cache is not None else None
+        if parsed is not None and parsed.size > self._nodes_left:
+            raise self._too_many_nodes(path, None, None)
         if parsed is None:
             try:
-                parsed = yamlread.parse(data)
+                parsed = yamlread.parse(data, self._nodes_left)
+            except yamlread.NodeLimitError as exc:
+                raise self._too_many_nodes(path, exc.line, exc.column) from None
             except yamlread.YamlError as exc:
                 self.problems.append(
                     Problem(self.shown(path), exc.line, exc.column, exc.key, exc.message)
@@ -284,6 +342,7 @@ class _Loader:
                 return None
             if self.cache is not None:
                 self.cache.keep_document(digest, parsed)
+        self._nodes_left -= parsed.size
         self._nodes[path] = parsed.root
         doc = parsed.data
         if doc is None:
@@ -395,7 +454,7 @@ class _Loader:
             else:
                 targets = [target]
                 try:
-                    self.tree.read(target)
+                    self.read(target)
                 except TreeError as exc:
                     self.problem(path, ("include", index), f"cannot include {name!r}: {exc}")
                     continue
@@ -558,7 +617,7 @@ class _Loader:
     def _env_digest(self, path: str) -> bytes | None:
         if path not in self._digests:
             try:
-                self._digests[path] = hashlib.sha256(self.tree.read(path)).digest()
+                self._digests[path] = hashlib.sha256(self.read(path)).digest()
             except TreeError:
                 return None
         return self._digests[path]
@@ -609,7 +668,7 @@ class _Loader:
             key = (*layer.prefix, *path)
             try:
                 target = normalize(posixpath.dirname(layer.file), config.env_file)
-                data = self.tree.read(target)
+                data = self.read(target)
             except TreeError as exc:
                 self.problem(layer.file, key, f"cannot read env_file: {exc}")
                 return None
@@ -642,20 +701,34 @@ def _gc_paused() -> Iterator[None]:
 
 
 def load(
-    tree: ConfigTree, entry: str = "", *, cache: LoadCache | None = None, display_root: str = ""
+    tree: ConfigTree,
+    entry: str = "",
+    *,
+    cache: LoadCache | None = None,
+    display_root: str = "",
+    limits: Limits = DEFAULT_LIMITS,
 ) -> DesiredState:
     """Load the configuration at ``entry`` (a file, a directory, or ``""`` for the root).
 
     Raises :class:`~cronstable.errors.ConfigError` with every problem found.
     ``cache`` carries parses and built jobs over from the previous load;
-    ``display_root`` prefixes the file names problems show.
+    ``display_root`` prefixes the file names problems show; ``limits`` caps the
+    bytes read and the YAML values built (past a revision-wide cap the load stops
+    at once, with the problems found so far).
     """
-    loader = _Loader(tree, cache, display_root)
-    with _gc_paused():
-        entries = loader.load_entry(entry)
-        jobs = loader.build_jobs(entries)
-    if cache is not None:
-        cache.finish()
+    loader = _Loader(tree, cache, display_root, limits)
+    jobs: dict[str, Job] = {}
+    finished = False
+    try:
+        with _gc_paused():
+            entries = loader.load_entry(entry)
+            jobs = loader.build_jobs(entries)
+        finished = True
+    except _Abort:
+        pass
+    finally:
+        if cache is not None:
+            cache.finish(ok=finished and not loader.problems)
     if loader.problems:
         raise ConfigError(loader.problems)
     return DesiredState(

@@ -15,7 +15,7 @@ import os
 import posixpath
 import stat
 from collections.abc import Mapping
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -104,11 +104,34 @@ class MemoryTree:
         )
 
 
+def _read_capped(fh: BinaryIO, cap: int) -> bytes:
+    """At most ``cap + 1`` bytes (more than ``cap`` tells the caller it is too big).
+
+    ``read(n)`` allocates ``n`` bytes up front, so the size asked never exceeds
+    what the file holds (a 64 KiB file is not read into a 1 GiB buffer).
+    """
+    st = os.fstat(fh.fileno())
+    if not stat.S_ISREG(st.st_mode):
+        chunks: list[bytes] = []
+        total = 0
+        while total <= cap and (chunk := fh.read(min(1 << 20, cap + 1 - total))):
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks)
+    want = min(st.st_size, cap) + 1
+    data = fh.read(want)
+    if len(data) == want and want <= cap:  # it grew since fstat
+        data += fh.read(cap + 1 - want)
+    return data
+
+
 class DiskTree:
     """A directory on disk, read lazily.  Symlinks are followed but must stay inside."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, max_file_bytes: int | None = None) -> None:
         self.root = os.path.realpath(os.fspath(root))
+        self.max_file_bytes = max_file_bytes
+        """Read at most one byte more than this of a file (the loader refuses it then)."""
 
     def _real(self, path: str) -> str:
         full = os.path.join(self.root, path) if path else self.root
@@ -121,7 +144,11 @@ class DiskTree:
         real = self._real(path)
         try:
             with open(real, "rb") as fh:
-                return fh.read()
+                return (
+                    fh.read()
+                    if self.max_file_bytes is None
+                    else _read_capped(fh, self.max_file_bytes)
+                )
         except IsADirectoryError:
             raise TreeError(f"{path!r} is a directory") from None
         except FileNotFoundError:

@@ -9,16 +9,25 @@ silently keep the last one).  ``<<`` merge keys work as in YAML 1.1.
 Parsing is done by libyaml when available; the composed node tree is kept
 beside the values so an error can be located (:func:`locate`) without
 parsing again.
+
+Size: :func:`parse` takes a budget of values.  Nodes are counted while they are
+composed (the composer, libyaml's too, calls ``descend_resolver`` before each
+node) and composition stops as soon as the budget is passed, so a file of
+millions of tiny values costs at most the budget's worth of nodes; then the
+values are counted again with every alias expanded (a "billion laughs" document
+is a few nodes that expand to billions of values) and refused past the budget.
 """
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from cronstable.config.limits import DEFAULT_LIMITS
 from cronstable.errors import KeyPath
 
 try:  # libyaml is an order of magnitude faster; fall back to pure Python without it
@@ -54,16 +63,27 @@ class DuplicateKeyError(YamlError):
     pass
 
 
+class NodeLimitError(YamlError):
+    """The document holds more values than the budget :func:`parse` was given."""
+
+
+class _OverBudget(Exception):
+    def __init__(self, line: int | None, column: int | None) -> None:
+        super().__init__(line)
+        self.line = line
+        self.column = column
+
+
 _STANDARD_TAGS = frozenset(
     f"tag:yaml.org,2002:{name}"
     for name in ("str", "int", "float", "bool", "null", "timestamp", "binary", "seq", "map")
 )
-_MAX_NODES = 1_000_000  # expanded through aliases; stops "billion laughs" documents
 MAX_DEPTH = 100
 """Deepest nesting of collections, aliases expanded (real configurations use under 10).
 
 Checked while building, so every later recursive walk (merging, validation,
 serialization) stays far from Python's recursion limit."""
+_UTF8_CHUNK = 1 << 20
 
 
 class _Resolver(yaml.resolver.BaseResolver):
@@ -89,12 +109,39 @@ class _Resolver(yaml.resolver.BaseResolver):
 
 
 class _NodeLoader(_Parser, yaml.composer.Composer, _Resolver):
-    """Composes nodes with their positions; :func:`_build` turns them into values."""
+    """Composes nodes with their positions; :class:`_Builder` turns them into values.
 
-    def __init__(self, stream: str) -> None:
+    Counts the nodes as they are composed and stops past ``budget``.
+    """
+
+    def __init__(self, stream: str | bytes, budget: int) -> None:
         _Parser.__init__(self, stream)
         yaml.composer.Composer.__init__(self)
         _Resolver.__init__(self)
+        self.budget = budget
+        self.count = 0
+
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        # called before every node is composed (not for aliases, which add no node)
+        self.count += 1
+        if self.count > self.budget:
+            raise _OverBudget(*_near(current_node, current_index))
+
+
+def _near(parent: Node | None, index: Any) -> tuple[int | None, int | None]:
+    """Where composition is: the latest node composed under ``parent`` (1-based)."""
+    mark = None
+    if isinstance(index, Node):  # a mapping value: its key
+        mark = index.start_mark
+    elif isinstance(parent, SequenceNode) and parent.value:
+        mark = parent.value[-1].start_mark
+    elif isinstance(parent, MappingNode) and parent.value:
+        mark = parent.value[-1][1].start_mark
+    elif parent is not None:
+        mark = parent.start_mark
+    if mark is None:
+        return None, None
+    return mark.line + 1, mark.column + 1
 
 
 def _error(message: str, node: Node) -> YamlError:
@@ -104,7 +151,8 @@ def _error(message: str, node: Node) -> YamlError:
 class _Builder:
     """Nodes → str/None/list/dict, checking what PyYAML lets through."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
         self.done: dict[int, Any] = {}
         self.busy: set[int] = set()
         self.size: dict[int, int] = {}
@@ -143,6 +191,8 @@ class _Builder:
                 self.path.pop()
                 size += self.size[id(child)]
                 height = max(height, self.height[id(child)])
+                if size > self.budget:
+                    raise self._over(child)
             height += 1
         else:
             value, size, height = self.mapping(node)
@@ -150,8 +200,8 @@ class _Builder:
         self.busy.discard(key)
         self.size[key] = size
         self.height[key] = height
-        if size > _MAX_NODES:
-            raise _error("the document expands to too many values through aliases", node)
+        if size > self.budget:
+            raise self._over(node)
         self.done[key] = value
         return value
 
@@ -164,6 +214,14 @@ class _Builder:
             tuple(self.path[:3]),  # enough to name the section; the line says where
         )
 
+    def _over(self, node: Node) -> NodeLimitError:
+        mark = node.start_mark
+        return NodeLimitError(
+            f"too many values: more than {self.budget:,}, counting each use of an alias as a copy",
+            mark.line + 1,
+            mark.column + 1,
+        )
+
     def mapping(self, node: Node) -> tuple[dict[str, Any], int, int]:
         merged: dict[str, Any] = {}
         own: dict[str, Any] = {}
@@ -173,12 +231,15 @@ class _Builder:
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE:
                 sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
+                size += 2 if isinstance(value_node, SequenceNode) else 1
                 for source in reversed(sources):
                     if not isinstance(source, MappingNode):
                         raise _error("a merge key (<<) takes a mapping or a list of them", source)
                     merged.update(self.build(source))
                     size += self.size[id(source)]
                     height = max(height, self.height[id(source)] - 1)
+                    if size > self.budget:
+                        raise self._over(source)
                 continue
             if not isinstance(key_node, ScalarNode) or key_node.value is None:
                 raise _error("mapping keys must be plain text", key_node)
@@ -196,8 +257,10 @@ class _Builder:
             self.path.append(name)
             own[name] = self.build(value_node)
             self.path.pop()
-            size += self.size[id(value_node)]
+            size += 1 + self.size[id(value_node)]
             height = max(height, self.height[id(value_node)])
+            if size > self.budget:
+                raise self._over(value_node)
         if merged:
             merged.update(own)
             return merged, size, height + 1
@@ -248,38 +311,82 @@ class Document:
 
     data: Any
     root: Node | None
+    size: int = 0
+    """Values in the document, each use of an alias counted as a copy of what it names."""
 
     def locate(self, path: KeyPath) -> tuple[int, int] | None:
         return locate(self.root, path)
 
 
-def parse(data: bytes | str) -> Document:
+def _check_utf8(data: bytes) -> None:
+    """Refuse bytes that are not UTF-8, without decoding them whole (no copy of a big file)."""
+    if data.isascii():
+        return
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
+    for start in range(0, len(data), _UTF8_CHUNK):
+        end = start + _UTF8_CHUNK
+        try:
+            decoder.decode(view[start:end], final=end >= len(data))
+        except UnicodeDecodeError:
+            pass
+        else:
+            continue
+        try:  # again from the start, for the exact position (the error path only)
+            codecs.utf_8_decode(view[:end], "strict", True)
+        except UnicodeDecodeError as exc:
+            bad_line = data.count(b"\n", 0, exc.start) + 1
+            raise YamlError(f"not valid UTF-8 ({exc.reason})", bad_line, None) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _byte_position(data: bytes, offset: int) -> tuple[int, int]:
+    line_start = data.rfind(b"\n", 0, offset) + 1
+    column = len(data[line_start:offset].decode("utf-8", "replace")) + 1
+    return data.count(b"\n", 0, offset) + 1, column
+
+
+def parse(data: bytes | str, budget: int | None = None) -> Document:
     """Parse one YAML document into str/None/list/dict values (and positions).
 
     Raises :class:`YamlError` with a position for anything malformed, including
-    a stream of several documents and text that is not UTF-8.
+    a stream of several documents and text that is not UTF-8, and
+    :class:`NodeLimitError` when the document holds more than ``budget`` values
+    (each use of an alias counted as a copy); composition stops there.
+    Bytes are handed to the parser as they are (a big file is not copied).
     """
+    limit = DEFAULT_LIMITS.max_yaml_nodes if budget is None else budget
+    stream: str | bytes
     if isinstance(data, bytes):
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            bad_line = data[: exc.start].count(b"\n") + 1
-            raise YamlError(f"not valid UTF-8 ({exc.reason})", bad_line, None) from exc
+        _check_utf8(data)
+        stream = data  # libyaml reads (and skips) a UTF-8 BOM itself
     else:
-        text = data
-    text = text.removeprefix("\ufeff")
-    loader = _NodeLoader(text)
+        stream = data.removeprefix("\ufeff")
+    loader = _NodeLoader(stream, limit)
     try:
         root: Node | None = loader.get_single_node()
-        return Document(None if root is None else _Builder().build(root), root)
+        if root is None:
+            return Document(None, None, 0)
+        builder = _Builder(limit)
+        value = builder.build(root)
+        return Document(value, root, builder.size[id(root)])
     except YamlError:
         raise
+    except _OverBudget as exc:
+        raise NodeLimitError(
+            f"too many values: more than {limit:,} (reading stopped here)", exc.line, exc.column
+        ) from None
     except yaml.reader.ReaderError as exc:
-        line, column = _position(text, exc.position)
+        if isinstance(data, bytes):
+            line, column = _byte_position(data, exc.position)
+        else:
+            line, column = _position(data, exc.position)
         shown = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
         raise YamlError(f"invalid YAML: unacceptable character {shown}", line, column) from exc
     except yaml.YAMLError as exc:
-        unclosed = _unclosed(exc, text)
+        # the error path only: decoding a (capped) file here costs nothing on success
+        text = stream if isinstance(stream, str) else stream.decode("utf-8")
+        unclosed = _unclosed(exc, text.removeprefix("\ufeff"))
         if unclosed is not None:
             raise unclosed from exc
         where = _mark_of(exc)

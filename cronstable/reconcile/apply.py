@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from cronstable import logconfig
-from cronstable.config import ConfigError, DesiredState, LoadCache, Problem, load
+from cronstable.config import ConfigError, DesiredState, Limits, LoadCache, Problem, load
 from cronstable.logs import LogOverrides
 from cronstable.metrics import DaemonMetrics
 from cronstable.reconcile.plan import Plan, plan
@@ -128,16 +128,23 @@ def _internal(exc: Exception) -> Problem:
 class Applier:
     """Loads snapshots, plans them against what runs, and applies them two-phase."""
 
-    def __init__(self, sections: Sequence[Section], metrics: DaemonMetrics | None = None) -> None:
+    def __init__(
+        self,
+        sections: Sequence[Section],
+        metrics: DaemonMetrics | None = None,
+        *,
+        limits: Limits | None = None,
+    ) -> None:
         self.sections = list(sections)
         self.metrics = metrics
+        self.limits = limits if limits is not None else Limits()
         self.status = ReconcileStatus()
         self.applied_state: DesiredState | None = None
         self.cache = LoadCache()
         self._lock = asyncio.Lock()
 
     def _load(self, snapshot: Snapshot) -> DesiredState:
-        return load(snapshot.tree(), snapshot.entry, cache=self.cache)
+        return load(snapshot.tree(), snapshot.entry, cache=self.cache, limits=self.limits)
 
     async def reconcile(self, snapshot: Snapshot) -> RevisionRecord:
         """Try one revision; returns the record of the attempt (never raises ConfigError)."""

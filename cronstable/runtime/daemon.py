@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from cronstable.config import ConfigError, DesiredState, Job, Problem
+from cronstable.config import ConfigError, DesiredState, Job, Limits, Problem
 from cronstable.logs import LogOverrides
 from cronstable.metrics import DaemonMetrics
 from cronstable.reconcile.apply import Applier, LoggingSection
@@ -108,6 +108,7 @@ class Daemon:
         mirror: OutputMirror | None = None,
         metrics: DaemonMetrics | None = None,
         log_overrides: LogOverrides | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.source = source
         self.mirror = mirror if mirror is not None else OutputMirror()
@@ -117,6 +118,7 @@ class Daemon:
         self.applier = Applier(
             [JobsSection(self.scheduler, self.spawner), LoggingSection(log_overrides)],
             self.metrics,
+            limits=limits,
         )
         self._signals = 0
 

@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cronstable.config.limits import DEFAULT_LIMITS, OPTION_REVISION_BYTES, Limits, size_text
 from cronstable.etcd import EtcdClient, EtcdCompacted, EtcdError, KeyValue, key_bytes
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
@@ -175,8 +176,10 @@ class EtcdSource(Source):
         cache_dir: Path,
         timeout: float = 5.0,
         retry_max: float = RETRY_MAX,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self.spec = spec
+        self.limits = limits
         self.prefix = key_bytes(spec.prefix)
         host_port = spec.endpoint.split("://", 1)[-1].rstrip("/")
         self.description = f"etcd://{host_port}/{spec.prefix.lstrip('/')}"
@@ -343,6 +346,14 @@ class EtcdSource(Source):
         """Read the whole prefix at one revision and name that content's revision."""
         assert self._client is not None
         result = await self._client.range(self.prefix, prefix=True)
+        total = sum(len(kv.value) for kv in result.kvs)
+        if total > self.limits.max_revision_bytes:
+            # an EtcdError: kept as an outage (the last snapshot stays, retried with back-off)
+            raise EtcdError(
+                f"the prefix holds {size_text(total)}, more than "
+                f"{size_text(self.limits.max_revision_bytes)} "
+                f"(raise the limit with {OPTION_REVISION_BYTES})"
+            )
         header = result.revision
         identity = _identity(result.kvs)
         seen = [revision for revision in self._event_revisions if revision <= header]

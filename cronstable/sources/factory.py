@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
+from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
 
@@ -97,27 +98,31 @@ def is_remote_spec(spec: str) -> bool:
     return scheme in GIT_SCHEMES or scheme == "etcd"
 
 
-def open_source(spec: str, *, cache_dir: Path | None = None) -> Source:
-    """A (not yet started) source for ``spec``."""
+def open_source(
+    spec: str, *, cache_dir: Path | None = None, limits: Limits = DEFAULT_LIMITS
+) -> Source:
+    """A (not yet started) source for ``spec``, holding at most ``limits`` of files."""
     cache = cache_dir or default_cache_dir()
     scheme = urlsplit(spec).scheme
     if scheme in GIT_SCHEMES:
         from cronstable.sources.git import GitSource
 
-        return GitSource(parse_git_spec(spec), cache_dir=cache)
+        return GitSource(parse_git_spec(spec), cache_dir=cache, limits=limits)
     if scheme == "etcd":
         from cronstable.sources.etcd import EtcdSource
 
-        return EtcdSource(parse_etcd_spec(spec), cache_dir=cache)
+        return EtcdSource(parse_etcd_spec(spec), cache_dir=cache, limits=limits)
     if "://" in spec:
         raise SourceError(f"unknown source scheme {scheme!r} in {spec!r}")
     from cronstable.sources.local import LocalDirSource
 
-    return LocalDirSource(Path(spec))
+    return LocalDirSource(Path(spec), limits=limits)
 
 
-def local_repo_snapshot(repo_path: str, ref: str, subdir: str = "") -> Snapshot:
+def local_repo_snapshot(
+    repo_path: str, ref: str, subdir: str = "", limits: Limits = DEFAULT_LIMITS
+) -> Snapshot:
     """A local git repository's files at ``ref`` (``cronstable diff git:REPO@REF[:SUBDIR]``)."""
     from cronstable.sources.git import snapshot_from_local_repo
 
-    return snapshot_from_local_repo(repo_path, ref, subdir)
+    return snapshot_from_local_repo(repo_path, ref, subdir, limits)

@@ -102,6 +102,7 @@ from dulwich.protocol import PEELED_TAG_SUFFIX
 from dulwich.refs import LOCAL_BRANCH_PREFIX, LOCAL_TAG_PREFIX, Ref, check_ref_format
 from dulwich.repo import Repo
 
+from cronstable.config.limits import DEFAULT_LIMITS, OPTION_REVISION_BYTES, Limits, size_text
 from cronstable.retrying import transient
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
@@ -204,11 +205,16 @@ def _normalize_subdir(subdir: str) -> str:
 
 
 def _read_files(
-    store: BaseObjectStore, commit: Commit, subdir: str, where: str
+    store: BaseObjectStore,
+    commit: Commit,
+    subdir: str,
+    where: str,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> dict[str, bytes]:
     """Every regular file of ``commit``'s tree below ``subdir``, by path relative to it.
 
     ``where`` names the origin in log lines (skipped links); errors do not name it.
+    Past ``limits.max_revision_bytes`` in all, reading stops with a SourceError.
     """
     commit_name = _short(commit.id)
     tree_id = commit.tree
@@ -225,6 +231,7 @@ def _read_files(
             if not stat.S_ISDIR(mode):
                 raise SourceError(f"path {subdir!r} in commit {commit_name} is not a directory")
         files: dict[str, bytes] = {}
+        total = 0
         for entry in store.iter_tree_contents(tree_id):
             name = entry.path.decode("utf-8", "surrogateescape")
             if S_ISGITLINK(entry.mode):
@@ -238,6 +245,14 @@ def _read_files(
                 )
             elif stat.S_ISREG(entry.mode):
                 files[name] = store[entry.sha].as_raw_string()
+                total += len(files[name])
+                if total > limits.max_revision_bytes:
+                    below = f" below {subdir!r}" if subdir else ""
+                    raise SourceError(
+                        f"commit {commit_name} holds more than "
+                        f"{size_text(limits.max_revision_bytes)} of files{below} "
+                        f"(raise the limit with {OPTION_REVISION_BYTES})"
+                    )
     except SourceError:
         raise
     except Exception as exc:  # corrupt or incomplete object store, a subdir below a submodule
@@ -340,7 +355,9 @@ def resolve_local_revision(repo: Repo, rev: str) -> Commit:
     return commit
 
 
-def snapshot_from_local_repo(repo_path: str, ref: str, subdir: str = "") -> Snapshot:
+def snapshot_from_local_repo(
+    repo_path: str, ref: str, subdir: str = "", limits: Limits = DEFAULT_LIMITS
+) -> Snapshot:
     """A snapshot of ``ref`` (see :func:`resolve_local_revision`) in a local repository.
 
     ``repo_path`` is a work tree with ``.git`` or a bare repository; ``subdir``
@@ -360,7 +377,7 @@ def snapshot_from_local_repo(repo_path: str, ref: str, subdir: str = "") -> Snap
         raise SourceError(f"cannot open {repo_path}: {exc.strerror or exc}") from exc
     try:
         commit = resolve_local_revision(repo, ref)
-        files = _read_files(repo.object_store, commit, subdir, where)
+        files = _read_files(repo.object_store, commit, subdir, where, limits)
     finally:
         repo.close()
     return Snapshot(revision=commit.id.decode("ascii"), source=where, files=files)
@@ -456,8 +473,9 @@ class _Poll:
 class GitSource(Source):
     """A git remote, fetched into a bare cache repository (see the module documentation)."""
 
-    def __init__(self, spec: GitSpec, *, cache_dir: Path) -> None:
+    def __init__(self, spec: GitSpec, *, cache_dir: Path, limits: Limits = DEFAULT_LIMITS) -> None:
         self.spec = spec
+        self.limits = limits
         parts = urlsplit(spec.url)
         self._scheme = parts.scheme
         self._safe_url = redact_url(spec.url)
@@ -892,6 +910,7 @@ class GitSource(Source):
                     _peel_to_commit(repo.object_store, commit.encode(), commit),
                     self._path,
                     self.description,
+                    self.limits,
                 )
             except SourceError as exc:
                 logger.warning(
@@ -937,7 +956,9 @@ class GitSource(Source):
             if revision in known:
                 return poll
             try:
-                files = _read_files(repo.object_store, commit, self._path, self.description)
+                files = _read_files(
+                    repo.object_store, commit, self._path, self.description, self.limits
+                )
             except SourceError as exc:
                 poll.problem = self._scrub(str(exc))
                 return poll

@@ -17,10 +17,11 @@ What is read:
 * symlinks are followed when they resolve inside the root (its real path,
   recomputed on every scan); links leaving it, dangling links, link loops and
   anything neither a regular file nor a directory are skipped (and logged);
-* a scan is capped at :data:`MAX_FILES` files (and as many directories) and
-  :data:`MAX_BYTES`: a file spec in a crowded directory should get a directory
-  of its own.  Over the cap, :meth:`LocalDirSource.start` fails; later, the last
-  snapshot is kept and a warning logged;
+* a scan is capped at ``limits.max_files`` files (and as many directories) and
+  ``limits.max_revision_bytes`` (:class:`~cronstable.config.limits.Limits`): a
+  file spec in a crowded directory should get a directory of its own.  Over
+  the cap, :meth:`LocalDirSource.start` fails; later, the last snapshot is kept
+  and a warning logged;
 * in a directory, a file that cannot be read fails the scan (the last snapshot
   is kept: a chmod must not silently drop a team's jobs); beside a file spec,
   whose directory may be shared (``/etc``), unreadable siblings are skipped.
@@ -70,16 +71,12 @@ from pathlib import Path
 
 from watchfiles import awatch
 
+from cronstable.config.limits import DEFAULT_LIMITS, OPTION_REVISION_BYTES, Limits, size_text
 from cronstable.config.tree import is_loadable_name
 from cronstable.snapshot import Snapshot, content_revision
 from cronstable.sources.base import Source, SourceError
 
 logger = logging.getLogger(__name__)
-
-MAX_FILES = 10_000
-"""At most this many files (and as many directories) below a root."""
-MAX_BYTES = 64 * 1024 * 1024
-"""At most this many bytes in all the files below a root."""
 
 Identity = tuple[int, int]
 """``(st_dev, st_ino)`` of a directory."""
@@ -166,10 +163,6 @@ def _same_state(a: os.stat_result, b: os.stat_result) -> bool:
     )
 
 
-def _size(n: int) -> str:
-    return f"{n // 2**20} MiB" if n % 2**20 == 0 else f"{n} bytes"
-
-
 class _Walker:
     """One scan of a tree: list it (stat only, capped), then read every file."""
 
@@ -236,7 +229,8 @@ class _Walker:
             )
         return _Problem(
             f"{self.root} holds {what}: a configuration directory should hold the "
-            f"configuration only (at most {self.max_files} files, {_size(self.max_bytes)})"
+            f"configuration only (at most {self.max_files} files, {size_text(self.max_bytes)}; "
+            f"raise the byte limit with {OPTION_REVISION_BYTES})"
         )
 
     def _walk(self, path: str, real: str, rel: str, ancestors: frozenset[Identity]) -> None:
@@ -274,7 +268,7 @@ class _Walker:
                 if len(self.found) > self.max_files:
                     raise self._too_big(f"more than {self.max_files} files")
                 if self.total > self.max_bytes:
-                    raise self._too_big(f"more than {_size(self.max_bytes)}")
+                    raise self._too_big(f"more than {size_text(self.max_bytes)}")
             else:
                 self._skip(child, "neither a regular file nor a directory; skipped")
         for full, child_real, child, st in subdirs:
@@ -350,11 +344,9 @@ class _Walker:
         return data
 
 
-def scan_tree(
-    root: str, entry: str = "", *, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES
-) -> _Scan:
+def scan_tree(root: str, entry: str = "", *, limits: Limits = DEFAULT_LIMITS) -> _Scan:
     """One scan of ``root`` (blocking).  Raises _Gone, _Problem or _Torn."""
-    return _Walker(root, entry, max_files, max_bytes).scan()
+    return _Walker(root, entry, limits.max_files, limits.max_revision_bytes).scan()
 
 
 def _changed_paths(a: _Scan, b: _Scan) -> set[str]:
@@ -408,13 +400,10 @@ class LocalDirSource(Source):
     watch_retry: float = 30.0
     """Seconds of polling (a rescan per ``poll_interval``) after the watch failed to arm."""
 
-    def __init__(
-        self, path: Path, *, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES
-    ) -> None:
+    def __init__(self, path: Path, *, limits: Limits = DEFAULT_LIMITS) -> None:
         self.path = path
         self.description = str(path)
-        self.max_files = max_files
-        self.max_bytes = max_bytes
+        self.limits = limits
         self._root = ""
         self._entry = ""
         self._latest: Snapshot | None = None
@@ -699,8 +688,7 @@ class LocalDirSource(Source):
                     scan_tree,
                     self._root,
                     self._entry,
-                    max_files=self.max_files,
-                    max_bytes=self.max_bytes,
+                    limits=self.limits,
                 )
             except _Torn as exc:
                 moving.add(exc.path)
