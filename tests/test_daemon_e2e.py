@@ -115,7 +115,7 @@ def test_runs_reloads_on_sighup_and_keeps_the_old_config_when_the_new_is_bad(
     write(conf / "jobs.yaml", "jobs:\n  - name: tock\n    schedule: [oops\n")
     d.signal(signal.SIGHUP)
     wait_for(lambda: "rejected" in d.output())
-    assert "jobs.yaml:4:1: invalid YAML" in d.output()
+    assert "jobs.yaml:3:15: invalid YAML: the '[' opened here is never closed" in d.output()
     before = len(lines(second))
     wait_for(lambda: len(lines(second)) >= before + 2)  # the old schedule keeps firing
 

@@ -86,7 +86,7 @@ def test_daemon_follows_a_git_remote(tmp_path: Path, origin: tuple[WorkRepo, Git
         bad = repo.commit({"cron/jobs.yaml": "jobs:\n  - name: x\n    schedule: [oops\n"}, "oops")
         repo.push()
         wait_for(lambda: f"Revision {bad}" in output() and "rejected" in output())
-        assert "jobs.yaml:4:1: invalid YAML" in output()
+        assert "jobs.yaml:3:15: invalid YAML: the '[' opened here is never closed" in output()
         before = sum(line.startswith("every1") for line in lines(out))
         wait_for(lambda: sum(line.startswith("every1") for line in lines(out)) >= before + 2)
 
