@@ -20,6 +20,16 @@ EXIT_USAGE = 2
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
+def _settle_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 60:
+        raise argparse.ArgumentTypeError("the settle time must be more than 0 and at most 60 s")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cronstable",
@@ -87,6 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="where remote sources keep their last applied revision "
         "(default /var/cache/cronstable as root, else $XDG_CACHE_HOME/cronstable)",
+    )
+
+    p.add_argument(
+        "--settle",
+        type=_settle_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="a directory source uses a tree once two reads this far apart agree; "
+        "raise it above the longest pause of a writer that saves files in place (default 0.2)",
     )
 
     p = sub.add_parser("validate", help="validate configurations; exit 1 if any is invalid")
@@ -164,4 +183,10 @@ def run_cli(argv: list[str]) -> int:
         or args.config
         or DEFAULT_CONFIG_PATH
     )
-    return cmd_run(spec, args.log_level, args.log_format, getattr(args, "cache_dir", None))
+    return cmd_run(
+        spec,
+        args.log_level,
+        args.log_format,
+        getattr(args, "cache_dir", None),
+        settle=getattr(args, "settle", None),
+    )

@@ -6,7 +6,14 @@ import asyncio
 from pathlib import Path
 
 
-def cmd_run(spec: str, log_level: str, log_format: str, cache_dir: str | None) -> int:
+def cmd_run(
+    spec: str,
+    log_level: str,
+    log_format: str,
+    cache_dir: str | None,
+    *,
+    settle: float | None = None,
+) -> int:
     from cronstable.logs import setup_logging
     from cronstable.runtime.daemon import Daemon
     from cronstable.sources.base import SourceError
@@ -14,7 +21,7 @@ def cmd_run(spec: str, log_level: str, log_format: str, cache_dir: str | None) -
 
     setup_logging(log_level, log_format)
     try:
-        source = open_source(spec, cache_dir=Path(cache_dir) if cache_dir else None)
+        source = open_source(spec, cache_dir=Path(cache_dir) if cache_dir else None, settle=settle)
     except SourceError as exc:
         import logging
 

@@ -97,8 +97,12 @@ def is_remote_spec(spec: str) -> bool:
     return scheme in GIT_SCHEMES or scheme == "etcd"
 
 
-def open_source(spec: str, *, cache_dir: Path | None = None) -> Source:
-    """A (not yet started) source for ``spec``."""
+def open_source(spec: str, *, cache_dir: Path | None = None, settle: float | None = None) -> Source:
+    """A (not yet started) source for ``spec``.
+
+    ``settle`` is a directory source's settle time (``run --settle``); remote
+    sources deliver whole revisions and have none.
+    """
     cache = cache_dir or default_cache_dir()
     scheme = urlsplit(spec).scheme
     if scheme in GIT_SCHEMES:
@@ -113,7 +117,7 @@ def open_source(spec: str, *, cache_dir: Path | None = None) -> Source:
         raise SourceError(f"unknown source scheme {scheme!r} in {spec!r}")
     from cronstable.sources.local import LocalDirSource
 
-    return LocalDirSource(Path(spec))
+    return LocalDirSource(Path(spec), settle=settle)
 
 
 def local_repo_snapshot(repo_path: str, ref: str, subdir: str = "") -> Snapshot:

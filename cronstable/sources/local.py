@@ -64,6 +64,7 @@ import importlib
 import logging
 import os
 import stat
+import time
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +123,10 @@ class _Scan:
     symlinked files live in (a ConfigMap's current timestamped directory)."""
     notes: tuple[str, ...]
     """Entries skipped on purpose (a link leaving the root, an unreadable sibling…)."""
+    mtimes: dict[str, float]
+    """Each file's modification time (``st_mtime``, wall clock)."""
+    taken: float
+    """Wall-clock time the scan started."""
 
 
 def _identity(path: str) -> Identity | None:
@@ -195,6 +200,7 @@ class _Walker:
         if not stat.S_ISDIR(root_stat.st_mode):
             raise _Gone(f"{self.root} is not a directory")
         identity = (root_stat.st_dev, root_stat.st_ino)
+        taken = time.time()
         self._walk(self.root, self.real_root, "", frozenset({identity}))
         if self.entry and not any(rel == self.entry for rel, _, _ in self.found):
             self._explain_missing_entry()
@@ -209,6 +215,8 @@ class _Walker:
             identity=identity,
             watch=frozenset(self.watch),
             notes=tuple(self.notes),
+            mtimes={rel: st.st_mtime for rel, _, st in self.found if rel in files},
+            taken=taken,
         )
 
     # -- listing ---------------------------------------------------------------
@@ -395,6 +403,10 @@ class LocalDirSource(Source):
 
     settle: float = 0.2
     """Seconds between the two scans that must agree before a snapshot is delivered."""
+    fresh_window: float = 3.0
+    """A file modified less than this many :attr:`settle` s before a scan may still be
+    being written (:meth:`recheck`): the scan that delivers a tree starts one settle
+    after the scan before it, which follows the last write by the watch's batching."""
     settle_timeout: float = 5.0
     """How long a tree that keeps changing is rescanned before a warning (at start: an error)."""
     poll_interval: float = 1.0
@@ -409,15 +421,24 @@ class LocalDirSource(Source):
     """Seconds of polling (a rescan per ``poll_interval``) after the watch failed to arm."""
 
     def __init__(
-        self, path: Path, *, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES
+        self,
+        path: Path,
+        *,
+        max_files: int = MAX_FILES,
+        max_bytes: int = MAX_BYTES,
+        settle: float | None = None,
     ) -> None:
         self.path = path
         self.description = str(path)
         self.max_files = max_files
         self.max_bytes = max_bytes
+        if settle is not None:
+            self.settle = settle
         self._root = ""
         self._entry = ""
         self._latest: Snapshot | None = None
+        self._latest_scan: _Scan | None = None
+        self._scanning = asyncio.Lock()
         self._changed = asyncio.Event()
         self._wake = asyncio.Event()
         self._nudged = False
@@ -489,6 +510,49 @@ class LocalDirSource(Source):
         if self._reads is None:
             return revision
         return content_revision({p: d for p, d in files.items() if self._matters(p)})
+
+    async def recheck(self, snapshot: Snapshot) -> bool:
+        """``snapshot`` did not load: True if it was read while a file was being written.
+
+        A snapshot already replaced by a newer revision is dropped at once.  When a
+        file that matters in it was modified shortly before it was read (within
+        :attr:`fresh_window` settles), a writer may still be in the middle of it: the
+        source waits one more :attr:`settle`, scans until the tree holds still, and
+        publishes what it finds if that differs.  Otherwise (nothing fresh, or the
+        tree unchanged) False: the snapshot is rejected as it is.
+        """
+        latest, scan = self._latest, self._latest_scan
+        if latest is None or scan is None or self._closed:
+            return False
+        if latest.revision != snapshot.revision:
+            return True  # watch() yields the newer one next
+        window = self.fresh_window * self.settle
+        if not any(
+            scan.taken - mtime < window
+            for path, mtime in scan.mtimes.items()
+            if self._matters(path)
+        ):
+            return False
+        await asyncio.sleep(self.settle)
+        async with self._scanning:
+            if self._latest is not latest:
+                return True  # the watch published a newer revision meanwhile
+            try:
+                newer = await self._stable_scan()
+            except (_Gone, _Problem, _Unstable):
+                return False  # the watch reports these; reject what was read
+            if self._key(newer.files, newer.revision) == self._key(scan.files, scan.revision):
+                return False
+            logger.info(
+                "%s: revision %s does not load and was read while %s was being written; "
+                "using the revision written since",
+                self.description,
+                _short(snapshot.revision),
+                ", ".join(_changed_paths(scan, newer)) or "a file",
+            )
+            self._publish(newer)
+            self._wake.set()  # the loop re-arms the watch if the new tree needs it
+            return True
 
     def nudge(self, revision: str | None = None) -> None:
         """Rescan now.  ``revision`` is not used: the directory is read directly."""
@@ -652,7 +716,8 @@ class LocalDirSource(Source):
         """Rescan, publish a new revision, re-arm; True if the tree must be scanned again."""
         loop = asyncio.get_running_loop()
         try:
-            scan = await self._stable_scan()
+            async with self._scanning:  # not beside recheck()'s scan
+                scan = await self._stable_scan()
         except _Gone as exc:
             self._lost(str(exc))
             return False
@@ -719,6 +784,7 @@ class LocalDirSource(Source):
             await asyncio.sleep(self.settle)
 
     def _publish(self, scan: _Scan) -> None:
+        self._latest_scan = scan
         latest = self._latest
         if latest is not None and self._key(latest.files, latest.revision) == self._key(
             scan.files, scan.revision
