@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         default=None,
         help="where the configuration comes from: a path, git+https://…, git://…, "
-        "git+ssh://…, git+file://… (?ref=&path=&interval=), or etcd://HOST:PORT/PREFIX/",
+        "git+ssh://…, git+file://… (?ref=&path=&interval=), etcd://HOST:PORT/PREFIX/, or "
+        "etcds://HOST:PORT/PREFIX/ (?ca=&cert=&key=)",
     )
     p.add_argument(
         "--cache-dir",
