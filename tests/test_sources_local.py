@@ -31,6 +31,7 @@ from cronstable.sources.local import LocalDirSource
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.asyncio]
 
+JOB = b"jobs:\n  - name: %s\n    command: echo\n    schedule: '* * * * *'\n"
 BASE = {"cronstable.yaml": b"jobs: []\n", "jobs/a.yaml": b"jobs:\n  - {name: a}\n"}
 
 
@@ -290,6 +291,7 @@ async def test_hidden_entries_are_skipped_private_ones_are_not(root: Path) -> No
 async def test_symlinks_inside_are_followed_outside_and_loops_are_not(
     root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="cronstable.sources.local")
     (tmp_path / "secret").write_bytes(b"outside\n")
     (root / "shared").mkdir()
     (root / "shared/env").write_bytes(b"A=1\n")
@@ -308,8 +310,63 @@ async def test_symlinks_inside_are_followed_outside_and_loops_are_not(
         "linked-dir/env": b"A=1\n",
         "linked-file.yaml": BASE["jobs/a.yaml"],
     }
-    logged = " ".join(r.getMessage() for r in caplog.records)
-    assert "escape" in logged and "outside" in logged and "fifo" in logged
+    # links leaving the root are not read, but named: the loader decides (below)
+    real = await asyncio.to_thread(os.path.realpath, tmp_path)
+    assert dict(snap.outside) == {"escape": f"{real}/secret", "escape-dir/": real}
+    warned = " ".join(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+    assert "fifo" in warned and "escape" not in warned  # not loaded: DEBUG only
+
+
+@pytest.mark.parametrize(
+    ("link", "files", "error"),
+    [
+        # a configuration file of the loaded directory
+        ("jobs/escape.yaml", {}, "jobs/escape.yaml"),
+        # an include target
+        ("_inc.yaml", {"cronstable.yaml": b"include: [_inc.yaml]\n"}, "cannot include"),
+        # an env_file target
+        (
+            "app.env",
+            {"jobs/a.yaml": JOB % b"a" + b"    env_file: ../app.env\n"},
+            "cannot read env_file",
+        ),
+        # a file below a linked directory, through an include
+        ("_d", {"cronstable.yaml": b"include: [_d/x.yaml]\n"}, "cannot include"),
+    ],
+    ids=["loadable-name", "include", "env-file", "include-through-dir-link"],
+)
+async def test_a_link_leaving_the_tree_that_the_load_reads_is_an_error_as_in_validate(
+    tmp_path: Path, link: str, files: dict[str, bytes], error: str
+) -> None:
+    from cronstable.config import ConfigError, load
+    from cronstable.config.tree import DiskTree
+
+    outside = tmp_path / "outside"
+    make_tree(outside, {"x.yaml": JOB % b"x", "app.env": b"A=1\n"})
+    target = outside if link == "_d" else outside / ("app.env" if link == "app.env" else "x.yaml")
+    root = tmp_path / "cfg"
+    make_tree(root, {**BASE, "jobs/a.yaml": JOB % b"a", **files})
+    (root / link).symlink_to(target)
+    (root / "notes.txt").symlink_to(outside / "x.yaml")  # never loaded: fine in both
+
+    with pytest.raises(ConfigError, match="resolves outside") as on_disk:  # validate's view
+        load(DiskTree(root))
+    assert error in str(on_disk.value)
+    applier = Applier([])
+    async with running(root) as (_, it):
+        snap = await next_snapshot(it)
+        record = await applier.reconcile(snap)  # the daemon's view
+    assert record.outcome == "rejected", record
+    assert any("resolves outside" in e and error in e for e in record.errors), record.errors
+
+    (root / link).unlink()  # the same content inside the tree loads in both
+    if target.is_dir():
+        shutil.copytree(target, root / link)
+    else:
+        (root / link).write_bytes(target.read_bytes())
+    load(DiskTree(root))
+    async with running(root) as (_, it):
+        assert (await applier.reconcile(await next_snapshot(it))).outcome == "applied"
 
 
 async def test_a_file_spec_reads_its_siblings(root: Path) -> None:
@@ -536,9 +593,6 @@ async def test_after_apply_a_directory_still_sees_new_configuration_files(root: 
         write_atomically(root / "jobs" / "b.yaml", b"jobs: []\n")
         snap = await next_snapshot(it)
         assert snap.files["jobs/b.yaml"] == b"jobs: []\n"
-
-
-JOB = b"jobs:\n  - name: %s\n    command: echo\n    schedule: '* * * * *'\n"
 
 
 @pytest.mark.parametrize(

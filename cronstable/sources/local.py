@@ -15,8 +15,12 @@ What is read:
   ``_`` names *are* read: the loader skips them when it loads a directory, but a
   file may include them.  A file spec's own file is read even when hidden;
 * symlinks are followed when they resolve inside the root (its real path,
-  recomputed on every scan); links leaving it, dangling links, link loops and
-  anything neither a regular file nor a directory are skipped (and logged);
+  recomputed on every scan).  Links leaving it are not read but named in the
+  snapshot (:attr:`~cronstable.snapshot.Snapshot.outside`): loading one (a
+  configuration file of a loaded directory, an include, an env_file) is an
+  error, as in ``cronstable validate``; the others are logged at DEBUG only.
+  Dangling links, link loops and anything neither a regular file nor a
+  directory are skipped (and logged);
 * a scan is capped at :data:`MAX_FILES` files (and as many directories) and
   :data:`MAX_BYTES`: a file spec in a crowded directory should get a directory
   of its own.  Over the cap, :meth:`LocalDirSource.start` fails; later, the last
@@ -122,7 +126,9 @@ class _Scan:
     """Real paths of the directories to watch: every one walked, and the ones that
     symlinked files live in (a ConfigMap's current timestamped directory)."""
     notes: tuple[str, ...]
-    """Entries skipped on purpose (a link leaving the root, an unreadable sibling…)."""
+    """Entries skipped on purpose (an unreadable sibling, a link loop…)."""
+    outside: dict[str, str]
+    """Links leaving the root (path → target; a directory's path ends in ``/``)."""
     mtimes: dict[str, float]
     """Each file's modification time (``st_mtime``, wall clock)."""
     taken: float
@@ -189,6 +195,7 @@ class _Walker:
         self.dirs = 0
         self.watch: set[str] = set()
         self.notes: list[str] = []
+        self.outside: dict[str, str] = {}
         self.total = 0
 
     def scan(self) -> _Scan:
@@ -211,7 +218,8 @@ class _Walker:
                 files[rel] = data
         return _Scan(
             files=files,
-            revision=content_revision(files),
+            revision=_revision(files, self.outside),
+            outside=dict(sorted(self.outside.items())),
             identity=identity,
             watch=frozenset(self.watch),
             notes=tuple(self.notes),
@@ -302,7 +310,9 @@ class _Walker:
                 return item.stat(follow_symlinks=False), None
             target = os.path.realpath(item.path)
             if not self._inside(target):
-                self._skip(rel, f"a link to {target}, outside {self.real_root}; skipped")
+                # not read; the loader fails on it only if it would read it
+                is_dir = os.path.isdir(target)
+                self.outside[rel + "/" if is_dir else rel] = target
                 return None
             return os.stat(item.path), target
         except FileNotFoundError:
@@ -363,6 +373,15 @@ def scan_tree(
 ) -> _Scan:
     """One scan of ``root`` (blocking).  Raises _Gone, _Problem or _Torn."""
     return _Walker(root, entry, max_files, max_bytes).scan()
+
+
+def _revision(files: Mapping[str, bytes], outside: Mapping[str, str]) -> str:
+    """The content revision; links leaving the tree count too (a new one may break a load)."""
+    if not outside:
+        return content_revision(files)
+    # "\0" cannot be in a file name: these entries never collide with a file's
+    marked = {f"{path}\0outside": target.encode() for path, target in outside.items()}
+    return content_revision({**files, **marked})
 
 
 def _changed_paths(a: _Scan, b: _Scan) -> set[str]:
@@ -505,11 +524,14 @@ class LocalDirSource(Source):
         # a new configuration file in a directory the load listed (the root, an include)
         return any(path.startswith(d) and is_loadable_name(path[len(d) :]) for d in self._listed)
 
-    def _key(self, files: Mapping[str, bytes], revision: str) -> str:
-        """What decides whether two scans differ: the files that matter."""
+    def _key(self, files: Mapping[str, bytes], revision: str, outside: Mapping[str, str]) -> str:
+        """What decides whether two scans differ: the files (and outside links) that matter."""
         if self._reads is None:
             return revision
-        return content_revision({p: d for p, d in files.items() if self._matters(p)})
+        return _revision(
+            {p: d for p, d in files.items() if self._matters(p)},
+            {p: t for p, t in outside.items() if p.endswith("/") or self._matters(p)},
+        )
 
     async def recheck(self, snapshot: Snapshot) -> bool:
         """``snapshot`` did not load: True if it was read while a file was being written.
@@ -541,7 +563,9 @@ class LocalDirSource(Source):
                 newer = await self._stable_scan()
             except (_Gone, _Problem, _Unstable):
                 return False  # the watch reports these; reject what was read
-            if self._key(newer.files, newer.revision) == self._key(scan.files, scan.revision):
+            if self._key(newer.files, newer.revision, newer.outside) == self._key(
+                scan.files, scan.revision, scan.outside
+            ):
                 return False
             logger.info(
                 "%s: revision %s does not load and was read while %s was being written; "
@@ -772,9 +796,9 @@ class LocalDirSource(Source):
                 previous = None
             else:
                 if previous is not None and (
-                    self._key(previous.files, previous.revision),
+                    self._key(previous.files, previous.revision, previous.outside),
                     previous.watch,
-                ) == (self._key(scan.files, scan.revision), scan.watch):
+                ) == (self._key(scan.files, scan.revision, scan.outside), scan.watch):
                     return scan
                 if previous is not None:
                     moving |= {p for p in _changed_paths(previous, scan) if self._matters(p)}
@@ -786,13 +810,26 @@ class LocalDirSource(Source):
     def _publish(self, scan: _Scan) -> None:
         self._latest_scan = scan
         latest = self._latest
-        if latest is not None and self._key(latest.files, latest.revision) == self._key(
-            scan.files, scan.revision
-        ):
+        if latest is not None and self._key(
+            latest.files, latest.revision, latest.outside
+        ) == self._key(scan.files, scan.revision, scan.outside):
             return
         self._latest = Snapshot(
-            revision=scan.revision, source=self.description, files=scan.files, entry=self._entry
+            revision=scan.revision,
+            source=self.description,
+            files=scan.files,
+            entry=self._entry,
+            outside=scan.outside,
         )
+        new_links = scan.outside.keys() - (latest.outside.keys() if latest else set())
+        for path in sorted(new_links):
+            logger.debug(
+                "%s: %s is a link to %s, outside the directory: not read (an error if "
+                "the configuration loads it)",
+                self.description,
+                path.rstrip("/"),
+                scan.outside[path],
+            )
         logger.debug(
             "%s: revision %s (%d files)", self.description, _short(scan.revision), len(scan.files)
         )
