@@ -49,9 +49,11 @@ import enum
 import json
 import logging
 import random
+import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 
@@ -77,6 +79,15 @@ _RETRYABLE_HTTP = frozenset({502, 503, 504})
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_BACKOFF_INITIAL = 0.1
 DEFAULT_BACKOFF_MAX = 5.0
+
+ENV_USERNAME = "CRONSTABLE_ETCD_USERNAME"
+ENV_PASSWORD = "CRONSTABLE_ETCD_PASSWORD"
+ENV_PASSWORD_FILE = "CRONSTABLE_ETCD_PASSWORD_FILE"
+LOGIN_HINT = (
+    f"give cronstable an etcd login in its environment: {ENV_USERNAME} with "
+    f"{ENV_PASSWORD} or {ENV_PASSWORD_FILE}"
+)
+"""Where an etcd login comes from (every user of this client: sources, state, cluster)."""
 
 
 class EtcdError(CronstableError):
@@ -119,6 +130,108 @@ class EtcdCompacted(EtcdError):
 
 class EtcdLeaseNotFound(EtcdError):
     """The lease has expired (or was revoked, or never existed)."""
+
+
+# --------------------------------------------------------------------------- endpoints
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdTLS:
+    """How to talk TLS to etcd (``https://``): the CA bundle that signs its certificate
+    (default: the system's), and a client certificate and key when etcd asks for one
+    (``--client-cert-auth``).  Paths to PEM files."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A verifying client context; :class:`EtcdError` naming the file that is wrong."""
+        try:
+            context = ssl.create_default_context(cafile=self.ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise EtcdError(f"etcd TLS: cannot use ca={self.ca}: {_os_reason(exc)}") from exc
+        if self.cert is not None:
+            try:
+                context.load_cert_chain(self.cert, self.key)
+            except (OSError, ssl.SSLError) as exc:
+                files = self.cert if self.key is None else f"{self.cert} and key={self.key}"
+                raise EtcdError(f"etcd TLS: cannot use cert={files}: {_os_reason(exc)}") from exc
+        return context
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdURL:
+    """``etcd://HOST:PORT/PATH`` or ``etcds://HOST:PORT/PATH?ca=&cert=&key=``, parsed."""
+
+    endpoint: str
+    """``http://HOST:PORT`` or ``https://HOST:PORT``: what :class:`EtcdClient` takes."""
+    path: str
+    tls: EtcdTLS | None
+    """Set for ``etcds://``."""
+    options: Mapping[str, str]
+    """The query's other options, for the caller to judge."""
+
+
+ETCD_SCHEMES = ("etcd", "etcds")
+TLS_OPTIONS = ("ca", "cert", "key")
+
+
+def parse_etcd_url(url: str) -> EtcdURL:
+    """Parse an etcd URL; :class:`ValueError` saying what is wrong (never echoing a password).
+
+    ``etcds://`` is TLS, with ``ca=`` (a CA bundle; default the system's), ``cert=``
+    and ``key=`` (a client certificate and its key).  A login in the URL
+    (``etcd://USER:PASSWORD@…``) is refused: it belongs in the environment
+    (:data:`LOGIN_HINT`), where it is neither logged nor shown in ``ps``.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ETCD_SCHEMES:
+        raise ValueError("an etcd URL starts with etcd:// or etcds:// (TLS)")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(f"an etcd URL takes no login (USER:PASSWORD@); {LOGIN_HINT}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ValueError(f"bad etcd address {parts.netloc!r}: {exc}") from None
+    if not host or port is None:
+        raise ValueError("an etcd URL names HOST:PORT")
+    query = parse_qs(parts.query, keep_blank_values=True)
+    options: dict[str, str] = {}
+    for name, values in query.items():
+        if len(values) > 1:
+            raise ValueError(f"etcd option {name!r} given twice")
+        options[name] = values[0]
+    tls: EtcdTLS | None = None
+    given = {name: options.pop(name) for name in TLS_OPTIONS if name in options}
+    if any(not value for value in given.values()):
+        raise ValueError(f"etcd option(s) {', '.join(n for n, v in given.items() if not v)} empty")
+    if parts.scheme == "etcds":
+        tls = EtcdTLS(ca=given.get("ca"), cert=given.get("cert"), key=given.get("key"))
+        if tls.key is not None and tls.cert is None:
+            raise ValueError("etcd option key= needs cert= (the client certificate)")
+    elif given:
+        raise ValueError(
+            f"etcd option(s) {', '.join(sorted(given))} are for TLS: use etcds://{parts.netloc}"
+        )
+    address = f"[{host}]" if ":" in host else host
+    scheme = "https" if tls is not None else "http"
+    return EtcdURL(
+        endpoint=f"{scheme}://{address}:{port}", path=parts.path, tls=tls, options=options
+    )
+
+
+def show_key(key: Key) -> str:
+    """A key as text for messages (``/cron/a.yaml``; bytes that are not UTF-8 escaped)."""
+    return key_bytes(key).decode("utf-8", "backslashreplace")
+
+
+def _os_reason(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError):
+        return exc.reason or str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
 
 
 # --------------------------------------------------------------------------- data
@@ -405,9 +518,52 @@ def _error(payload: Mapping[str, Any], *, status: int | None, what: str) -> Etcd
 
 
 def _describe(exc: BaseException) -> str:
+    """Why a connection failed, in words (aiohttp's own text says ``ssl:default`` even on
+    plain HTTP)."""
     if isinstance(exc, TimeoutError):
         return "timed out"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        cert_error = exc.certificate_error
+        reason = getattr(cert_error, "verify_message", None) or _os_reason(cert_error)
+        return f"TLS: etcd's certificate is not trusted ({reason}); give its CA with ca="
+    if isinstance(exc, aiohttp.ClientConnectorSSLError | aiohttp.ClientSSLError):
+        os_error = getattr(exc, "os_error", exc)
+        return f"TLS handshake failed ({_os_reason(os_error)})"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect to {exc.host}:{exc.port} ({_os_reason(exc.os_error)})"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "etcd closed the connection (is it TLS? then use etcds://)"
+    tls_error = _ssl_error(exc)
+    if tls_error is not None:
+        reason = tls_error.reason or str(tls_error)
+        if "CERTIFICATE" in reason.upper():  # bad / required / unknown: about ours
+            return (
+                f"etcd refused the TLS connection ({reason}): it wants a client certificate "
+                f"from a CA it trusts (cert=, key=)"
+            )
+        return f"TLS failed ({reason})"
     return str(exc) or type(exc).__name__
+
+
+def _ssl_error(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind ``exc``, if one is (aiohttp wraps it in a ClientOSError)."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _needs_login(exc: EtcdError) -> bool:
+    """etcd refused a request for want of (valid) authentication."""
+    text = str(exc)
+    return exc.code == GRPC_UNAUTHENTICATED or any(
+        marker in text
+        for marker in ("user name is empty", "authentication failed", "invalid auth token")
+    )
 
 
 # --------------------------------------------------------------------------- client
@@ -418,9 +574,11 @@ class EtcdClient:
 
     ``session``: an aiohttp session to share (left open by :meth:`close`; give
     one with an SSL context for client certificates); by default the client
-    makes its own, on first use.  ``timeout`` bounds
+    makes its own, on first use.  ``tls``: the CA and client certificate of an
+    ``https://`` endpoint (:class:`EtcdTLS`; :func:`parse_etcd_url` reads them from an
+    ``etcds://`` URL); without it the system's CAs are trusted.  ``timeout`` bounds
     each request, and the connection of a watch, in seconds.  ``username`` and
-    ``password``: etcd authentication; the client fetches a token
+    ``password``: etcd authentication (:data:`LOGIN_HINT`); the client fetches a token
     (``/v3/auth/authenticate``), sends it with every request and fetches a
     new one when etcd says it expired.  ``backoff_initial``/``backoff_max``:
     the capped exponential delays of :meth:`watch` between reconnections.
@@ -439,12 +597,17 @@ class EtcdClient:
         password: str | None = None,
         backoff_initial: float = DEFAULT_BACKOFF_INITIAL,
         backoff_max: float = DEFAULT_BACKOFF_MAX,
+        tls: EtcdTLS | None = None,
     ) -> None:
         if not endpoint.startswith(("http://", "https://")):
             raise ValueError(f"etcd endpoint {endpoint!r} is not an http:// or https:// URL")
         if (username is None) != (password is None):
             raise ValueError("etcd authentication needs both a username and a password")
+        if tls is not None and not endpoint.startswith("https://"):
+            raise ValueError("etcd TLS settings need an https:// endpoint")
         self.endpoint = endpoint.rstrip("/")
+        # built now, so that a wrong CA or certificate file fails at once, naming it
+        self._ssl: ssl.SSLContext | None = tls.ssl_context() if tls is not None else None
         self.timeout = timeout
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
@@ -488,7 +651,8 @@ class EtcdClient:
         if self._closed:
             raise EtcdError("the etcd client is closed")
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            connector = aiohttp.TCPConnector(ssl=self._ssl) if self._ssl is not None else None
+            self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
     async def _headers(self) -> dict[str, str]:
@@ -539,15 +703,26 @@ class EtcdClient:
     async def _call(self, path: str, body: JSON, *, what: str) -> JSON:
         """:meth:`_post` with the auth token, fetching a new one once if it expired."""
         for attempt in range(2):
-            headers = await self._headers()
             try:
+                headers = await self._headers()
                 return await self._post(path, body, what=what, headers=headers)
             except EtcdError as exc:
                 if exc.code == GRPC_UNAUTHENTICATED and self._username and attempt == 0:
                     self._token = None
                     continue
-                raise
+                raise self._with_login_hint(exc) from exc.__cause__
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _with_login_hint(self, exc: EtcdError) -> EtcdError:
+        """``exc``, saying where a login comes from when etcd wants one."""
+        if not _needs_login(exc):
+            return exc
+        if self._username is None:
+            hint = f"etcd requires a login: {LOGIN_HINT}"
+        else:
+            hint = f"check the login {ENV_USERNAME}={self._username} and its password"
+        hinted = type(exc)(f"{exc}; {hint}", code=exc.code)
+        return hinted
 
     # ----------------------------------------------------------------- key-value
 
@@ -576,7 +751,7 @@ class EtcdClient:
             body["keys_only"] = True
         if limit:
             body["limit"] = str(limit)
-        payload = await self._call("/v3/kv/range", body, what=f"range {key_bytes(key)!r}")
+        payload = await self._call("/v3/kv/range", body, what=f"range {show_key(key)}")
         return _range_result(payload)
 
     async def put(self, key: Key, value: bytes, *, lease: int | None = None) -> int:
@@ -584,13 +759,13 @@ class EtcdClient:
         body: JSON = {"key": _b64(key_bytes(key)), "value": _b64(value)}
         if lease:
             body["lease"] = str(lease)
-        payload = await self._call("/v3/kv/put", body, what=f"put {key_bytes(key)!r}")
+        payload = await self._call("/v3/kv/put", body, what=f"put {show_key(key)}")
         return _header_revision(payload)
 
     async def delete(self, key: Key, *, prefix: bool = False) -> DeleteResult:
         """Delete ``key`` (or every key starting with it, if ``prefix``)."""
         payload = await self._call(
-            "/v3/kv/deleterange", _range_fields(key, prefix), what=f"delete {key_bytes(key)!r}"
+            "/v3/kv/deleterange", _range_fields(key, prefix), what=f"delete {show_key(key)}"
         )
         return DeleteResult(revision=_header_revision(payload), deleted=_int(payload, "deleted"))
 
@@ -685,7 +860,7 @@ class EtcdClient:
         refuses the watch for good (bad request, permission).  Ends when the
         client is closed.
         """
-        what = f"watch {key_bytes(key)!r}"
+        what = f"watch {show_key(key)}"
         next_revision = start_revision
         failures = 0
         reauthenticated = False
@@ -745,7 +920,10 @@ class EtcdClient:
                     self._token = None  # expired token: fetch a new one and go again at once
                     reauthenticated = True
                     continue
-                raise
+                hinted = self._with_login_hint(exc)
+                if hinted is exc:
+                    raise
+                raise hinted from exc
             if self._closed:
                 return
             failures += 1

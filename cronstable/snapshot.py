@@ -26,12 +26,16 @@ class Snapshot:
     """A human description of where it came from (never containing credentials)."""
     files: Mapping[str, bytes] = field(repr=False)
     entry: str = ""
+    outside: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Links the source did not follow because they leave the tree (path → target):
+    an error when the loader would read one (see :class:`MemoryTree`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
+        object.__setattr__(self, "outside", MappingProxyType(dict(self.outside)))
 
     def tree(self) -> MemoryTree:
-        return MemoryTree(self.files)
+        return MemoryTree(self.files, self.outside)
 
 
 def content_revision(files: Mapping[str, bytes]) -> str:

@@ -10,13 +10,23 @@ and started again on the same ports and data directory, to test outages::
     server.stop()            # SIGTERM, then SIGKILL; the data directory stays
     server.start()           # same ports, same data: revisions go on
 
+With ``tls=TLSFiles.make(directory)`` it serves its clients over TLS only
+(``https://``), with a certificate for 127.0.0.1 signed by a CA made for the test
+(trustme), and requires a client certificate from that CA
+(``--client-cert-auth``)::
+
+    server = EtcdServer(tmp_path / "etcd", tls=TLSFiles.make(tmp_path / "tls"))
+    server.endpoint          # "https://127.0.0.1:PORT"
+    server.tls.ca, server.tls.client_cert, server.tls.client_key
+
 Fixtures (register this module with ``pytest_plugins = ["etcd_server"]`` in
 ``tests/conftest.py``):
 
 * ``etcd_server``: a fresh server for one test, free to stop and restart;
 * ``shared_etcd_server``: one server for the whole session; tests that use it
   keep to their own key prefix (``etcd_prefix``) and never stop it;
-* ``etcd_prefix``: a key prefix no other test uses, like ``/t/3f9c2a1b/``.
+* ``etcd_prefix``: a key prefix no other test uses, like ``/t/3f9c2a1b/``;
+* ``tls_etcd_server``: a fresh TLS-only server (client certificates required).
 
 Without an ``etcd`` binary the tests that need one fail (``make deps`` installs
 Debian's etcd-server); they never skip, since CI always has it.
@@ -30,11 +40,13 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -67,12 +79,55 @@ def free_port() -> int:
         return port
 
 
+@dataclass(frozen=True)
+class TLSFiles:
+    """PEM files of a test CA, a server certificate for 127.0.0.1 and a client one."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+    other_ca: Path
+    """A CA that signed none of them (a client trusting it must refuse the server)."""
+
+    @classmethod
+    def make(cls, directory: Path) -> TLSFiles:
+        import trustme
+
+        directory.mkdir(parents=True, exist_ok=True)
+        ca = trustme.CA()
+        server = ca.issue_cert("127.0.0.1", "localhost")
+        client = ca.issue_cert("cronstable-test-client")
+        files = cls(
+            ca=directory / "ca.pem",
+            server_cert=directory / "server.pem",
+            server_key=directory / "server.key",
+            client_cert=directory / "client.pem",
+            client_key=directory / "client.key",
+            other_ca=directory / "other-ca.pem",
+        )
+        ca.cert_pem.write_to_path(str(files.ca))
+        server.cert_chain_pems[0].write_to_path(str(files.server_cert))
+        server.private_key_pem.write_to_path(str(files.server_key))
+        client.cert_chain_pems[0].write_to_path(str(files.client_cert))
+        client.private_key_pem.write_to_path(str(files.client_key))
+        trustme.CA().cert_pem.write_to_path(str(files.other_ca))
+        return files
+
+    def client_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca))
+        context.load_cert_chain(str(self.client_cert), str(self.client_key))
+        return context
+
+
 class EtcdServer:
     """One single-member etcd process on loopback; restartable on the same ports and data."""
 
-    def __init__(self, data_dir: Path, *, name: str = "test") -> None:
+    def __init__(self, data_dir: Path, *, name: str = "test", tls: TLSFiles | None = None) -> None:
         self.data_dir = data_dir
         self.name = name
+        self.tls = tls
         self.client_port = free_port()
         self.peer_port = free_port()
         while self.peer_port == self.client_port:
@@ -82,8 +137,9 @@ class EtcdServer:
 
     @property
     def endpoint(self) -> str:
-        """``http://127.0.0.1:PORT``, the client URL."""
-        return f"http://127.0.0.1:{self.client_port}"
+        """``http://127.0.0.1:PORT`` (``https://`` with TLS), the client URL."""
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.client_port}"
 
     @property
     def running(self) -> bool:
@@ -121,6 +177,20 @@ class EtcdServer:
             "stderr",
             "--log-level",
             "warn",
+            *self._tls_options(),
+        ]
+
+    def _tls_options(self) -> list[str]:
+        if self.tls is None:
+            return []
+        return [
+            "--cert-file",
+            str(self.tls.server_cert),
+            "--key-file",
+            str(self.tls.server_key),
+            "--trusted-ca-file",
+            str(self.tls.ca),
+            "--client-cert-auth",
         ]
 
     def start(self, timeout: float = START_TIMEOUT) -> None:
@@ -152,7 +222,9 @@ class EtcdServer:
 
     def _healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.endpoint}/health", timeout=1) as response:
+            context = self.tls.client_context() if self.tls is not None else None
+            url = f"{self.endpoint}/health"
+            with urllib.request.urlopen(url, timeout=1, context=context) as response:
                 return bool(json.loads(response.read()).get("health") == "true")
         except (OSError, ValueError):
             return False
@@ -208,3 +280,12 @@ def etcd_prefix(request: pytest.FixtureRequest) -> str:
     """A key prefix that belongs to this test alone."""
     digest = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:12]
     return f"/t/{digest}/"
+
+
+@pytest.fixture
+def tls_etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """A fresh etcd serving clients over TLS only, requiring a client certificate."""
+    base = tmp_path_factory.mktemp("etcd-tls")
+    server = EtcdServer(base / "data", tls=TLSFiles.make(base / "tls"))
+    with server:
+        yield server

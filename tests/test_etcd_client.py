@@ -6,11 +6,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
 import pytest_asyncio
-from etcd_server import EtcdServer, free_port
+from etcd_server import EtcdServer, TLSFiles, free_port
 
 from cronstable.errors import CronstableError
 from cronstable.etcd import (
@@ -19,6 +20,7 @@ from cronstable.etcd import (
     EtcdCompacted,
     EtcdError,
     EtcdLeaseNotFound,
+    EtcdTLS,
     EtcdUnavailable,
     EventType,
     KeyValue,
@@ -27,6 +29,7 @@ from cronstable.etcd import (
     TxnResult,
     WatchEvent,
     compare,
+    parse_etcd_url,
     prefix_range_end,
     request_delete,
     request_put,
@@ -390,6 +393,22 @@ async def test_errors_when_nothing_listens() -> None:
 
 
 @pytest.mark.asyncio
+async def test_error_messages_read_as_words(etcd: EtcdClient) -> None:
+    """No ``b'/k'`` bytes repr, no aiohttp ``ssl:default`` on plain HTTP."""
+    port = free_port()
+    async with EtcdClient(f"http://127.0.0.1:{port}", timeout=2) as client:
+        with pytest.raises(EtcdUnavailable) as info:
+            await client.range("/cron/", prefix=True)
+    message = str(info.value)
+    assert message.startswith(f"etcd range /cron/: http://127.0.0.1:{port}: cannot connect to ")
+    assert f"127.0.0.1:{port}" in message and "b'" not in message
+    assert "ssl:default" not in message
+    with pytest.raises(EtcdError) as refused:
+        await etcd.put(b"", b"v")
+    assert "b''" not in str(refused.value)
+
+
+@pytest.mark.asyncio
 async def test_errors_once_the_server_stops(
     etcd_server: EtcdServer, own_etcd: EtcdClient, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -447,13 +466,17 @@ async def test_authentication(etcd_server: EtcdServer) -> None:
         ):
             await admin._call(path, body, what=path)
 
-        with pytest.raises(EtcdError, match="user name is empty"):
+        with pytest.raises(EtcdError, match="user name is empty") as missing:
             await admin.range("/k")
+        # where a login comes from
+        assert "CRONSTABLE_ETCD_USERNAME" in str(missing.value)
+        assert "CRONSTABLE_ETCD_PASSWORD" in str(missing.value)
 
     async with EtcdClient(etcd_server.endpoint, username="root", password="wrong") as wrong:
         with pytest.raises(EtcdError, match="authentication failed") as info:
             await wrong.range("/k")
         assert "wrong" not in str(info.value)
+        assert "check the login CRONSTABLE_ETCD_USERNAME=root" in str(info.value)
 
     async with EtcdClient(etcd_server.endpoint, username="root", password="pw") as client:
         revision = await client.put("/k", b"v")
@@ -470,3 +493,77 @@ async def test_authentication(etcd_server: EtcdServer) -> None:
             assert (await watch.wait_for(1))[0].kv.value == b"v"
         finally:
             await watch.stop()
+
+
+# -- TLS (etcds://) against a real etcd serving TLS only, client certificates required
+
+
+def test_parse_etcd_url() -> None:
+    url = parse_etcd_url("etcds://127.0.0.1:2379/cron/?ca=/c.pem&cert=/u.pem&key=/u.key&x=1")
+    assert url.endpoint == "https://127.0.0.1:2379" and url.path == "/cron/"
+    assert url.tls == EtcdTLS(ca="/c.pem", cert="/u.pem", key="/u.key")
+    assert dict(url.options) == {"x": "1"}
+    plain = parse_etcd_url("etcd://[::1]:2379/p")
+    assert plain.endpoint == "http://[::1]:2379" and plain.tls is None
+    assert parse_etcd_url("etcds://h:1/p").tls == EtcdTLS()  # the system's CAs
+    for bad, why in [
+        ("etcd://h:1/p?ca=/c.pem", "use etcds://h:1"),
+        ("etcds://h:1/p?key=/u.key", "key= needs cert="),
+        ("etcds://h:1/p?ca=", "empty"),
+        ("etcds://h:1/p?ca=/a&ca=/b", "given twice"),
+        ("etcd://root:hunter2@h:1/p", "CRONSTABLE_ETCD_USERNAME"),
+        ("etcd://h/p", "HOST:PORT"),
+        ("https://h:1/p", "etcds://"),
+    ]:
+        with pytest.raises(ValueError, match=why) as info:
+            parse_etcd_url(bad)
+        assert "hunter2" not in str(info.value)
+
+
+@pytest.mark.asyncio
+async def test_tls_with_a_ca_and_a_client_certificate(tls_etcd_server: EtcdServer) -> None:
+    files = tls_etcd_server.tls
+    assert files is not None and tls_etcd_server.endpoint.startswith("https://")
+    tls = EtcdTLS(ca=str(files.ca), cert=str(files.client_cert), key=str(files.client_key))
+    async with EtcdClient(tls_etcd_server.endpoint, tls=tls) as client:
+        revision = await client.put("/k", b"v")
+        assert (await client.range("/k")).kvs[0].value == b"v"
+        watch = Collector(client.watch("/k", start_revision=revision))
+        try:
+            assert (await watch.wait_for(1))[0].kv.value == b"v"
+        finally:
+            await watch.stop()
+
+
+@pytest.mark.asyncio
+async def test_tls_failures_say_what_is_wrong(tls_etcd_server: EtcdServer) -> None:
+    files = tls_etcd_server.tls
+    assert files is not None
+    endpoint = tls_etcd_server.endpoint
+    # a server certificate the client does not trust: the system's CAs, another CA
+    for tls in (EtcdTLS(), EtcdTLS(ca=str(files.other_ca))):
+        async with EtcdClient(endpoint, tls=tls, timeout=5) as client:
+            with pytest.raises(EtcdError, match="not trusted.*give its CA with ca="):
+                await client.range("/k")
+    # trusted, but no client certificate where etcd requires one
+    async with EtcdClient(endpoint, tls=EtcdTLS(ca=str(files.ca)), timeout=5) as client:
+        with pytest.raises(EtcdError, match=r"wants a client certificate .*\(cert=, key=\)"):
+            await client.range("/k")
+    # plain HTTP to a TLS-only etcd
+    plain = endpoint.replace("https://", "http://")
+    async with EtcdClient(plain, timeout=5) as client:
+        with pytest.raises(EtcdError, match="use etcds://") as info:
+            await client.range("/k")
+        assert "ssl:default" not in str(info.value)
+    # files that cannot be used fail at once, naming the file
+    with pytest.raises(EtcdError, match=f"ca={files.ca}.missing"):
+        EtcdClient(endpoint, tls=EtcdTLS(ca=f"{files.ca}.missing"))
+    with pytest.raises(EtcdError, match=f"cert={files.ca}"):
+        EtcdClient(endpoint, tls=EtcdTLS(ca=str(files.ca), cert=str(files.ca)))
+    with pytest.raises(ValueError, match="https://"):
+        EtcdClient(plain, tls=EtcdTLS())
+
+
+def test_tls_files_fixture_makes_distinct_cas(tmp_path: Path) -> None:
+    files = TLSFiles.make(tmp_path)
+    assert files.ca.read_bytes() != files.other_ca.read_bytes()

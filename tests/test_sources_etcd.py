@@ -15,8 +15,8 @@ from etcd_server import EtcdServer
 from harness_etcd import EtcdHarness
 
 import cronstable.sources.etcd as etcd_source
-from cronstable.etcd import EtcdClient, request_put
-from cronstable.snapshot import Snapshot
+from cronstable.etcd import EtcdClient, EtcdTLS, request_put
+from cronstable.snapshot import Snapshot, content_revision
 from cronstable.sources.base import SourceError
 from cronstable.sources.etcd import EtcdSource, key_path
 from cronstable.sources.factory import EtcdSpec, open_source
@@ -266,8 +266,9 @@ async def test_the_watch_recovers_from_compaction_during_an_outage(
             await etcd.compact(compacted)
             snapshot = await next_snapshot(it)
             assert dict(snapshot.files) == {"a.yaml": b"2"}
-            # the change's own revision can no longer be proven: the read's names it
-            assert snapshot.revision in (str(changed), str(compacted))
+            # read before the unrelated put, the change's revision is the read's; after
+            # the compaction it can no longer be proven: the content names the snapshot
+            assert snapshot.revision in (str(changed), content_revision({"a.yaml": b"2"}))
             for _ in range(50):
                 if "compacted" in caplog.text:
                     break
@@ -451,8 +452,8 @@ async def test_credentials_come_from_the_environment_and_are_never_logged(
             await admin._call(path, body, what=path)
 
     caplog.set_level(logging.DEBUG)
-    # without credentials the server refuses, and nothing is cached
-    with pytest.raises(SourceError):
+    # without credentials the server refuses, and nothing is cached: where a login goes
+    with pytest.raises(SourceError, match="CRONSTABLE_ETCD_USERNAME with CRONSTABLE_ETCD_PASSW"):
         await make_source(etcd_server, tmp_path / "none").start()
 
     secret = tmp_path / "password"
@@ -471,3 +472,84 @@ async def test_credentials_come_from_the_environment_and_are_never_logged(
     monkeypatch.delenv("CRONSTABLE_ETCD_PASSWORD_FILE")
     with pytest.raises(SourceError, match="CRONSTABLE_ETCD_PASSWORD"):
         await make_source(etcd_server, tmp_path / "half").start()
+
+
+@pytest.mark.asyncio
+async def test_after_a_compaction_the_label_is_the_content_not_the_read_revision(
+    etcd_server: EtcdServer, etcd: EtcdClient, tmp_path: Path
+) -> None:
+    """The prefix's last change was compacted away: it cannot be proven, and the read's
+    own revision moves with every write elsewhere; the content hash is stable."""
+    await etcd.put(PREFIX + "a.yaml", b"jobs: []\n")
+    await etcd.put(PREFIX + "b.yaml", b"jobs: []\n")
+    await etcd.compact(await etcd.put("/elsewhere", b"1"))
+    labels = []
+    for n in range(2):
+        source = make_source(etcd_server, tmp_path / f"node-{n}")  # a fresh node each time
+        await source.start()
+        try:
+            snap = await next_snapshot(aiter(source.watch()))
+        finally:
+            await source.close()
+        labels.append(snap.revision)
+        await etcd.put("/elsewhere", b"moves the header revision")
+    expected = content_revision({"a.yaml": b"jobs: []\n", "b.yaml": b"jobs: []\n"})
+    assert labels == [expected, expected]
+
+
+@pytest.mark.asyncio
+async def test_an_uncompacted_last_change_still_names_the_snapshot(
+    etcd_server: EtcdServer, etcd: EtcdClient, tmp_path: Path
+) -> None:
+    changed = await etcd.put(PREFIX + "a.yaml", b"jobs: []\n")
+    await etcd.put("/elsewhere", b"1")
+    source = make_source(etcd_server, tmp_path)
+    await source.start()
+    try:
+        assert (await next_snapshot(aiter(source.watch()))).revision == str(changed)
+    finally:
+        await source.close()
+
+
+def test_a_login_in_the_spec_is_refused_with_where_it_goes(tmp_path: Path) -> None:
+    """etcd://user:pass@ used to be silently ignored (the source ran unauthenticated)."""
+    for spec in ("etcd://deploy:hunter2@127.0.0.1:2379/cron/", "etcds://deploy@127.0.0.1:2379/c/"):
+        with pytest.raises(SourceError, match="CRONSTABLE_ETCD_USERNAME") as info:
+            open_source(spec, cache_dir=tmp_path)
+        assert "hunter2" not in str(info.value)
+    with pytest.raises(SourceError, match="etcds://"):
+        open_source("etcd://127.0.0.1:2379/cron/?ca=/etc/ca.pem", cache_dir=tmp_path)
+    with pytest.raises(SourceError, match="unknown etcd source option"):
+        open_source("etcd://127.0.0.1:2379/cron/?timeout=3", cache_dir=tmp_path)
+
+
+@pytest.mark.asyncio
+async def test_an_etcds_spec_reads_a_tls_etcd_with_a_client_certificate(
+    tls_etcd_server: EtcdServer, tmp_path: Path
+) -> None:
+    files = tls_etcd_server.tls
+    assert files is not None
+    tls = EtcdTLS(ca=str(files.ca), cert=str(files.client_cert), key=str(files.client_key))
+    async with EtcdClient(tls_etcd_server.endpoint, tls=tls) as admin:
+        await admin.put(PREFIX + "a.yaml", b"jobs: []\n")
+    address = tls_etcd_server.endpoint.removeprefix("https://")
+    spec = f"etcds://{address}/cron/?ca={files.ca}&cert={files.client_cert}&key={files.client_key}"
+    source = open_source(spec, cache_dir=tmp_path)
+    assert source.description == f"etcds://{address}/cron/"
+    await source.start()
+    try:
+        it = aiter(source.watch())
+        assert dict((await next_snapshot(it)).files) == {"a.yaml": b"jobs: []\n"}
+        async with EtcdClient(tls_etcd_server.endpoint, tls=tls) as admin:
+            await admin.put(PREFIX + "a.yaml", b"jobs: [] # watched over TLS\n")
+        assert (await next_snapshot(it)).files["a.yaml"].endswith(b"over TLS\n")
+    finally:
+        await source.close()
+    # a CA file that cannot be read fails the start at once, naming it
+    broken = open_source(f"etcds://{address}/cron/?ca={tmp_path}/nope.pem", cache_dir=tmp_path)
+    with pytest.raises(SourceError, match="nope.pem"):
+        await broken.start()
+    # without the client certificate etcd refuses, and the error says so
+    refused = open_source(f"etcds://{address}/other/?ca={files.ca}", cache_dir=tmp_path)
+    with pytest.raises(SourceError, match="client certificate"):
+        await refused.start()

@@ -7,11 +7,15 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import shutil
+import signal
 import statistics
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -19,6 +23,8 @@ import pytest
 from harness_local import make_tree, write_atomically
 
 from cronstable.config.limits import Limits
+from cronstable.reconcile.apply import Applier
+from cronstable.runtime.daemon import source_reads
 from cronstable.snapshot import Snapshot, content_revision
 from cronstable.sources import local
 from cronstable.sources.base import SourceError
@@ -26,6 +32,7 @@ from cronstable.sources.local import LocalDirSource
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.asyncio]
 
+JOB = b"jobs:\n  - name: %s\n    command: echo\n    schedule: '* * * * *'\n"
 BASE = {"cronstable.yaml": b"jobs: []\n", "jobs/a.yaml": b"jobs:\n  - {name: a}\n"}
 
 
@@ -285,6 +292,7 @@ async def test_hidden_entries_are_skipped_private_ones_are_not(root: Path) -> No
 async def test_symlinks_inside_are_followed_outside_and_loops_are_not(
     root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="cronstable.sources.local")
     (tmp_path / "secret").write_bytes(b"outside\n")
     (root / "shared").mkdir()
     (root / "shared/env").write_bytes(b"A=1\n")
@@ -303,8 +311,63 @@ async def test_symlinks_inside_are_followed_outside_and_loops_are_not(
         "linked-dir/env": b"A=1\n",
         "linked-file.yaml": BASE["jobs/a.yaml"],
     }
-    logged = " ".join(r.getMessage() for r in caplog.records)
-    assert "escape" in logged and "outside" in logged and "fifo" in logged
+    # links leaving the root are not read, but named: the loader decides (below)
+    real = await asyncio.to_thread(os.path.realpath, tmp_path)
+    assert dict(snap.outside) == {"escape": f"{real}/secret", "escape-dir/": real}
+    warned = " ".join(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+    assert "fifo" in warned and "escape" not in warned  # not loaded: DEBUG only
+
+
+@pytest.mark.parametrize(
+    ("link", "files", "error"),
+    [
+        # a configuration file of the loaded directory
+        ("jobs/escape.yaml", {}, "jobs/escape.yaml"),
+        # an include target
+        ("_inc.yaml", {"cronstable.yaml": b"include: [_inc.yaml]\n"}, "cannot include"),
+        # an env_file target
+        (
+            "app.env",
+            {"jobs/a.yaml": JOB % b"a" + b"    env_file: ../app.env\n"},
+            "cannot read env_file",
+        ),
+        # a file below a linked directory, through an include
+        ("_d", {"cronstable.yaml": b"include: [_d/x.yaml]\n"}, "cannot include"),
+    ],
+    ids=["loadable-name", "include", "env-file", "include-through-dir-link"],
+)
+async def test_a_link_leaving_the_tree_that_the_load_reads_is_an_error_as_in_validate(
+    tmp_path: Path, link: str, files: dict[str, bytes], error: str
+) -> None:
+    from cronstable.config import ConfigError, load
+    from cronstable.config.tree import DiskTree
+
+    outside = tmp_path / "outside"
+    make_tree(outside, {"x.yaml": JOB % b"x", "app.env": b"A=1\n"})
+    target = outside if link == "_d" else outside / ("app.env" if link == "app.env" else "x.yaml")
+    root = tmp_path / "cfg"
+    make_tree(root, {**BASE, "jobs/a.yaml": JOB % b"a", **files})
+    (root / link).symlink_to(target)
+    (root / "notes.txt").symlink_to(outside / "x.yaml")  # never loaded: fine in both
+
+    with pytest.raises(ConfigError, match="resolves outside") as on_disk:  # validate's view
+        load(DiskTree(root))
+    assert error in str(on_disk.value)
+    applier = Applier([])
+    async with running(root) as (_, it):
+        snap = await next_snapshot(it)
+        record = await applier.reconcile(snap)  # the daemon's view
+    assert record.outcome == "rejected", record
+    assert any("resolves outside" in e and error in e for e in record.errors), record.errors
+
+    (root / link).unlink()  # the same content inside the tree loads in both
+    if target.is_dir():
+        shutil.copytree(target, root / link)
+    else:
+        (root / link).write_bytes(target.read_bytes())
+    load(DiskTree(root))
+    async with running(root) as (_, it):
+        assert (await applier.reconcile(await next_snapshot(it))).outcome == "applied"
 
 
 async def test_a_file_spec_reads_its_siblings(root: Path) -> None:
@@ -533,9 +596,6 @@ async def test_after_apply_a_directory_still_sees_new_configuration_files(root: 
         assert snap.files["jobs/b.yaml"] == b"jobs: []\n"
 
 
-JOB = b"jobs:\n  - name: %s\n    command: echo\n    schedule: '* * * * *'\n"
-
-
 @pytest.mark.parametrize(
     ("files", "spec", "edit", "new"),
     [
@@ -600,3 +660,162 @@ async def test_every_file_a_fix_can_bring_is_seen(
             assert await reconcile(await next_snapshot(it), source) == "rejected"
         write_atomically(root / new[0], new[1])
         assert await reconcile(await next_snapshot(it), source) == "applied"
+
+
+# -- slow in-place saves (--settle, recheck) ------------------------------------------
+
+FOUR_JOBS = b"jobs:\n" + b"".join(
+    b"  - name: j%d\n    command: 'true'\n    schedule: '0 0 * * *'\n" % i for i in range(4)
+)
+# the first half of FOUR_JOBS is a valid configuration with two jobs: the truncated
+# revision the issue saw applied ("2 removed", then "2 added")
+VALID_HALF = len(b"jobs:\n") + 2 * len(
+    b"  - name: j0\n    command: 'true'\n    schedule: '0 0 * * *'\n"
+)
+# cut inside the third job's quoted command: a half that does not parse
+BROKEN_HALF = FOUR_JOBS.index(b"true", VALID_HALF) + 2
+
+SLOW_WRITER = """
+import sys, time
+path, cut, data = sys.argv[1], int(sys.argv[2]), sys.stdin.buffer.read()
+with open(path, "r+b") as fh:  # in place, as an editor without atomic saves does
+    fh.truncate(0)
+    fh.write(data[:cut])
+    fh.flush()
+    time.sleep(0.5)
+    fh.write(data[cut:])
+"""
+
+
+def slow_write(path: Path, data: bytes, cut: int) -> subprocess.Popen[bytes]:
+    """A real writer process: ``data[:cut]``, a 0.5 s pause, then the rest, in place."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_WRITER, str(path), str(cut)], stdin=subprocess.PIPE
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(data)
+    proc.stdin.close()
+    return proc
+
+
+async def reconcile_as_the_daemon(applier: Applier, source: LocalDirSource, snap: Snapshot) -> str:
+    record = await applier.reconcile(snap, recheck=source.recheck)
+    if record.outcome == "rejected":
+        source.rejected(snap)
+    elif record.outcome != "superseded":
+        assert applier.applied_state is not None
+        source.applied(snap, source_reads(applier.applied_state))
+    return record.outcome
+
+
+async def test_a_writer_pausing_less_than_the_settle_time_is_never_seen_half_way(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "cfg"
+    make_tree(root, {"jobs.yaml": b"jobs: []\n"})
+    source = LocalDirSource(root, settle=1.0)
+    assert source.settle == 1.0
+    await source.start()
+    try:
+        it = source.watch()
+        await next_snapshot(it)
+        writer = await asyncio.to_thread(slow_write, root / "jobs.yaml", FOUR_JOBS, VALID_HALF)
+        snap = await next_snapshot(it, 10)
+        assert snap.files["jobs.yaml"] == FOUR_JOBS, "the half-written file was delivered"
+        assert await asyncio.to_thread(writer.wait, 10) == 0
+    finally:
+        await source.close()
+
+
+def append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as fh:  # the writer finishes, in place
+        fh.write(data)
+
+
+async def test_a_fresh_file_that_does_not_load_waits_one_more_settle(tmp_path: Path) -> None:
+    """The source cannot parse, but the applier asks it before rejecting: the writer
+    finishes during the extra settle, so nothing is rejected and the whole file applies."""
+    root = tmp_path / "cfg"
+    make_tree(root, {"jobs.yaml": FOUR_JOBS[:BROKEN_HALF]})  # a writer caught half way
+    applier = Applier([])
+    async with running(root) as (source, it):
+        snap = await next_snapshot(it)
+        checking = asyncio.create_task(reconcile_as_the_daemon(applier, source, snap))
+        await asyncio.sleep(0)  # the load fails and recheck starts its extra settle
+        await asyncio.to_thread(append, root / "jobs.yaml", FOUR_JOBS[BROKEN_HALF:])
+        assert await checking == "superseded"
+        assert applier.status.last_failed is None and applier.status.attempts == 0
+        snap = await next_snapshot(it)
+        assert snap.files["jobs.yaml"] == FOUR_JOBS
+        assert await reconcile_as_the_daemon(applier, source, snap) == "applied"
+
+
+async def test_a_file_that_does_not_load_is_rejected_once_it_holds_still(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "cfg"
+    make_tree(root, {"jobs.yaml": FOUR_JOBS[:BROKEN_HALF], "old.yaml": b"jobs: [\n"})
+    applier = Applier([])
+    async with running(root) as (source, it):
+        snap = await next_snapshot(it)
+        started = time.monotonic()
+        assert await reconcile_as_the_daemon(applier, source, snap) == "rejected"
+        assert time.monotonic() - started >= source.settle  # fresh: it waited once more
+        # a file nobody wrote lately is rejected at once
+        past = time.time() - 3600
+        for name in ("jobs.yaml", "old.yaml"):
+            os.utime(root / name, (past, past))
+        (root / "jobs.yaml").unlink()
+        snap = await next_snapshot(it)
+        assert list(snap.files) == ["old.yaml"]
+        started = time.monotonic()
+        assert await reconcile_as_the_daemon(applier, source, snap) == "rejected"
+        assert time.monotonic() - started < source.settle
+
+
+@pytest.mark.parametrize(
+    ("settle", "cut"),
+    [("1", VALID_HALF), ("0.4", BROKEN_HALF)],
+    ids=["valid-half-settle-above-the-pause", "broken-half-one-more-settle"],
+)
+async def test_the_daemon_applies_no_truncated_revision_from_a_slow_writer(
+    tmp_path: Path, settle: str, cut: int
+) -> None:
+    """`cronstable run --settle`: a real writer pausing 0.5 s mid-file.  A half that is a
+    valid configuration needs a settle time above the pause; a half that does not load
+    is held one more settle, which 0.4 s covers."""
+    root = tmp_path / "cfg"
+    make_tree(root, {"jobs.yaml": FOUR_JOBS})
+    log = tmp_path / "daemon.log"
+    with log.open("wb") as out:
+        daemon = subprocess.Popen(  # noqa: ASYNC220 - starting it does not wait
+            [sys.executable, "-m", "cronstable", "run", str(root), "--settle", settle],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+
+        def applied() -> list[str]:
+            return re.findall(r"(?:applied|unchanged) in .*", log.read_text())
+
+        await wait_until(lambda: len(applied()) == 1)
+        for data in (FOUR_JOBS.replace(b"0 0", b"0 1"), FOUR_JOBS.replace(b"0 0", b"0 2")):
+            before = len(applied())
+            writer = await asyncio.to_thread(slow_write, root / "jobs.yaml", data, cut)
+            assert await asyncio.to_thread(writer.wait, 10) == 0
+            await wait_until(lambda: len(applied()) > before)  # noqa: B023
+            await asyncio.sleep(1.5)  # would a late scan of the tree add another?
+            assert applied()[before:] == [applied()[before]], log.read_text()
+            assert "4 changed, 0 removed" in applied()[before], log.read_text()
+        assert "rejected" not in log.read_text(), log.read_text()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(daemon.wait, 10) == 0
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)

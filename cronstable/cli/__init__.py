@@ -82,6 +82,16 @@ def limits_from(args: argparse.Namespace) -> Limits:
     return Limits(**given)
 
 
+def _settle_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 60:
+        raise argparse.ArgumentTypeError("the settle time must be more than 0 and at most 60 s")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cronstable",
@@ -145,7 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         default=None,
         help="where the configuration comes from: a path, git+https://…, git://…, "
-        "git+ssh://…, git+file://… (?ref=&path=&interval=), or etcd://HOST:PORT/PREFIX/",
+        "git+ssh://…, git+file://… (?ref=&path=&interval=), etcd://HOST:PORT/PREFIX/, or "
+        "etcds://HOST:PORT/PREFIX/ (?ca=&cert=&key=)",
     )
     p.add_argument(
         "--cache-dir",
@@ -153,6 +164,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="where remote sources keep their last applied revision "
         "(default /var/cache/cronstable as root, else $XDG_CACHE_HOME/cronstable)",
+    )
+
+    p.add_argument(
+        "--settle",
+        type=_settle_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="a directory source uses a tree once two reads this far apart agree; "
+        "raise it above the longest pause of a writer that saves files in place (default 0.2)",
     )
 
     p = sub.add_parser(
@@ -241,4 +261,5 @@ def run_cli(argv: list[str]) -> int:
         args.log_format,
         getattr(args, "cache_dir", None),
         limits_from(args),
+        settle=getattr(args, "settle", None),
     )

@@ -14,6 +14,8 @@ def cmd_run(
     log_format: str | None,
     cache_dir: str | None,
     limits: Limits = DEFAULT_LIMITS,
+    *,
+    settle: float | None = None,
 ) -> int:
     """``log_level``/``log_format``: None when not given (INFO and text, which the
     configuration's ``logging`` section may change); given, they win over it."""
@@ -24,7 +26,12 @@ def cmd_run(
 
     setup_logging(log_level or "INFO", log_format or "text")
     try:
-        source = open_source(spec, cache_dir=Path(cache_dir) if cache_dir else None, limits=limits)
+        source = open_source(
+            spec,
+            cache_dir=Path(cache_dir) if cache_dir else None,
+            limits=limits,
+            settle=settle,
+        )
     except SourceError as exc:
         import logging
 

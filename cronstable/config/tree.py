@@ -68,9 +68,19 @@ class ConfigTree(Protocol):
 
 
 class MemoryTree:
-    """The files of one snapshot, held in memory."""
+    """The files of one snapshot, held in memory.
 
-    def __init__(self, files: Mapping[str, bytes]) -> None:
+    ``outside`` names the entries a source found but did not read because they are
+    links leaving the tree (path → where they lead; a directory's path ends in
+    ``/``): the loader meets them as a
+    :class:`TreeError` exactly when it would read them (a configuration file of a
+    loaded directory, an include, an env_file), as :class:`DiskTree` does.
+    """
+
+    def __init__(
+        self, files: Mapping[str, bytes], outside: Mapping[str, str] | None = None
+    ) -> None:
+        self._outside = dict(outside or {})
         self._files = dict(files)
         dirs: set[str] = {""}
         for name in self._files:
@@ -84,12 +94,25 @@ class MemoryTree:
     def files(self) -> Mapping[str, bytes]:
         return self._files
 
+    def _leaving(self, path: str) -> TreeError | None:
+        for entry, target in self._outside.items():
+            link = entry.rstrip("/")
+            if path == link or path.startswith(link + "/"):
+                return TreeError(
+                    f"{path!r} resolves outside the configuration tree "
+                    f"({link} is a link to {target})"
+                )
+        return None
+
     def read(self, path: str) -> bytes:
         try:
             return self._files[path]
         except KeyError:
             if path in self._dirs:
                 raise TreeError(f"{path!r} is a directory") from None
+            leaving = self._leaving(path)
+            if leaving is not None:
+                raise leaving from None
             raise TreeError(f"{path!r} does not exist") from None
 
     def is_dir(self, path: str) -> bool:
@@ -97,9 +120,11 @@ class MemoryTree:
 
     def config_files_below(self, path: str) -> list[str]:
         prefix = f"{path}/" if path else ""
+        # a link leaving the tree under a loadable name is listed, as on disk, so that
+        # reading it fails; a directory link leaving it is not walked
         return sorted(
             name
-            for name in self._files
+            for name in [*self._files, *(o for o in self._outside if not o.endswith("/"))]
             if name.startswith(prefix) and is_loadable_name(name[len(prefix) :])
         )
 

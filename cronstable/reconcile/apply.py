@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -29,6 +29,9 @@ from cronstable.reconcile.plan import Plan, plan
 from cronstable.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
+
+Recheck = Callable[[Snapshot], Awaitable[bool]]
+"""A source's answer to "this revision did not load: was it read mid-write?"."""
 
 
 class Section(Protocol):
@@ -57,7 +60,8 @@ class RevisionRecord:
     source: str
     time: datetime
     outcome: str
-    """"applied", "unchanged" or "rejected"."""
+    """"applied", "unchanged" or "rejected"; "superseded" (never recorded) when a
+    revision that did not load was read mid-write and the source has a newer one."""
     duration: float
     job_set_id: str | None = None
     summary: dict[str, Any] | None = None
@@ -146,16 +150,38 @@ class Applier:
     def _load(self, snapshot: Snapshot) -> DesiredState:
         return load(snapshot.tree(), snapshot.entry, cache=self.cache, limits=self.limits)
 
-    async def reconcile(self, snapshot: Snapshot) -> RevisionRecord:
-        """Try one revision; returns the record of the attempt (never raises ConfigError)."""
-        async with self._lock:
-            return await self._reconcile(snapshot)
+    async def reconcile(
+        self, snapshot: Snapshot, *, recheck: Recheck | None = None
+    ) -> RevisionRecord:
+        """Try one revision; returns the record of the attempt (never raises ConfigError).
 
-    async def _reconcile(self, snapshot: Snapshot) -> RevisionRecord:
+        ``recheck`` (the source's :meth:`~cronstable.sources.base.Source.recheck`) is
+        asked before a revision that does not load is rejected: when it answers that
+        the revision was read mid-write and a newer one is coming, the attempt is
+        dropped unrecorded (outcome "superseded").
+        """
+        async with self._lock:
+            return await self._reconcile(snapshot, recheck)
+
+    async def _reconcile(self, snapshot: Snapshot, recheck: Recheck | None) -> RevisionRecord:
         started = time.perf_counter()
         try:
             desired = await asyncio.to_thread(self._load, snapshot)
         except ConfigError as exc:
+            if recheck is not None and await recheck(snapshot):
+                logger.info(
+                    "Revision %s from %s does not load; it was read while being written, "
+                    "and the newer revision is tried instead",
+                    snapshot.revision,
+                    snapshot.source,
+                )
+                return RevisionRecord(
+                    revision=snapshot.revision,
+                    source=snapshot.source,
+                    time=datetime.now(UTC),
+                    outcome="superseded",
+                    duration=time.perf_counter() - started,
+                )
             return self._rejected(snapshot, started, exc.problems, None)
         except Exception as exc:  # a loader bug must not stop the daemon following its source
             logger.exception("Loading revision %s failed unexpectedly", snapshot.revision)

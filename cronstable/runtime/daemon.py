@@ -136,13 +136,28 @@ class Daemon:
         self.source.nudge()
 
     async def reconcile(self, snapshot: Snapshot) -> bool:
-        record = await self.applier.reconcile(snapshot)
+        return await self._attempt(snapshot) in ("applied", "unchanged")
+
+    async def _attempt(self, snapshot: Snapshot) -> str:
+        """Reconcile ``snapshot`` and tell the source; the outcome (see RevisionRecord)."""
+        record = await self.applier.reconcile(snapshot, recheck=self.source.recheck)
+        if record.outcome == "superseded":
+            return record.outcome  # the source yields the newer revision next
         if record.outcome == "rejected":
             self.source.rejected(snapshot)
-            return False
+            return record.outcome
         state = self.applier.applied_state
         self.source.applied(snapshot, source_reads(state) if state is not None else None)
-        return True
+        return record.outcome
+
+    async def _reconcile_first(self, snapshots: AsyncIterator[Snapshot]) -> bool:
+        """Apply the first revision (one read mid-write gives way to the next)."""
+        while True:
+            snapshot = await anext(snapshots)
+            outcome = await self._attempt(snapshot)
+            if outcome != "superseded":
+                break
+        return outcome != "rejected" or await self._start_from_last_applied(snapshot)
 
     async def _follow(self, snapshots: AsyncIterator[Snapshot]) -> None:
         async for snapshot in snapshots:
@@ -176,8 +191,7 @@ class Daemon:
             return 1
         snapshots = aiter(self.source.watch())
         try:
-            first = await anext(snapshots)
-            if not await self.reconcile(first) and not await self._start_from_last_applied(first):
+            if not await self._reconcile_first(snapshots):
                 return 1
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):

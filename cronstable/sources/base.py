@@ -80,6 +80,17 @@ class Source(abc.ABC):
         read it may matter now (the fix may add the file the rejected one named).
         """
 
+    async def recheck(self, snapshot: Snapshot) -> bool:
+        """``snapshot`` failed to load: was it read while its files were being written?
+
+        True means the source has a newer revision (published now, or already),
+        which :meth:`watch` yields next: the caller drops ``snapshot`` without
+        rejecting it.  A source that cannot be caught mid-write (a git commit, an
+        etcd revision) keeps this default, False.  Parsing stays the loader's: the
+        source only knows which files were written just before it read them.
+        """
+        return False
+
     async def last_applied(self) -> Snapshot | None:
         """The last snapshot :meth:`applied` recorded (across restarts), if the source keeps one.
 

@@ -13,7 +13,8 @@ events is debounced (:data:`DEBOUNCE` seconds of quiet, at most
 :data:`DEBOUNCE_MAX`) and then the prefix is read again, whole.
 
 Revisions.  A snapshot's revision is decimal text naming an etcd revision at
-which the prefix held exactly the snapshot's keys and values — normally the
+which the prefix held exactly the snapshot's keys and values (or, after a
+compaction, a digest of them, see 4) — normally the
 revision of the prefix's last change, i.e. the revision of the transaction
 that published it, and the same on every node.  How it is found, for a read
 served at header revision ``H``:
@@ -28,7 +29,11 @@ served at header revision ``H``:
    very same keys and mod revisions (it proves the prefix did not change after
    ``C``: a deletion the watch had not reported yet, or one from before the
    source started, would show);
-4. else ``H`` itself, true by construction.
+4. when etcd has compacted ``C`` away, so that it cannot be proven, the content
+   itself names the snapshot: :func:`~cronstable.snapshot.content_revision` of
+   its files (``sha256:…``, as a directory source does), never an unproven
+   revision, nor ``H``, which would change with every read;
+5. else ``H`` itself, true by construction.
 
 The header revision alone would not do (it moves with every write anywhere in
 etcd, so an unchanged prefix would get new revisions), nor would the highest
@@ -67,8 +72,18 @@ from pathlib import Path
 from typing import Any
 
 from cronstable.config.limits import DEFAULT_LIMITS, OPTION_REVISION_BYTES, Limits, size_text
-from cronstable.etcd import EtcdClient, EtcdCompacted, EtcdError, KeyValue, key_bytes
-from cronstable.snapshot import Snapshot
+from cronstable.etcd import (
+    ENV_PASSWORD,
+    ENV_PASSWORD_FILE,
+    ENV_USERNAME,
+    EtcdClient,
+    EtcdCompacted,
+    EtcdError,
+    KeyValue,
+    key_bytes,
+    show_key,
+)
+from cronstable.snapshot import Snapshot, content_revision
 from cronstable.sources.base import Source, SourceError
 from cronstable.sources.factory import EtcdSpec
 
@@ -133,11 +148,6 @@ class _Read:
     header: int
 
 
-ENV_USERNAME = "CRONSTABLE_ETCD_USERNAME"
-ENV_PASSWORD = "CRONSTABLE_ETCD_PASSWORD"
-ENV_PASSWORD_FILE = "CRONSTABLE_ETCD_PASSWORD_FILE"
-
-
 def etcd_credentials() -> tuple[str | None, str | None]:
     """etcd authentication from the daemon's environment (never from the spec, never logged).
 
@@ -182,7 +192,8 @@ class EtcdSource(Source):
         self.limits = limits
         self.prefix = key_bytes(spec.prefix)
         host_port = spec.endpoint.split("://", 1)[-1].rstrip("/")
-        self.description = f"etcd://{host_port}/{spec.prefix.lstrip('/')}"
+        scheme = "etcds" if spec.endpoint.startswith("https://") else "etcd"
+        self.description = f"{scheme}://{host_port}/{spec.prefix.lstrip('/')}"
         anchor = hashlib.sha256(f"{spec.endpoint}\0{spec.prefix}".encode()).hexdigest()[:32]
         self.cache_path = cache_dir / "etcd" / f"{anchor}.json"
         self._timeout = timeout
@@ -226,9 +237,16 @@ class EtcdSource(Source):
         if self._closed:
             raise SourceError(f"{self.description}: closed")
         username, password = etcd_credentials()
-        self._client = EtcdClient(
-            self.spec.endpoint, timeout=self._timeout, username=username, password=password
-        )
+        try:
+            self._client = EtcdClient(
+                self.spec.endpoint,
+                timeout=self._timeout,
+                username=username,
+                password=password,
+                tls=self.spec.tls,
+            )
+        except EtcdError as exc:  # a CA or certificate file that cannot be used
+            raise SourceError(f"{self.description}: {exc}") from exc
         cached = await asyncio.to_thread(self._load_cache)
         if cached is not None and cached[1] is not None:
             self._known = (cached[1], cached[0].revision)
@@ -379,7 +397,9 @@ class EtcdSource(Source):
                 self.prefix, prefix=True, revision=candidate, keys_only=True
             )
         except EtcdCompacted:
-            return str(header)
+            # C cannot be proven any more, and H moves with every write anywhere in
+            # etcd: name the content itself, the same on every node and every read
+            return content_revision(self._files(kvs))
         then = {(kv.key, kv.mod_revision) for kv in past.kvs}
         now = {(kv.key, kv.mod_revision) for kv in kvs}
         return str(candidate) if then == now else str(header)
@@ -408,7 +428,7 @@ class EtcdSource(Source):
     def _skip(self, key: bytes, why: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            logger.warning("%s: skipping key %r: it %s", self.description, key, why)
+            logger.warning("%s: skipping key %s: it %s", self.description, show_key(key), why)
 
     # ------------------------------------------------------------------ background
 

@@ -7,7 +7,8 @@ Specs:
   ``?ref=BRANCH|TAG|SHA&path=SUBDIR&interval=SECONDS`` (ref defaults to the
   remote's HEAD branch, interval to 60): :class:`~cronstable.sources.git.GitSource`;
 * ``etcd://HOST:PORT/PREFIX/``: every key under the prefix is a file
-  (:class:`~cronstable.sources.etcd.EtcdSource`).
+  (:class:`~cronstable.sources.etcd.EtcdSource`); ``etcds://`` for TLS, with
+  ``?ca=FILE&cert=FILE&key=FILE`` (a login comes from the environment, never the spec).
 """
 
 from __future__ import annotations
@@ -15,13 +16,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
 
+if TYPE_CHECKING:
+    from cronstable.etcd import EtcdTLS
+
 GIT_SCHEMES = ("git+https", "git+http", "git+ssh", "git+file", "git")
+ETCD_SCHEMES = ("etcd", "etcds")
 DEFAULT_GIT_INTERVAL = 60.0
 
 
@@ -45,8 +51,10 @@ class GitSpec:
 @dataclass(frozen=True, slots=True)
 class EtcdSpec:
     endpoint: str
-    """``http://HOST:PORT``."""
+    """``http://HOST:PORT``, or ``https://HOST:PORT`` for ``etcds://``."""
     prefix: str
+    tls: EtcdTLS | None = None
+    """``etcds://``: the CA (``ca=``) and client certificate (``cert=``, ``key=``)."""
 
 
 def parse_git_spec(spec: str) -> GitSpec:
@@ -84,31 +92,49 @@ def parse_git_spec(spec: str) -> GitSpec:
 
 
 def parse_etcd_spec(spec: str) -> EtcdSpec:
-    parts = urlsplit(spec)
-    if parts.scheme != "etcd" or not parts.hostname or parts.port is None:
-        raise SourceError(f"{spec!r} is not an etcd source spec (etcd://HOST:PORT/PREFIX/)")
-    prefix = parts.path if parts.path.endswith("/") else parts.path + "/"
+    """``etcd://HOST:PORT/PREFIX/``, or ``etcds://…?ca=&cert=&key=`` (see cronstable.etcd)."""
+    from cronstable.etcd import parse_etcd_url
+    from cronstable.redact import redact
+
+    usage = "etcd://HOST:PORT/PREFIX/ or etcds://HOST:PORT/PREFIX/?ca=&cert=&key="
+    try:
+        url = parse_etcd_url(spec)
+    except ValueError as exc:
+        raise SourceError(f"{redact(spec)} is not an etcd source spec: {exc} ({usage})") from None
+    if url.options:
+        raise SourceError(
+            f"unknown etcd source option(s) {', '.join(sorted(url.options))} in {redact(spec)}"
+        )
+    prefix = url.path if url.path.endswith("/") else url.path + "/"
     if prefix == "/":
-        raise SourceError("an etcd source needs a key prefix (etcd://HOST:PORT/PREFIX/)")
-    return EtcdSpec(endpoint=f"http://{parts.hostname}:{parts.port}", prefix=prefix)
+        raise SourceError(f"an etcd source needs a key prefix ({usage})")
+    return EtcdSpec(endpoint=url.endpoint, prefix=prefix, tls=url.tls)
 
 
 def is_remote_spec(spec: str) -> bool:
     scheme = urlsplit(spec).scheme
-    return scheme in GIT_SCHEMES or scheme == "etcd"
+    return scheme in GIT_SCHEMES or scheme in ETCD_SCHEMES
 
 
 def open_source(
-    spec: str, *, cache_dir: Path | None = None, limits: Limits = DEFAULT_LIMITS
+    spec: str,
+    *,
+    cache_dir: Path | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    settle: float | None = None,
 ) -> Source:
-    """A (not yet started) source for ``spec``, holding at most ``limits`` of files."""
+    """A (not yet started) source for ``spec``, holding at most ``limits`` of files.
+
+    ``settle`` is a directory source's settle time (``run --settle``); remote
+    sources deliver whole revisions and have none.
+    """
     cache = cache_dir or default_cache_dir()
     scheme = urlsplit(spec).scheme
     if scheme in GIT_SCHEMES:
         from cronstable.sources.git import GitSource
 
         return GitSource(parse_git_spec(spec), cache_dir=cache, limits=limits)
-    if scheme == "etcd":
+    if scheme in ETCD_SCHEMES:
         from cronstable.sources.etcd import EtcdSource
 
         return EtcdSource(parse_etcd_spec(spec), cache_dir=cache, limits=limits)
@@ -116,7 +142,7 @@ def open_source(
         raise SourceError(f"unknown source scheme {scheme!r} in {spec!r}")
     from cronstable.sources.local import LocalDirSource
 
-    return LocalDirSource(Path(spec), limits=limits)
+    return LocalDirSource(Path(spec), limits=limits, settle=settle)
 
 
 def local_repo_snapshot(

@@ -15,8 +15,12 @@ What is read:
   ``_`` names *are* read: the loader skips them when it loads a directory, but a
   file may include them.  A file spec's own file is read even when hidden;
 * symlinks are followed when they resolve inside the root (its real path,
-  recomputed on every scan); links leaving it, dangling links, link loops and
-  anything neither a regular file nor a directory are skipped (and logged);
+  recomputed on every scan).  Links leaving it are not read but named in the
+  snapshot (:attr:`~cronstable.snapshot.Snapshot.outside`): loading one (a
+  configuration file of a loaded directory, an include, an env_file) is an
+  error, as in ``cronstable validate``; the others are logged at DEBUG only.
+  Dangling links, link loops and anything neither a regular file nor a
+  directory are skipped (and logged);
 * a scan is capped at ``limits.max_files`` files (and as many directories) and
   ``limits.max_revision_bytes`` (:class:`~cronstable.config.limits.Limits`): a
   file spec in a crowded directory should get a directory of its own.  Over
@@ -65,6 +69,7 @@ import importlib
 import logging
 import os
 import stat
+import time
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,7 +123,13 @@ class _Scan:
     """Real paths of the directories to watch: every one walked, and the ones that
     symlinked files live in (a ConfigMap's current timestamped directory)."""
     notes: tuple[str, ...]
-    """Entries skipped on purpose (a link leaving the root, an unreadable sibling…)."""
+    """Entries skipped on purpose (an unreadable sibling, a link loop…)."""
+    outside: dict[str, str]
+    """Links leaving the root (path → target; a directory's path ends in ``/``)."""
+    mtimes: dict[str, float]
+    """Each file's modification time (``st_mtime``, wall clock)."""
+    taken: float
+    """Wall-clock time the scan started."""
 
 
 def _identity(path: str) -> Identity | None:
@@ -177,6 +188,7 @@ class _Walker:
         self.dirs = 0
         self.watch: set[str] = set()
         self.notes: list[str] = []
+        self.outside: dict[str, str] = {}
         self.total = 0
 
     def scan(self) -> _Scan:
@@ -188,6 +200,7 @@ class _Walker:
         if not stat.S_ISDIR(root_stat.st_mode):
             raise _Gone(f"{self.root} is not a directory")
         identity = (root_stat.st_dev, root_stat.st_ino)
+        taken = time.time()
         self._walk(self.root, self.real_root, "", frozenset({identity}))
         if self.entry and not any(rel == self.entry for rel, _, _ in self.found):
             self._explain_missing_entry()
@@ -198,10 +211,13 @@ class _Walker:
                 files[rel] = data
         return _Scan(
             files=files,
-            revision=content_revision(files),
+            revision=_revision(files, self.outside),
+            outside=dict(sorted(self.outside.items())),
             identity=identity,
             watch=frozenset(self.watch),
             notes=tuple(self.notes),
+            mtimes={rel: st.st_mtime for rel, _, st in self.found if rel in files},
+            taken=taken,
         )
 
     # -- listing ---------------------------------------------------------------
@@ -288,7 +304,9 @@ class _Walker:
                 return item.stat(follow_symlinks=False), None
             target = os.path.realpath(item.path)
             if not self._inside(target):
-                self._skip(rel, f"a link to {target}, outside {self.real_root}; skipped")
+                # not read; the loader fails on it only if it would read it
+                is_dir = os.path.isdir(target)
+                self.outside[rel + "/" if is_dir else rel] = target
                 return None
             return os.stat(item.path), target
         except FileNotFoundError:
@@ -349,6 +367,15 @@ def scan_tree(root: str, entry: str = "", *, limits: Limits = DEFAULT_LIMITS) ->
     return _Walker(root, entry, limits.max_files, limits.max_revision_bytes).scan()
 
 
+def _revision(files: Mapping[str, bytes], outside: Mapping[str, str]) -> str:
+    """The content revision; links leaving the tree count too (a new one may break a load)."""
+    if not outside:
+        return content_revision(files)
+    # "\0" cannot be in a file name: these entries never collide with a file's
+    marked = {f"{path}\0outside": target.encode() for path, target in outside.items()}
+    return content_revision({**files, **marked})
+
+
 def _changed_paths(a: _Scan, b: _Scan) -> set[str]:
     return {p for p in a.files.keys() | b.files.keys() if a.files.get(p) != b.files.get(p)}
 
@@ -387,6 +414,10 @@ class LocalDirSource(Source):
 
     settle: float = 0.2
     """Seconds between the two scans that must agree before a snapshot is delivered."""
+    fresh_window: float = 3.0
+    """A file modified less than this many :attr:`settle` s before a scan may still be
+    being written (:meth:`recheck`): the scan that delivers a tree starts one settle
+    after the scan before it, which follows the last write by the watch's batching."""
     settle_timeout: float = 5.0
     """How long a tree that keeps changing is rescanned before a warning (at start: an error)."""
     poll_interval: float = 1.0
@@ -400,13 +431,19 @@ class LocalDirSource(Source):
     watch_retry: float = 30.0
     """Seconds of polling (a rescan per ``poll_interval``) after the watch failed to arm."""
 
-    def __init__(self, path: Path, *, limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self, path: Path, *, limits: Limits = DEFAULT_LIMITS, settle: float | None = None
+    ) -> None:
         self.path = path
         self.description = str(path)
         self.limits = limits
+        if settle is not None:
+            self.settle = settle
         self._root = ""
         self._entry = ""
         self._latest: Snapshot | None = None
+        self._latest_scan: _Scan | None = None
+        self._scanning = asyncio.Lock()
         self._changed = asyncio.Event()
         self._wake = asyncio.Event()
         self._nudged = False
@@ -473,11 +510,59 @@ class LocalDirSource(Source):
         # a new configuration file in a directory the load listed (the root, an include)
         return any(path.startswith(d) and is_loadable_name(path[len(d) :]) for d in self._listed)
 
-    def _key(self, files: Mapping[str, bytes], revision: str) -> str:
-        """What decides whether two scans differ: the files that matter."""
+    def _key(self, files: Mapping[str, bytes], revision: str, outside: Mapping[str, str]) -> str:
+        """What decides whether two scans differ: the files (and outside links) that matter."""
         if self._reads is None:
             return revision
-        return content_revision({p: d for p, d in files.items() if self._matters(p)})
+        return _revision(
+            {p: d for p, d in files.items() if self._matters(p)},
+            {p: t for p, t in outside.items() if p.endswith("/") or self._matters(p)},
+        )
+
+    async def recheck(self, snapshot: Snapshot) -> bool:
+        """``snapshot`` did not load: True if it was read while a file was being written.
+
+        A snapshot already replaced by a newer revision is dropped at once.  When a
+        file that matters in it was modified shortly before it was read (within
+        :attr:`fresh_window` settles), a writer may still be in the middle of it: the
+        source waits one more :attr:`settle`, scans until the tree holds still, and
+        publishes what it finds if that differs.  Otherwise (nothing fresh, or the
+        tree unchanged) False: the snapshot is rejected as it is.
+        """
+        latest, scan = self._latest, self._latest_scan
+        if latest is None or scan is None or self._closed:
+            return False
+        if latest.revision != snapshot.revision:
+            return True  # watch() yields the newer one next
+        window = self.fresh_window * self.settle
+        if not any(
+            scan.taken - mtime < window
+            for path, mtime in scan.mtimes.items()
+            if self._matters(path)
+        ):
+            return False
+        await asyncio.sleep(self.settle)
+        async with self._scanning:
+            if self._latest is not latest:
+                return True  # the watch published a newer revision meanwhile
+            try:
+                newer = await self._stable_scan()
+            except (_Gone, _Problem, _Unstable):
+                return False  # the watch reports these; reject what was read
+            if self._key(newer.files, newer.revision, newer.outside) == self._key(
+                scan.files, scan.revision, scan.outside
+            ):
+                return False
+            logger.info(
+                "%s: revision %s does not load and was read while %s was being written; "
+                "using the revision written since",
+                self.description,
+                _short(snapshot.revision),
+                ", ".join(_changed_paths(scan, newer)) or "a file",
+            )
+            self._publish(newer)
+            self._wake.set()  # the loop re-arms the watch if the new tree needs it
+            return True
 
     def nudge(self, revision: str | None = None) -> None:
         """Rescan now.  ``revision`` is not used: the directory is read directly."""
@@ -641,7 +726,8 @@ class LocalDirSource(Source):
         """Rescan, publish a new revision, re-arm; True if the tree must be scanned again."""
         loop = asyncio.get_running_loop()
         try:
-            scan = await self._stable_scan()
+            async with self._scanning:  # not beside recheck()'s scan
+                scan = await self._stable_scan()
         except _Gone as exc:
             self._lost(str(exc))
             return False
@@ -695,9 +781,9 @@ class LocalDirSource(Source):
                 previous = None
             else:
                 if previous is not None and (
-                    self._key(previous.files, previous.revision),
+                    self._key(previous.files, previous.revision, previous.outside),
                     previous.watch,
-                ) == (self._key(scan.files, scan.revision), scan.watch):
+                ) == (self._key(scan.files, scan.revision, scan.outside), scan.watch):
                     return scan
                 if previous is not None:
                     moving |= {p for p in _changed_paths(previous, scan) if self._matters(p)}
@@ -707,14 +793,28 @@ class LocalDirSource(Source):
             await asyncio.sleep(self.settle)
 
     def _publish(self, scan: _Scan) -> None:
+        self._latest_scan = scan
         latest = self._latest
-        if latest is not None and self._key(latest.files, latest.revision) == self._key(
-            scan.files, scan.revision
-        ):
+        if latest is not None and self._key(
+            latest.files, latest.revision, latest.outside
+        ) == self._key(scan.files, scan.revision, scan.outside):
             return
         self._latest = Snapshot(
-            revision=scan.revision, source=self.description, files=scan.files, entry=self._entry
+            revision=scan.revision,
+            source=self.description,
+            files=scan.files,
+            entry=self._entry,
+            outside=scan.outside,
         )
+        new_links = scan.outside.keys() - (latest.outside.keys() if latest else set())
+        for path in sorted(new_links):
+            logger.debug(
+                "%s: %s is a link to %s, outside the directory: not read (an error if "
+                "the configuration loads it)",
+                self.description,
+                path.rstrip("/"),
+                scan.outside[path],
+            )
         logger.debug(
             "%s: revision %s (%d files)", self.description, _short(scan.revision), len(scan.files)
         )
