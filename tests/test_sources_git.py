@@ -508,6 +508,82 @@ async def test_start_with_the_remote_down_and_no_cache_is_an_error(
     await source.close()
 
 
+# --------------------------------------------------------------------------- cache faults
+
+
+def applied_ref(source: GitSource) -> str:
+    return git("for-each-ref", "--format=%(objectname)", "refs/cronstable", cwd=source.cache_path)
+
+
+@pytest.mark.asyncio
+async def test_a_stale_lock_file_in_the_cache_is_removed_and_following_goes_on(
+    repo: WorkRepo, daemon: GitDaemon, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A kill -9 (or a full disk) during a ref write leaves ``*.lock``: it never stops a source."""
+    push(repo, {"a.yaml": b"1\n"})
+    cache = tmp_path / "cache"
+    source = make_source(daemon.url("config.git"), cache, interval=3600)
+    try:
+        await source.start()
+        it = source.watch()
+        first = await next_snapshot(it)
+        lock = source.cache_path / f"{source._applied_ref.decode()}.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.write_bytes(b"")
+        an_hour_ago = time.time() - 3600
+        os.utime(lock, (an_hour_ago, an_hour_ago))
+        source.applied(first)
+        second = push(repo, {"a.yaml": b"2\n"})
+        source.nudge(second)
+        assert (await next_snapshot(it)).revision == second
+        assert not lock.exists()
+        assert applied_ref(source) == first.revision
+        assert count(caplog, f"removed the stale lock file {lock}", logging.WARNING) == 1
+    finally:
+        await source.close()
+
+
+@pytest.mark.asyncio
+async def test_a_live_lock_file_never_stops_the_source_nor_its_restart(
+    repo: WorkRepo, daemon: GitDaemon, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lock too young to be called stale is left alone: the write waits, following goes on."""
+    push(repo, {"a.yaml": b"1\n"})
+    cache = tmp_path / "cache"
+    source = make_source(daemon.url("config.git"), cache, interval=3600)
+    await source.start()
+    it = source.watch()
+    first = await next_snapshot(it)
+    lock = source.cache_path / f"{source._applied_ref.decode()}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_bytes(b"")
+    try:
+        source.applied(first)
+        second = push(repo, {"a.yaml": b"2\n"})
+        source.nudge(second)
+        assert (await next_snapshot(it)).revision == second
+        source.nudge()
+        await wait_until(lambda: count(caplog, "unchanged at") > 0, "a second fetch")
+        assert count(caplog, "cannot record the applied commit as", logging.WARNING) == 1
+    finally:
+        await source.close()  # the pending ref write fails again: logged, never raised
+    assert lock.exists() and applied_ref(source) == ""
+
+    # A restart with the lock still there starts, follows, and writes the ref once it is gone.
+    again = make_source(daemon.url("config.git"), cache, interval=3600)
+    try:
+        await again.start()
+        it = again.watch()
+        assert (await next_snapshot(it)).revision == second
+        lock.unlink()
+        third = push(repo, {"a.yaml": b"3\n"})
+        again.nudge(third)
+        assert (await next_snapshot(it)).revision == third
+        assert applied_ref(again) == first.revision
+    finally:
+        await again.close()
+
+
 # --------------------------------------------------------------------------- transports
 
 

@@ -80,9 +80,10 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit, urlunsplit
@@ -95,6 +96,7 @@ from dulwich.client import (
     get_transport_and_path,
 )
 from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
+from dulwich.file import FileLocked
 from dulwich.graph import can_fast_forward
 from dulwich.object_store import BaseObjectStore, ObjectStoreGraphWalker
 from dulwich.objects import S_ISGITLINK, Commit, ObjectID, ShaFile, Tag, Tree
@@ -128,6 +130,8 @@ STATE_FORMAT = 1
 REPACK_PACKS = 50
 """Repack the cache when it holds more packs than this (and less than REPACK_MAX_BYTES)."""
 REPACK_MAX_BYTES = 256 * 1024 * 1024
+STALE_LOCK_AGE = 10.0
+"""Age in seconds past which a dulwich ``*.lock`` file in the cache is stale (``_cache_write``)."""
 
 # No retries inside a fetch (the poll loop retries, and logs once per outage,
 # where urllib3 would log a WARNING per retry); redirects are still followed.
@@ -513,6 +517,8 @@ class GitSource(Source):
         self._nudge_retry_at = 0.0
         self._failures = 0
         self._failing_since = 0.0
+        self._cache_failing: set[bytes] = set()
+        """Cache refs whose last write failed (each logged at WARNING once)."""
 
     # ----------------------------------------------------------------- Source API
 
@@ -846,16 +852,81 @@ class GitSource(Source):
         """Point this ref and path's ``refs/cronstable/applied/*`` at ``revision``.
 
         It keeps the commit reachable (``git gc`` on the cache keeps it) and
-        makes it a "have" when negotiating fetches.
+        makes it a "have" when negotiating fetches.  A failed write stays
+        pending, to be tried again at the next fetch.
         """
         sha = ObjectID(revision.encode("ascii"))
+        ref = self._applied_ref
+        if sha in repo.object_store and not self._cache_write(
+            "record the applied commit as", ref, partial(repo.refs.__setitem__, ref, sha)
+        ):
+            return
+        if self._applied_ref_pending == revision:
+            self._applied_ref_pending = None
+
+    def _cache_write(self, what: str, ref: bytes, write: Callable[[], object]) -> bool:
+        """Run ``write`` (an update of ``ref`` in the cache); whether it succeeded.
+
+        A failure (a full disk, a lock file) is logged, never raised: the cache's
+        refs only speed fetches up and keep the applied commit reachable, so
+        they must never stop the source following its remote.  Run under
+        :meth:`_locked`: no other cronstable process writes the cache meanwhile,
+        so a lock file older than :data:`STALE_LOCK_AGE` was left by an
+        interrupted write (a kill -9, a full disk); it is removed and the write
+        tried once more.
+        """
+        problem = ""
+        for attempt in (1, 2):
+            try:
+                write()
+            except FileLocked as exc:
+                lock = os.fsdecode(exc.lockfilename)
+                if attempt == 1 and self._remove_stale_lock(lock):
+                    continue
+                problem = f"{lock} exists (another writer, or one that was interrupted)"
+            except OSError as exc:
+                problem = f"{exc.strerror or exc}"
+                if exc.filename is not None:
+                    problem += f": {os.fsdecode(exc.filename)}"
+            else:
+                if ref in self._cache_failing:
+                    self._cache_failing.discard(ref)
+                    logger.info("%s: %s is written again", self.description, ref.decode())
+                return True
+            break
+        if ref in self._cache_failing:
+            logger.debug("%s: cannot %s %s: %s", self.description, what, ref.decode(), problem)
+        else:
+            self._cache_failing.add(ref)
+            logger.warning(
+                "%s: cannot %s %s in the cache %s: %s; following the remote goes on",
+                self.description,
+                what,
+                ref.decode(),
+                self.cache_path,
+                problem,
+            )
+        return False
+
+    def _remove_stale_lock(self, lock: str) -> bool:
+        """Remove ``lock`` if it is stale (see :meth:`_cache_write`); whether it is gone."""
         try:
-            if sha in repo.object_store:
-                repo.refs[self._applied_ref] = sha
-            if self._applied_ref_pending == revision:
-                self._applied_ref_pending = None
+            age = time.time() - os.stat(lock).st_mtime
+            if age < STALE_LOCK_AGE:
+                return False
+            os.unlink(lock)
+        except FileNotFoundError:
+            return True  # released meanwhile
         except OSError as exc:
-            logger.debug("%s: cannot update the applied ref: %s", self.description, exc)
+            logger.debug("%s: cannot remove %s: %s", self.description, lock, exc)
+            return False
+        logger.warning(
+            "%s: removed the stale lock file %s (%.0f s old, left by an interrupted write)",
+            self.description,
+            lock,
+            age,
+        )
+        return True
 
     def _read_state(self) -> str | None:
         """The commit recorded by :meth:`applied` for this ref and path, if any."""
@@ -1149,10 +1220,11 @@ class GitSource(Source):
             ):
                 continue
             if local.get(Ref(name)) != sha and ObjectID(sha) in store:
-                repo.refs[Ref(name)] = ObjectID(sha)
+                update = partial(repo.refs.__setitem__, Ref(name), ObjectID(sha))
+                self._cache_write("update", name, update)
         for name in local:
             if name not in refs:
-                repo.refs.remove_if_equals(name, None)
+                self._cache_write("remove", name, partial(repo.refs.remove_if_equals, name, None))
 
     def _maybe_repack(self, repo: Repo) -> None:
         pack_dir = Path(repo.object_store.path) / "pack"
