@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
-from git_server import GitDaemon, GitHttpServer, WorkRepo, git, outage
+from git_server import GitDaemon, GitHttpServer, SilentServer, WorkRepo, git, outage
 
 from cronstable.snapshot import Snapshot
 from cronstable.sources import git as git_module
@@ -60,8 +60,9 @@ def make_source(
     ref: str | None = None,
     path: str = "",
     interval: float = 0.3,
+    timeout: float = 30.0,
 ) -> GitSource:
-    return GitSource(GitSpec(url, ref, path, interval), cache_dir=cache)
+    return GitSource(GitSpec(url, ref, path, interval, timeout), cache_dir=cache)
 
 
 async def next_snapshot(it: AsyncIterator[Snapshot], within: float = 10.0) -> Snapshot:
@@ -688,6 +689,81 @@ def test_credential_configuration_errors(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert "pw123" not in str(info.value)
     source = open_source("git+ssh://git@example.com/r.git?ref=main&path=a/b", cache_dir=tmp_path)
     assert source.description == "git+ssh://example.com/r.git?ref=main&path=a/b"
+
+
+# --------------------------------------------------------------------------- hung remotes
+
+
+@pytest.mark.parametrize("scheme", ["git", "http"])
+@pytest.mark.asyncio
+async def test_a_remote_that_never_answers_fails_the_fetch_after_the_timeout(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, scheme: str
+) -> None:
+    with SilentServer() as silent:
+        url = silent.url(scheme, "config.git")
+        if scheme == "http":
+            url = url.replace("http://", "http://bot:pa55word-42@")
+        source = open_source(
+            f"{'' if scheme == 'git' else 'git+'}{url}?timeout=1", cache_dir=tmp_path / "cache"
+        )
+        assert isinstance(source, GitSource) and source.spec.timeout == 1.0
+        started = time.monotonic()
+        with pytest.raises(SourceError) as info:
+            await source.start()
+        took = time.monotonic() - started
+        await source.close()
+    assert silent.accepted == 1  # connected, then waited: not retried at once
+    assert 1.0 <= took < 5.0, took
+    safe = silent.url(scheme, "config.git")
+    assert f"cannot fetch {safe}: no answer within 1 s" in str(info.value)
+    assert "pa55word" not in str(info.value) and "pa55word" not in caplog.text
+
+
+@pytest.mark.asyncio
+async def test_a_remote_that_hangs_later_is_a_warning_naming_it(
+    repo: WorkRepo, root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Started from the cache, the first fetch that times out is a WARNING naming the remote."""
+    push(repo, {"a.yaml": b"1\n"})
+    cache = tmp_path / "cache"
+    with GitDaemon(root) as server:
+        source = make_source(server.url("config.git"), cache)
+        source.applied(await first_snapshot(source))
+        await source.close()
+        port = server.port
+    with SilentServer() as silent:
+        url = silent.url("git", "config.git")
+        # the cache is per URL: borrow the recorded one for the silent server's URL
+        hung = make_source(url, cache, interval=3600, timeout=1.0)
+        os.rename(source.cache_path, hung.cache_path)
+        started = time.monotonic()
+        try:
+            await hung.start()
+            took = time.monotonic() - started
+            assert (await next_snapshot(hung.watch())).revision == repo.rev_parse("HEAD")
+        finally:
+            await hung.close()
+    assert 1.0 <= took < 5.0, took
+    assert port != silent.port
+    warning = f"{url}: cannot fetch {url}: no answer within 1 s (timeout); starting from"
+    assert count(caplog, warning, logging.WARNING) == 1
+
+
+@pytest.mark.asyncio
+async def test_close_does_not_wait_for_a_hung_fetch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with SilentServer() as silent:
+        source = make_source(silent.url("git", "config.git"), tmp_path / "cache", timeout=20.0)
+        starting = asyncio.ensure_future(source.start())
+        await wait_until(lambda: silent.accepted == 1, "connection")
+        started = time.monotonic()
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        await source.close()
+        took = time.monotonic() - started
+    assert took < 2.0, took
+    assert count(caplog, "not waiting for the fetch in progress to end", logging.INFO) == 1
 
 
 # --------------------------------------------------------------------------- the event loop
