@@ -719,22 +719,25 @@ async def test_a_remote_that_never_answers_fails_the_fetch_after_the_timeout(
     assert "pa55word" not in str(info.value) and "pa55word" not in caplog.text
 
 
+@pytest.mark.parametrize("scheme", ["git", "http"])
 @pytest.mark.asyncio
 async def test_a_remote_that_hangs_later_is_a_warning_naming_it(
-    repo: WorkRepo, root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    repo: WorkRepo, root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, scheme: str
 ) -> None:
     """Started from the cache, the first fetch that times out is a WARNING naming the remote."""
+    caplog.set_level(logging.DEBUG)  # every logger: dulwich's and urllib3's too
     push(repo, {"a.yaml": b"1\n"})
     cache = tmp_path / "cache"
-    with GitDaemon(root) as server:
+    server = GitDaemon(root) if scheme == "git" else GitHttpServer(root)
+    with server:
         source = make_source(server.url("config.git"), cache)
         source.applied(await first_snapshot(source))
         await source.close()
-        port = server.port
     with SilentServer() as silent:
-        url = silent.url("git", "config.git")
-        # the cache is per URL: borrow the recorded one for the silent server's URL
+        safe = silent.url(scheme, "config.git")
+        url = safe if scheme == "git" else safe.replace("http://", "http://bot:pa55word-42@")
         hung = make_source(url, cache, interval=3600, timeout=1.0)
+        # the cache is per URL: hand the recorded one to the silent server's URL
         os.rename(source.cache_path, hung.cache_path)
         started = time.monotonic()
         try:
@@ -744,9 +747,9 @@ async def test_a_remote_that_hangs_later_is_a_warning_naming_it(
         finally:
             await hung.close()
     assert 1.0 <= took < 5.0, took
-    assert port != silent.port
-    warning = f"{url}: cannot fetch {url}: no answer within 1 s (timeout); starting from"
+    warning = f"cannot fetch {safe}: no answer within 1 s (timeout); starting from the last"
     assert count(caplog, warning, logging.WARNING) == 1
+    assert hung.description in caplog.text and "pa55word" not in caplog.text
 
 
 @pytest.mark.asyncio

@@ -603,8 +603,14 @@ class GitSource(Source):
         self._task = asyncio.create_task(self._poll_loop(), name=self.description)
 
     async def watch(self) -> AsyncIterator[Snapshot]:
+        """See :meth:`Source.watch`; raises :class:`SourceError` if polling ever stops.
+
+        Polling stops only on :meth:`close`, or through a bug: then this raises,
+        and the next ``watch()`` polls again (the daemon restarts its follower).
+        """
         if not self._started:
             raise RuntimeError(f"start() {self.description} before watching it")
+        self._ensure_polling()
         last: str | None = None
         while True:
             changed = self._changed
@@ -615,7 +621,24 @@ class GitSource(Source):
                 last = snapshot.revision
                 yield snapshot
                 continue
-            await changed.wait()
+            task = self._task
+            if task is None or task.done():
+                cause = None if task is None or task.cancelled() else task.exception()
+                why = f"{type(cause).__name__}: {cause}" if cause else "it was cancelled"
+                raise SourceError(f"{self.description}: polling stopped ({why})") from cause
+            waiter = asyncio.ensure_future(changed.wait())
+            try:
+                await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+
+    def _ensure_polling(self) -> None:
+        """Start the poll loop unless it runs (again, after it stopped: polling at once)."""
+        if self._closed or (self._task is not None and not self._task.done()):
+            return
+        if self._task is not None:
+            self._wake.set()
+        self._task = asyncio.create_task(self._poll_loop(), name=self.description)
 
     def nudge(self, revision: str | None = None) -> None:
         if self._closed:
