@@ -18,7 +18,7 @@ from git_server import GitDaemon, GitHttpServer, SilentServer, WorkRepo, git, ou
 from cronstable.snapshot import Snapshot
 from cronstable.sources import git as git_module
 from cronstable.sources.base import SourceError
-from cronstable.sources.factory import GitSpec, open_source
+from cronstable.sources.factory import GitSpec, open_source, parse_git_spec
 from cronstable.sources.git import GitSource, snapshot_from_local_repo
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -750,6 +750,20 @@ async def test_a_remote_that_hangs_later_is_a_warning_naming_it(
     warning = f"cannot fetch {safe}: no answer within 1 s (timeout); starting from the last"
     assert count(caplog, warning, logging.WARNING) == 1
     assert hung.description in caplog.text and "pa55word" not in caplog.text
+
+
+def test_the_timeout_option() -> None:
+    assert parse_git_spec("git://h/r.git").timeout == 30.0
+    assert parse_git_spec("git+https://h/r.git?ref=main&timeout=2.5").timeout == 2.5
+    for bad, message in [
+        ("0", "timeout must be a finite number of seconds, more than 0"),
+        ("-1", "more than 0"),
+        ("inf", "finite"),
+        ("nan", "finite"),
+        ("soon", "timeout 'soon' is not a number of seconds"),
+    ]:
+        with pytest.raises(SourceError, match=message):
+            parse_git_spec(f"git://h/r.git?timeout={bad}")
 
 
 @pytest.mark.asyncio
