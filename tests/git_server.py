@@ -8,8 +8,10 @@
 * :class:`GitHttpServer` — ``git http-backend`` (smart HTTP, as CGI) behind a
   small threaded HTTP server on ``http://127.0.0.1:PORT/NAME``, optionally
   demanding HTTP basic credentials.
+* :class:`SilentServer` — a TCP server that accepts connections and never
+  answers: a hung remote, for ``git://`` and ``http://`` alike.
 
-Both servers are synchronous to drive (``start()``/``stop()``, context
+Both git servers are synchronous to drive (``start()``/``stop()``, context
 managers), run outside the test's event loop (a process; a thread), and can be
 stopped and started again on the same port to simulate an outage.
 """
@@ -17,6 +19,7 @@ stopped and started again on the same port to simulate an outage.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shutil
 import signal
@@ -25,7 +28,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -422,7 +424,7 @@ class GitHttpServer:
         self.stop()
 
 
-@contextmanager
+@contextlib.contextmanager
 def outage(server: GitDaemon | GitHttpServer) -> Iterator[None]:
     """Stop ``server`` for the duration of the block, then start it again on the same port."""
     server.stop()
@@ -430,3 +432,54 @@ def outage(server: GitDaemon | GitHttpServer) -> Iterator[None]:
         yield
     finally:
         server.start()
+
+
+class SilentServer:
+    """A TCP server on 127.0.0.1 that accepts every connection and never sends a byte.
+
+    Stands for a hung remote (a stuck ``git daemon``, a proxy that lost its
+    backend): ``git://`` and ``http://`` URLs pointing at it connect and then
+    wait.  ``accepted`` counts the connections.
+    """
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self.accepted = 0
+        self._held: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def url(self, scheme: str, name: str) -> str:
+        return f"{scheme}://127.0.0.1:{self.port}/{name}"
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:  # closed by stop()
+                return
+            self._held.append(conn)
+            self.accepted += 1
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        self._thread.join(10)
+        for conn in self._held:
+            conn.close()
+
+    def __enter__(self) -> SilentServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -13,12 +13,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
-from git_server import GitDaemon, GitHttpServer, WorkRepo, git, outage
+from git_server import GitDaemon, GitHttpServer, SilentServer, WorkRepo, git, outage
 
 from cronstable.snapshot import Snapshot
 from cronstable.sources import git as git_module
 from cronstable.sources.base import SourceError
-from cronstable.sources.factory import GitSpec, open_source
+from cronstable.sources.factory import GitSpec, open_source, parse_git_spec
 from cronstable.sources.git import GitSource, snapshot_from_local_repo
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -60,8 +60,9 @@ def make_source(
     ref: str | None = None,
     path: str = "",
     interval: float = 0.3,
+    timeout: float = 30.0,
 ) -> GitSource:
-    return GitSource(GitSpec(url, ref, path, interval), cache_dir=cache)
+    return GitSource(GitSpec(url, ref, path, interval, timeout), cache_dir=cache)
 
 
 async def next_snapshot(it: AsyncIterator[Snapshot], within: float = 10.0) -> Snapshot:
@@ -508,6 +509,82 @@ async def test_start_with_the_remote_down_and_no_cache_is_an_error(
     await source.close()
 
 
+# --------------------------------------------------------------------------- cache faults
+
+
+def applied_ref(source: GitSource) -> str:
+    return git("for-each-ref", "--format=%(objectname)", "refs/cronstable", cwd=source.cache_path)
+
+
+@pytest.mark.asyncio
+async def test_a_stale_lock_file_in_the_cache_is_removed_and_following_goes_on(
+    repo: WorkRepo, daemon: GitDaemon, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A kill -9 (or a full disk) during a ref write leaves ``*.lock``: it never stops a source."""
+    push(repo, {"a.yaml": b"1\n"})
+    cache = tmp_path / "cache"
+    source = make_source(daemon.url("config.git"), cache, interval=3600)
+    try:
+        await source.start()
+        it = source.watch()
+        first = await next_snapshot(it)
+        lock = source.cache_path / f"{source._applied_ref.decode()}.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.write_bytes(b"")
+        an_hour_ago = time.time() - 3600
+        os.utime(lock, (an_hour_ago, an_hour_ago))
+        source.applied(first)
+        second = push(repo, {"a.yaml": b"2\n"})
+        source.nudge(second)
+        assert (await next_snapshot(it)).revision == second
+        assert not lock.exists()
+        assert applied_ref(source) == first.revision
+        assert count(caplog, f"removed the stale lock file {lock}", logging.WARNING) == 1
+    finally:
+        await source.close()
+
+
+@pytest.mark.asyncio
+async def test_a_live_lock_file_never_stops_the_source_nor_its_restart(
+    repo: WorkRepo, daemon: GitDaemon, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lock too young to be called stale is left alone: the write waits, following goes on."""
+    push(repo, {"a.yaml": b"1\n"})
+    cache = tmp_path / "cache"
+    source = make_source(daemon.url("config.git"), cache, interval=3600)
+    await source.start()
+    it = source.watch()
+    first = await next_snapshot(it)
+    lock = source.cache_path / f"{source._applied_ref.decode()}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_bytes(b"")
+    try:
+        source.applied(first)
+        second = push(repo, {"a.yaml": b"2\n"})
+        source.nudge(second)
+        assert (await next_snapshot(it)).revision == second
+        source.nudge()
+        await wait_until(lambda: count(caplog, "unchanged at") > 0, "a second fetch")
+        assert count(caplog, "cannot record the applied commit as", logging.WARNING) == 1
+    finally:
+        await source.close()  # the pending ref write fails again: logged, never raised
+    assert lock.exists() and applied_ref(source) == ""
+
+    # A restart with the lock still there starts, follows, and writes the ref once it is gone.
+    again = make_source(daemon.url("config.git"), cache, interval=3600)
+    try:
+        await again.start()
+        it = again.watch()
+        assert (await next_snapshot(it)).revision == second
+        lock.unlink()
+        third = push(repo, {"a.yaml": b"3\n"})
+        again.nudge(third)
+        assert (await next_snapshot(it)).revision == third
+        assert applied_ref(again) == first.revision
+    finally:
+        await again.close()
+
+
 # --------------------------------------------------------------------------- transports
 
 
@@ -612,6 +689,98 @@ def test_credential_configuration_errors(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert "pw123" not in str(info.value)
     source = open_source("git+ssh://git@example.com/r.git?ref=main&path=a/b", cache_dir=tmp_path)
     assert source.description == "git+ssh://example.com/r.git?ref=main&path=a/b"
+
+
+# --------------------------------------------------------------------------- hung remotes
+
+
+@pytest.mark.parametrize("scheme", ["git", "http"])
+@pytest.mark.asyncio
+async def test_a_remote_that_never_answers_fails_the_fetch_after_the_timeout(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, scheme: str
+) -> None:
+    with SilentServer() as silent:
+        url = silent.url(scheme, "config.git")
+        if scheme == "http":
+            url = url.replace("http://", "http://bot:pa55word-42@")
+        source = open_source(
+            f"{'' if scheme == 'git' else 'git+'}{url}?timeout=1", cache_dir=tmp_path / "cache"
+        )
+        assert isinstance(source, GitSource) and source.spec.timeout == 1.0
+        started = time.monotonic()
+        with pytest.raises(SourceError) as info:
+            await source.start()
+        took = time.monotonic() - started
+        await source.close()
+    assert silent.accepted == 1  # connected, then waited: not retried at once
+    assert 1.0 <= took < 5.0, took
+    safe = silent.url(scheme, "config.git")
+    assert f"cannot fetch {safe}: no answer within 1 s" in str(info.value)
+    assert "pa55word" not in str(info.value) and "pa55word" not in caplog.text
+
+
+@pytest.mark.parametrize("scheme", ["git", "http"])
+@pytest.mark.asyncio
+async def test_a_remote_that_hangs_later_is_a_warning_naming_it(
+    repo: WorkRepo, root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, scheme: str
+) -> None:
+    """Started from the cache, the first fetch that times out is a WARNING naming the remote."""
+    caplog.set_level(logging.DEBUG)  # every logger: dulwich's and urllib3's too
+    push(repo, {"a.yaml": b"1\n"})
+    cache = tmp_path / "cache"
+    server = GitDaemon(root) if scheme == "git" else GitHttpServer(root)
+    with server:
+        source = make_source(server.url("config.git"), cache)
+        source.applied(await first_snapshot(source))
+        await source.close()
+    with SilentServer() as silent:
+        safe = silent.url(scheme, "config.git")
+        url = safe if scheme == "git" else safe.replace("http://", "http://bot:pa55word-42@")
+        hung = make_source(url, cache, interval=3600, timeout=1.0)
+        # the cache is per URL: hand the recorded one to the silent server's URL
+        os.rename(source.cache_path, hung.cache_path)
+        started = time.monotonic()
+        try:
+            await hung.start()
+            took = time.monotonic() - started
+            assert (await next_snapshot(hung.watch())).revision == repo.rev_parse("HEAD")
+        finally:
+            await hung.close()
+    assert 1.0 <= took < 5.0, took
+    warning = f"cannot fetch {safe}: no answer within 1 s (timeout); starting from the last"
+    assert count(caplog, warning, logging.WARNING) == 1
+    assert hung.description in caplog.text and "pa55word" not in caplog.text
+
+
+def test_the_timeout_option() -> None:
+    assert parse_git_spec("git://h/r.git").timeout == 30.0
+    assert parse_git_spec("git+https://h/r.git?ref=main&timeout=2.5").timeout == 2.5
+    for bad, message in [
+        ("0", "timeout must be a finite number of seconds, more than 0"),
+        ("-1", "more than 0"),
+        ("inf", "finite"),
+        ("nan", "finite"),
+        ("soon", "timeout 'soon' is not a number of seconds"),
+    ]:
+        with pytest.raises(SourceError, match=message):
+            parse_git_spec(f"git://h/r.git?timeout={bad}")
+
+
+@pytest.mark.asyncio
+async def test_close_does_not_wait_for_a_hung_fetch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with SilentServer() as silent:
+        source = make_source(silent.url("git", "config.git"), tmp_path / "cache", timeout=20.0)
+        starting = asyncio.ensure_future(source.start())
+        await wait_until(lambda: silent.accepted == 1, "connection")
+        started = time.monotonic()
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        await source.close()
+        took = time.monotonic() - started
+    assert took < 2.0, took
+    assert count(caplog, "not waiting for the fetch in progress to end", logging.INFO) == 1
 
 
 # --------------------------------------------------------------------------- the event loop

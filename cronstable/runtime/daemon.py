@@ -7,7 +7,13 @@
   apply); a rejected one is logged with every error and the running revision
   stays.  SIGHUP asks the source to look now (yacron dies on SIGHUP).
 * SIGTERM/SIGINT stop spawning, cancel pending retries and wait for running
-  jobs, then exit 0; a second signal stops the running jobs too.
+  jobs, then exit 0; a second signal stops the running jobs too.  They are
+  handled from the start: a stop while the source is still fetching its first
+  revision (a remote that does not answer) ends the daemon at once, exit 0.
+* The follower (the task reading the source's revisions) is supervised, for
+  every kind of source: if it ever ends or fails while the daemon runs, that is
+  an ERROR, and it is restarted (a new ``watch()``) after 1 s, then 2 s, 4 s …
+  up to :data:`FOLLOW_RESTART_MAX`; the running revision stays meanwhile.
 """
 
 from __future__ import annotations
@@ -17,9 +23,9 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from cronstable.config import ConfigError, DesiredState, Job, Limits, Problem
 from cronstable.logs import LogOverrides
@@ -35,6 +41,17 @@ from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+FOLLOW_RESTART_FIRST = 1.0
+"""Seconds before the first restart of a follower that ended; doubled at each further one."""
+FOLLOW_RESTART_MAX = 60.0
+"""Longest wait between two restarts; a follower that ran this long starts the count again."""
+
+
+class _StopRequested(Exception):
+    """A stop request came while the daemon was still starting."""
 
 
 def resolve_identities(state: DesiredState) -> dict[str, Identity | None]:
@@ -121,9 +138,12 @@ class Daemon:
             limits=limits,
         )
         self._signals = 0
+        self._stop_requested = asyncio.Event()
+        self._last_revision: str | None = None
 
     def request_stop(self) -> None:
         self._signals += 1
+        self._stop_requested.set()
         if self._signals == 1:
             logger.info("Shutting down: no new runs; waiting for running jobs to finish")
             self.scheduler.stop()
@@ -143,6 +163,7 @@ class Daemon:
         record = await self.applier.reconcile(snapshot, recheck=self.source.recheck)
         if record.outcome == "superseded":
             return record.outcome  # the source yields the newer revision next
+        self._last_revision = snapshot.revision
         if record.outcome == "rejected":
             self.source.rejected(snapshot)
             return record.outcome
@@ -153,7 +174,7 @@ class Daemon:
     async def _reconcile_first(self, snapshots: AsyncIterator[Snapshot]) -> bool:
         """Apply the first revision (one read mid-write gives way to the next)."""
         while True:
-            snapshot = await anext(snapshots)
+            snapshot = await self._unless_stopped(anext(snapshots))
             outcome = await self._attempt(snapshot)
             if outcome != "superseded":
                 break
@@ -161,6 +182,8 @@ class Daemon:
 
     async def _follow(self, snapshots: AsyncIterator[Snapshot]) -> None:
         async for snapshot in snapshots:
+            if snapshot.revision == self._last_revision:
+                continue  # a restarted follower starts with the current revision again
             try:
                 await self.reconcile(snapshot)
             except Exception:  # never stop following the source
@@ -181,31 +204,87 @@ class Daemon:
         )
         return await self.reconcile(fallback)
 
+    async def _supervise(self, snapshots: AsyncIterator[Snapshot]) -> None:
+        """Follow the source for as long as the daemon runs, restarting the follower."""
+        loop = asyncio.get_running_loop()
+        delay = FOLLOW_RESTART_FIRST
+        follower: AsyncIterator[Snapshot] | None = snapshots
+        while True:
+            began = loop.time()
+            try:
+                if follower is None:
+                    follower = aiter(self.source.watch())
+                await self._follow(follower)
+            except Exception as exc:
+                error: Exception | None = exc
+            else:
+                error = None
+            follower = None
+            if loop.time() - began >= FOLLOW_RESTART_MAX:
+                delay = FOLLOW_RESTART_FIRST
+            logger.error(
+                "Following %s stopped unexpectedly (%s); still running revision %s; "
+                "restarting in %.0f s",
+                self.source.description,
+                f"{type(error).__name__}: {error}" if error is not None else "its watch ended",
+                self._last_revision,
+                delay,
+                exc_info=error,
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, FOLLOW_RESTART_MAX)
+            logger.info("Following %s again", self.source.description)
+
+    async def _unless_stopped(self, awaitable: Awaitable[_T]) -> _T:
+        """``awaitable``'s result; raises :class:`_StopRequested` (cancelling it) on a stop."""
+        task = asyncio.ensure_future(awaitable)
+        stop = asyncio.ensure_future(self._stop_requested.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if task.cancelled() and self._stop_requested.is_set():
+            raise _StopRequested
+        return task.result()
+
     async def run(self) -> int:
         """Run until stopped; the process exit code."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
         try:
-            await self.source.start()
+            return await self._run()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+
+    async def _run(self) -> int:
+        try:
+            await self._unless_stopped(self.source.start())
         except SourceError as exc:
             logger.error("Cannot start from %s: %s", self.source.description, exc)
             await asyncio.to_thread(self.mirror.close)
             return 1
-        snapshots = aiter(self.source.watch())
+        except _StopRequested:
+            pass  # closed below
         try:
-            if not await self._reconcile_first(snapshots):
-                return 1
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self.request_stop)
-            loop.add_signal_handler(signal.SIGHUP, self.request_reload)
-            follower = asyncio.create_task(self._follow(snapshots))
-            try:
-                await self.scheduler.run()
-            finally:
-                follower.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await follower
-                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                    loop.remove_signal_handler(sig)
+            if not self._stop_requested.is_set():
+                snapshots = aiter(self.source.watch())
+                if not await self._reconcile_first(snapshots):
+                    return 1
+                follower = asyncio.create_task(self._supervise(snapshots))
+                try:
+                    await self.scheduler.run()
+                finally:
+                    follower.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await follower
+        except _StopRequested:
+            pass
         finally:
             await self.source.close()
             await asyncio.to_thread(self.mirror.close)

@@ -6,6 +6,7 @@ Specs:
 * ``git+https://…``, ``git+ssh://…``, ``git+file://…``, ``git://…`` with
   ``?ref=BRANCH|TAG|SHA&path=SUBDIR&interval=SECONDS`` (ref defaults to the
   remote's HEAD branch, interval to 60): :class:`~cronstable.sources.git.GitSource`;
+  ``&timeout=SECONDS`` bounds each wait on the remote (default 30);
 * ``etcd://HOST:PORT/PREFIX/``: every key under the prefix is a file
   (:class:`~cronstable.sources.etcd.EtcdSource`); ``etcds://`` for TLS, with
   ``?ca=FILE&cert=FILE&key=FILE`` (a login comes from the environment, never the spec).
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 GIT_SCHEMES = ("git+https", "git+http", "git+ssh", "git+file", "git")
 ETCD_SCHEMES = ("etcd", "etcds")
 DEFAULT_GIT_INTERVAL = 60.0
+DEFAULT_GIT_TIMEOUT = 30.0
 
 
 def default_cache_dir() -> Path:
@@ -46,6 +48,8 @@ class GitSpec:
     ref: str | None
     path: str
     interval: float
+    timeout: float = DEFAULT_GIT_TIMEOUT
+    """Seconds a fetch may wait for the remote (to connect, and for each read)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +67,7 @@ def parse_git_spec(spec: str) -> GitSpec:
     if scheme not in GIT_SCHEMES:
         raise SourceError(f"{spec!r} is not a git source spec")
     query = parse_qs(parts.query, keep_blank_values=True)
-    unknown = set(query) - {"ref", "path", "interval"}
+    unknown = set(query) - {"ref", "path", "interval", "timeout"}
     if unknown:
         raise SourceError(f"unknown git source option(s) {', '.join(sorted(unknown))} in {spec!r}")
 
@@ -84,11 +88,20 @@ def parse_git_spec(spec: str) -> GitSpec:
             raise SourceError(f"interval {raw_interval!r} is not a number of seconds") from None
         if not interval > 0:
             raise SourceError("interval must be more than 0 seconds")
+    timeout = DEFAULT_GIT_TIMEOUT
+    raw_timeout = one("timeout")
+    if raw_timeout is not None:
+        try:
+            timeout = float(raw_timeout)
+        except ValueError:
+            raise SourceError(f"timeout {raw_timeout!r} is not a number of seconds") from None
+        if not 0 < timeout < float("inf"):
+            raise SourceError("timeout must be a finite number of seconds, more than 0")
     path = (one("path") or "").strip("/")
     if ".." in path.split("/"):
         raise SourceError(f"path {path!r} leaves the repository")
     url = urlunsplit((scheme.removeprefix("git+"), parts.netloc, parts.path, "", ""))
-    return GitSpec(url=url, ref=one("ref") or None, path=path, interval=interval)
+    return GitSpec(url, one("ref") or None, path, interval, timeout)
 
 
 def parse_etcd_spec(spec: str) -> EtcdSpec:

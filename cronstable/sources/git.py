@@ -46,7 +46,6 @@ Credentials never appear in logs, errors or ``description``:
   ``CRONSTABLE_GIT_USERNAME`` with ``CRONSTABLE_GIT_PASSWORD`` or
   ``CRONSTABLE_GIT_PASSWORD_FILE`` (a file holding the password or token, read
   at every fetch so it can be rotated; surrounding whitespace is stripped).
-  Requests time out after :data:`HTTP_TIMEOUT` seconds without data.
 * SSH (``ssh://[USER@]HOST[:PORT]/PATH``): dulwich runs the ``ssh`` program, so
   keys, ``known_hosts`` and ``~/.ssh/config`` apply as for ``git``.  The command
   is ``$GIT_SSH_COMMAND`` (else ``$GIT_SSH``) when set, for example
@@ -54,12 +53,22 @@ Credentials never appear in logs, errors or ``description``:
   for a deploy key; otherwise :data:`DEFAULT_SSH_COMMAND`, which never prompts
   (``BatchMode``), so an unknown host key or a missing key is an error in the
   log rather than a hung fetch.  Passwords in ssh URLs are not supported.
-* ``git://`` and ``file://`` take no credentials.  dulwich sets no timeout on
-  ``git://`` sockets: prefer HTTPS or SSH in production.
+* ``git://`` and ``file://`` take no credentials.
+
+Hung remotes: over ``git://`` and HTTP(S), connecting and every read wait at
+most the spec's ``timeout`` (30 s by default; see
+:mod:`cronstable.sources.git_transport`), so a remote that accepts and never
+answers fails the fetch like an unreachable one (a WARNING naming it, then
+back-off).  Fetches run on daemon threads that nothing joins:
+:meth:`GitSource.close` waits :data:`CLOSE_WAIT` seconds at most for one in
+progress, so a hung fetch never holds the daemon's exit.
 
 The cache is created with mode 0700 (it holds the configuration).  Every dulwich
 call runs in a worker thread, one at a time per cache repository (in this
-process and, through a lock file, across processes).
+process and, through a lock file, across processes).  Writing the cache's refs
+never stops the source: a failure (a full disk) is logged once per ref, and a
+dulwich ``*.lock`` file older than :data:`STALE_LOCK_AGE` (left by a kill -9)
+is removed.
 
 :func:`snapshot_from_local_repo` reads a snapshot from a local repository at a
 revision, for ``cronstable diff git:REPO@REF[:SUBDIR]``.
@@ -80,21 +89,18 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlencode, urlsplit, urlunsplit
 
 import urllib3
-from dulwich.client import (
-    GitClient,
-    HTTPUnauthorized,
-    default_urllib3_manager,
-    get_transport_and_path,
-)
+from dulwich.client import HTTPUnauthorized
 from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
+from dulwich.file import FileLocked
 from dulwich.graph import can_fast_forward
 from dulwich.object_store import BaseObjectStore, ObjectStoreGraphWalker
 from dulwich.objects import S_ISGITLINK, Commit, ObjectID, ShaFile, Tag, Tree
@@ -107,8 +113,11 @@ from cronstable.retrying import transient
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
 from cronstable.sources.factory import GitSpec
+from cronstable.sources.git_transport import close_client, is_timeout, open_client
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 ENV_USERNAME = "CRONSTABLE_GIT_USERNAME"
 ENV_PASSWORD = "CRONSTABLE_GIT_PASSWORD"
@@ -116,8 +125,6 @@ ENV_PASSWORD_FILE = "CRONSTABLE_GIT_PASSWORD_FILE"
 DEFAULT_SSH_COMMAND = (
     "ssh -o BatchMode=yes -o ConnectTimeout=30 -o ServerAliveInterval=15 -o ServerAliveCountMax=4"
 )
-HTTP_TIMEOUT = 60.0
-"""Seconds an HTTP(S) connection or read may stall before the fetch fails."""
 NUDGE_WINDOW = 30.0
 """How long ``nudge(sha)`` keeps fetching until the remote shows ``sha``."""
 NUDGE_FIRST_DELAY = 0.25
@@ -129,10 +136,10 @@ STATE_FORMAT = 1
 REPACK_PACKS = 50
 """Repack the cache when it holds more packs than this (and less than REPACK_MAX_BYTES)."""
 REPACK_MAX_BYTES = 256 * 1024 * 1024
-
-# No retries inside a fetch (the poll loop retries, and logs once per outage,
-# where urllib3 would log a WARNING per retry); redirects are still followed.
-_HTTP_RETRIES = urllib3.util.Retry(total=None, connect=0, read=0, status=0, other=0, redirect=5)
+CLOSE_WAIT = 0.5
+"""Seconds :meth:`GitSource.close` waits for a fetch in progress (a hung one goes on alone)."""
+STALE_LOCK_AGE = 10.0
+"""Age in seconds past which a dulwich ``*.lock`` file in the cache is stale (``_cache_write``)."""
 
 _HEX = re.compile(r"[0-9a-f]+")
 _PSEUDO_REF = re.compile(r"[A-Z][A-Z_]*")
@@ -144,6 +151,36 @@ _process_locks_guard = threading.Lock()
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+async def _in_worker(function: Callable[..., _T], *args: Any) -> _T:
+    """``function(*args)`` on a new daemon thread, awaited; cancelling leaves it to end alone.
+
+    Not :func:`asyncio.to_thread`: the default executor's threads are joined when
+    ``asyncio.run`` returns and again at interpreter exit, so a fetch hung on a
+    silent remote would hold the daemon's exit until its timeout.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[_T] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        def apply() -> None:
+            if not future.done():
+                outcome()
+
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(apply)
+
+    def work() -> None:
+        try:
+            result = function(*args)
+        except BaseException as exc:
+            settle(partial(future.set_exception, exc))
+        else:
+            settle(partial(future.set_result, result))
+
+    threading.Thread(target=work, name=f"git {function.__name__}", daemon=True).start()
+    return await future
 
 
 def redact_url(url: str) -> str:
@@ -531,6 +568,8 @@ class GitSource(Source):
         self._nudge_retry_at = 0.0
         self._failures = 0
         self._failing_since = 0.0
+        self._cache_failing: set[bytes] = set()
+        """Cache refs whose last write failed (each logged at WARNING once)."""
 
     # ----------------------------------------------------------------- Source API
 
@@ -540,10 +579,10 @@ class GitSource(Source):
         self._started = True
         if self._http is not None and self._http.configured and self._scheme == "http":
             logger.warning("%s: sending credentials over unencrypted http", self.description)
-        await asyncio.to_thread(self._open_sync)
+        await _in_worker(self._open_sync)
         error: SourceError | None = None
         try:
-            poll = await asyncio.to_thread(self._poll_sync, frozenset(), frozenset(), None, None)
+            poll = await _in_worker(self._poll_sync, frozenset(), frozenset(), None, None)
         except SourceError as exc:  # the remote is unreachable, or has no such ref
             error = exc
             reason = self._scrub(str(exc))
@@ -562,9 +601,9 @@ class GitSource(Source):
                 return
             reason = poll.problem or "no snapshot"
             self._rejected = poll.commit  # the poll loop will not report it again
-        cached = await asyncio.to_thread(self._load_applied_sync)
+        cached = await _in_worker(self._load_applied_sync)
         if cached is None:
-            await asyncio.to_thread(self._close_sync)
+            await _in_worker(self._close_sync)
             raise SourceError(
                 f"{self.description}: {reason}; and no applied revision is cached to start from"
             ) from error
@@ -582,8 +621,14 @@ class GitSource(Source):
         self._task = asyncio.create_task(self._poll_loop(), name=self.description)
 
     async def watch(self) -> AsyncIterator[Snapshot]:
+        """See :meth:`Source.watch`; raises :class:`SourceError` if polling ever stops.
+
+        Polling stops only on :meth:`close`, or through a bug: then this raises,
+        and the next ``watch()`` polls again (the daemon restarts its follower).
+        """
         if not self._started:
             raise RuntimeError(f"start() {self.description} before watching it")
+        self._ensure_polling()
         last: str | None = None
         while True:
             changed = self._changed
@@ -594,7 +639,24 @@ class GitSource(Source):
                 last = snapshot.revision
                 yield snapshot
                 continue
-            await changed.wait()
+            task = self._task
+            if task is None or task.done():
+                cause = None if task is None or task.cancelled() else task.exception()
+                why = f"{type(cause).__name__}: {cause}" if cause else "it was cancelled"
+                raise SourceError(f"{self.description}: polling stopped ({why})") from cause
+            waiter = asyncio.ensure_future(changed.wait())
+            try:
+                await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+
+    def _ensure_polling(self) -> None:
+        """Start the poll loop unless it runs (again, after it stopped: polling at once)."""
+        if self._closed or (self._task is not None and not self._task.done()):
+            return
+        if self._task is not None:
+            self._wake.set()
+        self._task = asyncio.create_task(self._poll_loop(), name=self.description)
 
     def nudge(self, revision: str | None = None) -> None:
         if self._closed:
@@ -614,7 +676,7 @@ class GitSource(Source):
         self._wake.set()
 
     async def last_applied(self) -> Snapshot | None:
-        return await asyncio.to_thread(self._load_applied_sync)
+        return await _in_worker(self._load_applied_sync)
 
     def applied(self, snapshot: Snapshot, reads: Collection[str] | None = None) -> None:
         revision = snapshot.revision
@@ -661,7 +723,13 @@ class GitSource(Source):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         if self._started:
-            await asyncio.to_thread(self._close_sync)
+            closing = asyncio.ensure_future(_in_worker(self._close_sync))
+            done, _ = await asyncio.wait({closing}, timeout=CLOSE_WAIT)
+            if closing in done:
+                closing.result()
+            else:  # it closes the cache when the fetch ends (a timeout at the latest)
+                closing.add_done_callback(lambda t: t.cancelled() or t.exception())
+                logger.info("%s: not waiting for the fetch in progress to end", self.description)
 
     # ----------------------------------------------------------------- polling
 
@@ -679,7 +747,7 @@ class GitSource(Source):
             self._wake.clear()
             known = frozenset(r for r in (self._revision(), self._rejected) if r)
             try:
-                poll = await asyncio.to_thread(
+                poll = await _in_worker(
                     self._poll_sync,
                     frozenset(self._targets),
                     known,
@@ -864,16 +932,81 @@ class GitSource(Source):
         """Point this ref and path's ``refs/cronstable/applied/*`` at ``revision``.
 
         It keeps the commit reachable (``git gc`` on the cache keeps it) and
-        makes it a "have" when negotiating fetches.
+        makes it a "have" when negotiating fetches.  A failed write stays
+        pending, to be tried again at the next fetch.
         """
         sha = ObjectID(revision.encode("ascii"))
+        ref = self._applied_ref
+        if sha in repo.object_store and not self._cache_write(
+            "record the applied commit as", ref, partial(repo.refs.__setitem__, ref, sha)
+        ):
+            return
+        if self._applied_ref_pending == revision:
+            self._applied_ref_pending = None
+
+    def _cache_write(self, what: str, ref: bytes, write: Callable[[], object]) -> bool:
+        """Run ``write`` (an update of ``ref`` in the cache); whether it succeeded.
+
+        A failure (a full disk, a lock file) is logged, never raised: the cache's
+        refs only speed fetches up and keep the applied commit reachable, so
+        they must never stop the source following its remote.  Run under
+        :meth:`_locked`: no other cronstable process writes the cache meanwhile,
+        so a lock file older than :data:`STALE_LOCK_AGE` was left by an
+        interrupted write (a kill -9, a full disk); it is removed and the write
+        tried once more.
+        """
+        problem = ""
+        for attempt in (1, 2):
+            try:
+                write()
+            except FileLocked as exc:
+                lock = os.fsdecode(exc.lockfilename)
+                if attempt == 1 and self._remove_stale_lock(lock):
+                    continue
+                problem = f"{lock} exists (another writer, or one that was interrupted)"
+            except OSError as exc:
+                problem = f"{exc.strerror or exc}"
+                if exc.filename is not None:
+                    problem += f": {os.fsdecode(exc.filename)}"
+            else:
+                if ref in self._cache_failing:
+                    self._cache_failing.discard(ref)
+                    logger.info("%s: %s is written again", self.description, ref.decode())
+                return True
+            break
+        if ref in self._cache_failing:
+            logger.debug("%s: cannot %s %s: %s", self.description, what, ref.decode(), problem)
+        else:
+            self._cache_failing.add(ref)
+            logger.warning(
+                "%s: cannot %s %s in the cache %s: %s; following the remote goes on",
+                self.description,
+                what,
+                ref.decode(),
+                self.cache_path,
+                problem,
+            )
+        return False
+
+    def _remove_stale_lock(self, lock: str) -> bool:
+        """Remove ``lock`` if it is stale (see :meth:`_cache_write`); whether it is gone."""
         try:
-            if sha in repo.object_store:
-                repo.refs[self._applied_ref] = sha
-            if self._applied_ref_pending == revision:
-                self._applied_ref_pending = None
+            age = time.time() - os.stat(lock).st_mtime
+            if age < STALE_LOCK_AGE:
+                return False
+            os.unlink(lock)
+        except FileNotFoundError:
+            return True  # released meanwhile
         except OSError as exc:
-            logger.debug("%s: cannot update the applied ref: %s", self.description, exc)
+            logger.debug("%s: cannot remove %s: %s", self.description, lock, exc)
+            return False
+        logger.warning(
+            "%s: removed the stale lock file %s (%.0f s old, left by an interrupted write)",
+            self.description,
+            lock,
+            age,
+        )
+        return True
 
     def _read_state(self) -> str | None:
         """The commit recorded by :meth:`applied` for this ref and path, if any."""
@@ -969,33 +1102,6 @@ class GitSource(Source):
                     poll.movement = "backwards" if backwards else "rewritten"
             return poll
 
-    def _client(self) -> tuple[GitClient, str, urllib3.PoolManager | None]:
-        """A client for the remote, its path there, and the HTTP pool to clear after use."""
-        if self._http is not None:
-            username, password = self._http.resolve()
-            if password:
-                self._secrets.add(password)
-            pool = default_urllib3_manager(
-                None,
-                pool_manager_cls=_ClosingPoolManager,
-                proxy_manager_cls=_ClosingProxyManager,
-                base_url=self._transport_url,
-                timeout=HTTP_TIMEOUT,
-            )
-            assert isinstance(pool, urllib3.PoolManager)  # no auth callbacks: never wrapped
-            pool.connection_pool_kw["retries"] = _HTTP_RETRIES
-            client, path = get_transport_and_path(
-                self._transport_url, username=username, password=password, pool_manager=pool
-            )
-            return client, path, pool
-        if self._ssh_command is not None:
-            client, path = get_transport_and_path(
-                self._transport_url, ssh_command=self._ssh_command
-            )
-            return client, path, None
-        client, path = get_transport_and_path(self._transport_url)
-        return client, path, None
-
     def _fetch(self, repo: _CacheRepo) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
         """Fetch what the ref needs; the remote's refs and symrefs (the local mirror updated)."""
         store = repo.object_store
@@ -1029,19 +1135,30 @@ class GitSource(Source):
         return refs, {bytes(k): bytes(v) for k, v in result.symrefs.items()}
 
     def _fetch_once(self, repo: _CacheRepo, determine_wants: Any) -> Any:
+        username = password = None
+        if self._http is not None:
+            username, password = self._http.resolve()
+            if password:
+                self._secrets.add(password)
         try:
-            client, path, pool = self._client()
+            client, path, pool = open_client(
+                self._transport_url,
+                timeout=self.spec.timeout,
+                username=username,
+                password=password,
+                ssh_command=self._ssh_command,
+            )
         except ValueError as exc:
             raise SourceError(f"unsupported git URL {self._safe_url}: {exc}") from exc
         try:
             return client.fetch(path, repo, determine_wants=determine_wants)
         finally:
-            client.close()
-            if pool is not None:
-                _close_pool(pool)
+            close_client(client, pool)
 
     def _fetch_error(self, exc: Exception) -> str:
         where = self._safe_url
+        if is_timeout(exc):
+            return f"cannot fetch {where}: no answer within {self.spec.timeout:g} s (timeout)"
         if isinstance(exc, HTTPUnauthorized):
             if self._http is not None and self._http.configured:
                 return f"{where} rejected the credentials (HTTP 401)"
@@ -1170,10 +1287,11 @@ class GitSource(Source):
             ):
                 continue
             if local.get(Ref(name)) != sha and ObjectID(sha) in store:
-                repo.refs[Ref(name)] = ObjectID(sha)
+                update = partial(repo.refs.__setitem__, Ref(name), ObjectID(sha))
+                self._cache_write("update", name, update)
         for name in local:
             if name not in refs:
-                repo.refs.remove_if_equals(name, None)
+                self._cache_write("remove", name, partial(repo.refs.remove_if_equals, name, None))
 
     def _maybe_repack(self, repo: Repo) -> None:
         pack_dir = Path(repo.object_store.path) / "pack"
@@ -1191,50 +1309,11 @@ class GitSource(Source):
 
 def _is_transient(exc: BaseException) -> bool:
     """A failure worth a quick retry: the connection, not the remote's answer."""
-    if isinstance(exc, HTTPUnauthorized | NotGitRepository | SourceError):
-        return False
+    if isinstance(exc, HTTPUnauthorized | NotGitRepository | SourceError) or is_timeout(exc):
+        return False  # a remote that does not answer in time is not retried at once
     if isinstance(exc, OSError | HangupException):
         return True
     return isinstance(exc.__cause__, urllib3.exceptions.MaxRetryError)
-
-
-class _RemembersResponses:
-    """Remembers the responses a urllib3 pool gave, for :func:`_close_pool`.
-
-    dulwich's smart HTTP client leaves the response to ``info/refs`` open when it
-    goes on with protocol v2, so its connection is neither pooled nor closed.
-    """
-
-    responses: list[urllib3.BaseHTTPResponse]
-
-    def urlopen(self, method: str, url: str, *args: Any, **kw: Any) -> urllib3.BaseHTTPResponse:
-        response: urllib3.BaseHTTPResponse = super().urlopen(method, url, *args, **kw)  # type: ignore[misc]
-        self.responses.append(response)
-        return response
-
-
-class _ClosingPoolManager(_RemembersResponses, urllib3.PoolManager):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.responses = []
-
-
-class _ClosingProxyManager(_RemembersResponses, urllib3.ProxyManager):
-    """:class:`_ClosingPoolManager` through an HTTP(S) proxy."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.responses = []
-
-
-def _close_pool(pool: urllib3.PoolManager) -> None:
-    """Close every response ``pool`` gave (and so its connection), then the pool."""
-    responses: list[urllib3.BaseHTTPResponse] = getattr(pool, "responses", [])
-    for response in responses:
-        with contextlib.suppress(Exception):
-            response.close()
-    responses.clear()
-    pool.clear()
 
 
 def _advertised(refs: Mapping[Any, Any]) -> dict[bytes, bytes]:
