@@ -18,7 +18,9 @@ def cmd_run(spec: str, log_level: str, log_format: str, cache_dir: str | None) -
     except SourceError as exc:
         import logging
 
-        logging.getLogger("cronstable").error("%s", exc)
+        from cronstable.cli.sides import source_error
+
+        logging.getLogger("cronstable").error("%s", source_error(spec, exc))
         return 2
 
     async def main() -> int:

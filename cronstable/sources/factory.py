@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
+from cronstable.redact import redact
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
 
@@ -52,11 +53,14 @@ def parse_git_spec(spec: str) -> GitSpec:
     parts = urlsplit(spec)
     scheme = parts.scheme
     if scheme not in GIT_SCHEMES:
-        raise SourceError(f"{spec!r} is not a git source spec")
+        raise SourceError(f"scheme {scheme!r} is not a git source scheme")
     query = parse_qs(parts.query, keep_blank_values=True)
     unknown = set(query) - {"ref", "path", "interval"}
     if unknown:
-        raise SourceError(f"unknown git source option(s) {', '.join(sorted(unknown))} in {spec!r}")
+        raise SourceError(
+            f"unknown git source option(s) {', '.join(sorted(unknown))} "
+            "(the options are ref, path and interval)"
+        )
 
     def one(name: str) -> str | None:
         values = query.get(name)
@@ -85,11 +89,26 @@ def parse_git_spec(spec: str) -> GitSpec:
 def parse_etcd_spec(spec: str) -> EtcdSpec:
     parts = urlsplit(spec)
     if parts.scheme != "etcd" or not parts.hostname or parts.port is None:
-        raise SourceError(f"{spec!r} is not an etcd source spec (etcd://HOST:PORT/PREFIX/)")
+        raise SourceError("not an etcd source spec: expected etcd://HOST:PORT/PREFIX/")
     prefix = parts.path if parts.path.endswith("/") else parts.path + "/"
     if prefix == "/":
         raise SourceError("an etcd source needs a key prefix (etcd://HOST:PORT/PREFIX/)")
     return EtcdSpec(endpoint=f"http://{parts.hostname}:{parts.port}", prefix=prefix)
+
+
+# schemes people type for a git remote, and the source scheme they mean
+_GIT_HINTS = {"https": "git+https", "http": "git+http", "ssh": "git+ssh", "file": "git+file"}
+
+
+def unknown_scheme_message(spec: str) -> str:
+    """Why ``spec`` names no source, with the spelling meant when it is a bare git URL."""
+    scheme = urlsplit(spec).scheme
+    message = f"unknown source scheme {scheme!r}"
+    meant = _GIT_HINTS.get(scheme.lower())
+    if meant is not None:
+        rest = redact(spec).split("://", 1)[1]
+        message += f"; for a git repository write {meant}://{rest}"
+    return message
 
 
 def is_remote_spec(spec: str) -> bool:
@@ -98,7 +117,11 @@ def is_remote_spec(spec: str) -> bool:
 
 
 def open_source(spec: str, *, cache_dir: Path | None = None) -> Source:
-    """A (not yet started) source for ``spec``."""
+    """A (not yet started) source for ``spec``.
+
+    A bad spec raises :class:`SourceError` whose message does not repeat the spec
+    (the caller names it, through :func:`~cronstable.redact.redact`).
+    """
     cache = cache_dir or default_cache_dir()
     scheme = urlsplit(spec).scheme
     if scheme in GIT_SCHEMES:
@@ -110,7 +133,7 @@ def open_source(spec: str, *, cache_dir: Path | None = None) -> Source:
 
         return EtcdSource(parse_etcd_spec(spec), cache_dir=cache)
     if "://" in spec:
-        raise SourceError(f"unknown source scheme {scheme!r} in {spec!r}")
+        raise SourceError(unknown_scheme_message(spec))
     from cronstable.sources.local import LocalDirSource
 
     return LocalDirSource(Path(spec))

@@ -102,6 +102,7 @@ from dulwich.protocol import PEELED_TAG_SUFFIX
 from dulwich.refs import LOCAL_BRANCH_PREFIX, LOCAL_TAG_PREFIX, Ref, check_ref_format
 from dulwich.repo import Repo
 
+from cronstable.redact import redact
 from cronstable.retrying import transient
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
@@ -548,7 +549,9 @@ class GitSource(Source):
         if cached is None:
             await asyncio.to_thread(self._close_sync)
             raise SourceError(
-                f"{self.description}: {reason}; and no applied revision is cached to start from"
+                f"{self.description}: {reason}; and there is no earlier revision to start "
+                "from instead (none was applied with the cache directory "
+                f"{self.cache_path.parent.parent})"
             ) from error
         logger.warning(
             "%s: %s; starting from the last applied commit %s",
@@ -781,12 +784,12 @@ class GitSource(Source):
             self._nudge_retry_at = now + delay
 
     def _scrub(self, text: str) -> str:
-        """``text`` without any credential this source knows of."""
+        """``text`` without any credential this source knows of, then :func:`redact`-ed."""
         text = text.replace(self.spec.url, self._safe_url)
         for secret in sorted(self._secrets, key=len, reverse=True):
             if len(secret) >= 4:
                 text = text.replace(secret, "***")
-        return text
+        return redact(text)
 
     # ----------------------------------------------------------------- worker thread
 
