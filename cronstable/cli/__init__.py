@@ -10,6 +10,8 @@ Exit codes: 0 success (valid), 1 invalid configuration, 2 usage error.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from cronstable import __version__
 from cronstable.platform import DEFAULT_CONFIG_PATH
@@ -156,6 +158,15 @@ def run_cli(argv: list[str]) -> int:
             parser.error("-n must be at least 1")
         return cmd_next(args.path or args.config or DEFAULT_CONFIG_PATH, args.count, args.after)
     # "run", or yacron's plain `cronstable -c PATH`
+    if command is None and args.config is None and not os.path.exists(DEFAULT_CONFIG_PATH):
+        print(
+            f"cronstable: no configuration at {DEFAULT_CONFIG_PATH}, the default.\n"
+            "Start the daemon with `cronstable run PATH` (a configuration file or directory, "
+            "or a source spec such as git+https://HOST/REPO.git); check one with "
+            "`cronstable validate PATH`; see `cronstable --help` for every command.",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     from cronstable.cli.run import cmd_run
 
     spec = (

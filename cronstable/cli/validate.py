@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from cronstable.cli import EXIT_INVALID, EXIT_OK
-from cronstable.config import ConfigError, DesiredState, load_path
+from cronstable.cli.sides import SideError, resolve
+from cronstable.config import ConfigError, DesiredState
 
 
 def report_invalid(label: str, exc: ConfigError) -> None:
@@ -16,31 +17,39 @@ def report_invalid(label: str, exc: ConfigError) -> None:
         print(f"  {problem}", file=sys.stderr)
 
 
-def load_or_report(path: str) -> DesiredState | None:
+def load_or_report(text: str, command: str) -> tuple[str, DesiredState] | None:
+    """(label, state) of a configuration as typed (any side ``diff`` takes), or None once
+    its problems are on stderr."""
     try:
-        return load_path(path)
+        side = resolve(text)
+    except SideError as exc:
+        print(f"cronstable {command}: {exc}", file=sys.stderr)
+        return None
+    try:
+        return side.label, side.load()
     except ConfigError as exc:
-        report_invalid(path, exc)
+        report_invalid(side.label, exc)
         return None
 
 
 def cmd_validate(paths: list[str]) -> int:
     status = EXIT_OK
     for path in paths:
-        state = load_or_report(path)
-        if state is None:
+        loaded = load_or_report(path, "validate")
+        if loaded is None:
             status = EXIT_INVALID
             continue
+        label, state = loaded
         count = len(state.jobs)
         print(
-            f"{path}: valid, {count} job{'s' if count != 1 else ''}, job-set id {state.job_set_id}"
+            f"{label}: valid, {count} job{'s' if count != 1 else ''}, job-set id {state.job_set_id}"
         )
     return status
 
 
 def cmd_job_set_id(path: str) -> int:
-    state = load_or_report(path)
-    if state is None:
+    loaded = load_or_report(path, "job-set-id")
+    if loaded is None:
         return EXIT_INVALID
-    print(state.job_set_id)
+    print(loaded[1].job_set_id)
     return EXIT_OK
