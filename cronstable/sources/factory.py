@@ -7,7 +7,9 @@ Specs:
   ``?ref=BRANCH|TAG|SHA&path=SUBDIR&interval=SECONDS`` (ref defaults to the
   remote's HEAD branch, interval to 60): :class:`~cronstable.sources.git.GitSource`;
 * ``etcd://HOST:PORT/PREFIX/``: every key under the prefix is a file
-  (:class:`~cronstable.sources.etcd.EtcdSource`).
+  (:class:`~cronstable.sources.etcd.EtcdSource`);
+* ``-``, ``/dev/stdin``, a FIFO: one file read at start and on each reload request
+  (:class:`~cronstable.sources.stream.StreamSource`).
 """
 
 from __future__ import annotations
@@ -134,6 +136,12 @@ def open_source(spec: str, *, cache_dir: Path | None = None) -> Source:
         return EtcdSource(parse_etcd_spec(spec), cache_dir=cache)
     if "://" in spec:
         raise SourceError(unknown_scheme_message(spec))
+    from cronstable.config.onefile import is_read_once
+
+    if is_read_once(spec):
+        from cronstable.sources.stream import StreamSource
+
+        return StreamSource(spec)
     from cronstable.sources.local import LocalDirSource
 
     return LocalDirSource(Path(spec))
