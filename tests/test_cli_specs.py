@@ -123,7 +123,9 @@ def test_diff_reads_either_side_from_standard_input(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "key"), [(WITH_INCLUDE, "include[0]"), (WITH_ENV_FILE, "jobs[0].env_file")]
+    ("text", "key"),
+    [(WITH_INCLUDE, "include[0]"), (WITH_ENV_FILE, "jobs[0].env_file")],
+    ids=["include", "env_file"],
 )
 def test_include_and_env_file_are_refused_on_standard_input(
     text: str, key: str, tmp_path: Path

@@ -544,6 +544,7 @@ class GitSource(Source):
                 self._task = asyncio.create_task(self._poll_loop(), name=self.description)
                 return
             reason = poll.problem or "no snapshot"
+            error = SourceError(reason)  # the cause a caller without a cache reports
             self._rejected = poll.commit  # the poll loop will not report it again
         cached = await asyncio.to_thread(self._load_applied_sync)
         if cached is None:
