@@ -20,6 +20,11 @@ EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+_FORMS = (
+    "PATH is a file or directory, git:REPO@REF[:SUBDIR] (a local repository at a ref), "
+    "a source spec (git+https://…, git://…, etcd://HOST:PORT/PREFIX/), or - (standard "
+    "input; also /dev/stdin or a FIFO), read once as one file without include or env_file."
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         default=None,
         help="where the configuration comes from: a path, git+https://…, git://…, "
-        "git+ssh://…, git+file://… (?ref=&path=&interval=), or etcd://HOST:PORT/PREFIX/",
+        "git+ssh://…, git+file://… (?ref=&path=&interval=), etcd://HOST:PORT/PREFIX/, "
+        "or - / a FIFO (read at start and on each SIGHUP)",
     )
     p.add_argument(
         "--cache-dir",
@@ -91,10 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
         "(default /var/cache/cronstable as root, else $XDG_CACHE_HOME/cronstable)",
     )
 
-    p = sub.add_parser("validate", help="validate configurations; exit 1 if any is invalid")
+    p = sub.add_parser(
+        "validate",
+        help="validate configurations; exit 1 if any is invalid",
+        description=_FORMS,
+    )
     p.add_argument("paths", nargs="*", metavar="PATH", help="each path is its own configuration")
 
-    p = sub.add_parser("job-set-id", help="print the job-set id of a configuration")
+    p = sub.add_parser(
+        "job-set-id", help="print the job-set id of a configuration", description=_FORMS
+    )
     p.add_argument("path", nargs="?", default=None, metavar="PATH")
 
     sub.add_parser("schema", help="print the JSON Schema of configuration files")
@@ -116,7 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="show next fires from this ISO 8601 time (default now; UTC without an offset)",
     )
 
-    p = sub.add_parser("next", help="print the next fires of every job (JOB<TAB>TIME)")
+    p = sub.add_parser(
+        "next", help="print the next fires of every job (JOB<TAB>TIME)", description=_FORMS
+    )
     p.add_argument("path", nargs="?", default=None, metavar="PATH")
     p.add_argument(
         "-n", "--count", type=int, default=1, metavar="N", help="fires per job (default 1)"
