@@ -30,9 +30,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# the daemon in the foreground on the example repository, until Ctrl-C
 run: $(STAMP)
-	$(BIN)/cronstable validate $(EXAMPLE)
-	$(BIN)/cronstable next $(EXAMPLE) -n 3
+	$(BIN)/cronstable run $(EXAMPLE)
 
 test: lint typecheck imports pytest
 

@@ -486,7 +486,7 @@ async def test_start_with_the_remote_down_serves_the_applied_commit(
 
         # Another ref or path has no last good commit of its own.
         other = make_source(daemon.url("config.git"), cache, ref="main")
-        with pytest.raises(SourceError, match="no applied revision is cached"):
+        with pytest.raises(SourceError, match="no earlier revision to start from"):
             await other.start()
         await other.close()
     try:
@@ -504,7 +504,7 @@ async def test_start_with_the_remote_down_and_no_cache_is_an_error(
     push(repo, CONFIG)
     daemon.stop()
     source = make_source(daemon.url("config.git"), tmp_path / "cache")
-    with pytest.raises(SourceError, match="Connection refused.*no applied revision is cached"):
+    with pytest.raises(SourceError, match="Connection refused.*no earlier revision to start from"):
         await source.start()
     await source.close()
 

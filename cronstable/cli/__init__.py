@@ -10,6 +10,8 @@ Exit codes: 0 success (valid), 1 invalid configuration, 2 usage error.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import TYPE_CHECKING
 
 from cronstable import __version__
@@ -19,6 +21,11 @@ EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+_FORMS = (
+    "PATH is a file or directory, git:REPO@REF[:SUBDIR] (a local repository at a ref), "
+    "a source spec (git+https://…, git://…, etcd://HOST:PORT/PREFIX/), or - (standard "
+    "input; also /dev/stdin or a FIFO), read once as one file without include or env_file."
+)
 
 if TYPE_CHECKING:
     from cronstable.config.limits import Limits
@@ -155,8 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         default=None,
         help="where the configuration comes from: a path, git+https://…, git://…, "
-        "git+ssh://…, git+file://… (?ref=&path=&interval=), etcd://HOST:PORT/PREFIX/, or "
-        "etcds://HOST:PORT/PREFIX/ (?ca=&cert=&key=)",
+        "git+ssh://…, git+file://… (?ref=&path=&interval=&timeout=), etcd://HOST:PORT/PREFIX/, "
+        "etcds://HOST:PORT/PREFIX/ (?ca=&cert=&key=), or - / a FIFO (read at start and on "
+        "each SIGHUP)",
     )
     p.add_argument(
         "--cache-dir",
@@ -179,10 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
         "validate",
         parents=[limit_options],
         help="validate configurations; exit 1 if any is invalid",
+        description=_FORMS,
     )
     p.add_argument("paths", nargs="*", metavar="PATH", help="each path is its own configuration")
 
-    p = sub.add_parser("job-set-id", help="print the job-set id of a configuration")
+    p = sub.add_parser(
+        "job-set-id", help="print the job-set id of a configuration", description=_FORMS
+    )
     p.add_argument("path", nargs="?", default=None, metavar="PATH")
 
     sub.add_parser("schema", help="print the JSON Schema of configuration files")
@@ -205,7 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="show next fires from this ISO 8601 time (default now; UTC without an offset)",
     )
 
-    p = sub.add_parser("next", help="print the next fires of every job (JOB<TAB>TIME)")
+    p = sub.add_parser(
+        "next", help="print the next fires of every job (JOB<TAB>TIME)", description=_FORMS
+    )
     p.add_argument("path", nargs="?", default=None, metavar="PATH")
     p.add_argument(
         "-n", "--count", type=int, default=1, metavar="N", help="fires per job (default 1)"
@@ -247,6 +260,15 @@ def run_cli(argv: list[str]) -> int:
             parser.error("-n must be at least 1")
         return cmd_next(args.path or args.config or DEFAULT_CONFIG_PATH, args.count, args.after)
     # "run", or yacron's plain `cronstable -c PATH`
+    if command is None and args.config is None and not os.path.exists(DEFAULT_CONFIG_PATH):
+        print(
+            f"cronstable: no configuration at {DEFAULT_CONFIG_PATH}, the default.\n"
+            "Start the daemon with `cronstable run PATH` (a configuration file or directory, "
+            "or a source spec such as git+https://HOST/REPO.git); check one with "
+            "`cronstable validate PATH`; see `cronstable --help` for every command.",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     from cronstable.cli.run import cmd_run
 
     spec = (

@@ -41,9 +41,9 @@ def cmd_next(path: str, count: int, after_text: str | None) -> int:
     except ValueError:
         print(f"cronstable next: --after {after_text!r} is not an ISO 8601 time", file=sys.stderr)
         return EXIT_USAGE
-    state = load_or_report(path)
-    if state is None:
+    loaded = load_or_report(path, "next")
+    if loaded is None:
         return EXIT_INVALID
-    for name, when in next_fires(state, after, count):
+    for name, when in next_fires(loaded[1], after, count):
         print(f"{name}\t{when}")
     return EXIT_OK

@@ -35,7 +35,9 @@ def cmd_run(
     except SourceError as exc:
         import logging
 
-        logging.getLogger("cronstable").error("%s", exc)
+        from cronstable.cli.sides import source_error
+
+        logging.getLogger("cronstable").error("%s", source_error(spec, exc))
         return 2
 
     async def main() -> int:

@@ -1,14 +1,20 @@
-"""The two sides of ``cronstable diff``, resolved from what the user typed.
+"""A configuration as the user typed it: the sides of ``cronstable diff``, and what
+``validate``, ``next`` and ``job-set-id`` read.
 
 Resolution is a list of (recognise, open) pairs tried in order, so new kinds of
-side plug in without touching the command (the HTTP API will add a running
+side plug in without touching the commands (the HTTP API will add a running
 daemon's URL).  Each kind imports only what it needs: a path needs neither
 asyncio nor aiohttp; a git side needs dulwich; an etcd side needs aiohttp.
 
 * ``git:REPO@REF[:SUBDIR]`` — a local repository at a ref (``git:.@origin/main``);
-* a source spec: ``git+https://…``, ``git+ssh://…``, ``git+file://…``,
-  ``git://…``, ``etcd://HOST:PORT/PREFIX/`` — its current revision;
+* a source spec, anything with ``SCHEME://``: ``git+https://…``, ``git+ssh://…``,
+  ``git+file://…``, ``git://…``, ``etcd://HOST:PORT/PREFIX/`` — its current
+  revision (an unknown scheme is an error, not a path);
+* ``-``, ``/dev/stdin``, a FIFO — read once, as one file;
 * anything else: a file or directory.
+
+A side's ``label`` and every :class:`SideError` message are redacted: what the
+user typed may hold a password.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from dataclasses import dataclass
 from cronstable.config import DesiredState, Limits
 from cronstable.config.limits import DEFAULT_LIMITS
 from cronstable.errors import CronstableError
+from cronstable.redact import redact
 
 
 class SideError(CronstableError):
@@ -28,6 +35,7 @@ class SideError(CronstableError):
 @dataclass(frozen=True, slots=True)
 class Side:
     label: str
+    """What the user typed, credentials masked."""
     revision: str | None
     load: Callable[[], DesiredState]
     """Raises ConfigError (invalid configuration) or SideError (cannot read)."""
@@ -45,7 +53,7 @@ def _is_local_git(text: str) -> bool:
 def _open_local_git(text: str, limits: Limits) -> Side:
     repo, sep, rest = text[len("git:") :].partition("@")
     if not sep or not repo or not rest:
-        raise SideError(f"{text!r}: expected git:REPO@REF[:SUBDIR], e.g. git:.@origin/main")
+        raise SideError(f"{redact(text)!r}: expected git:REPO@REF[:SUBDIR], e.g. git:.@origin/main")
     ref, _, subdir = rest.partition(":")
     from cronstable.config import load
     from cronstable.sources.base import SourceError
@@ -54,16 +62,17 @@ def _open_local_git(text: str, limits: Limits) -> Side:
     try:
         snapshot = local_repo_snapshot(repo, ref, subdir.strip("/"), limits)
     except SourceError as exc:
-        raise SideError(f"{text}: {exc}") from exc
+        raise SideError(f"{redact(text)}: {redact(str(exc))}") from exc
     return Side(
-        text, snapshot.revision, lambda: load(snapshot.tree(), snapshot.entry, limits=limits)
+        redact(text),
+        snapshot.revision,
+        lambda: load(snapshot.tree(), snapshot.entry, limits=limits),
     )
 
 
 def _is_source_spec(text: str) -> bool:
-    from cronstable.sources.factory import is_remote_spec
-
-    return is_remote_spec(text)
+    scheme, sep, _ = text.partition("://")
+    return bool(sep) and scheme.replace("+", "").replace("-", "").replace(".", "").isalnum()
 
 
 def _open_source_spec(text: str, limits: Limits) -> Side:
@@ -85,14 +94,50 @@ def _open_source_spec(text: str, limits: Limits) -> Side:
                 await source.close()
         return snapshot.revision, snapshot
 
+    label = redact(text)
     try:
         revision, snapshot = asyncio.run(first())
     except SourceError as exc:
-        raise SideError(f"{text}: {exc}") from exc
+        # a source's start() falls back on the last revision a daemon applied with its
+        # cache; a side has no such cache, so the fetch's own error (the cause) is the reason
+        cause = exc.__cause__
+        raise SideError(
+            source_error(text, cause if isinstance(cause, SourceError) else exc)
+        ) from exc
     from cronstable.snapshot import Snapshot
 
     assert isinstance(snapshot, Snapshot)
-    return Side(text, revision, lambda: load(snapshot.tree(), snapshot.entry, limits=limits))
+    return Side(label, revision, lambda: load(snapshot.tree(), snapshot.entry, limits=limits))
+
+
+def source_error(text: str, exc: Exception) -> str:
+    """``SPEC: REASON`` for a source spec that cannot be used, the spec named once, redacted.
+
+    A source's own messages may begin with its description (``git+https://host/x.git:``):
+    that prefix is dropped rather than naming the source twice.
+    """
+    reason = str(exc)
+    head, sep, rest = reason.partition(": ")
+    if sep and "://" in head and not any(c.isspace() for c in head):
+        reason = rest
+    return f"{redact(text)}: {redact(reason)}"
+
+
+def _is_read_once(text: str) -> bool:
+    from cronstable.config.onefile import is_read_once
+
+    return is_read_once(text)
+
+
+def _open_read_once(text: str, limits: Limits) -> Side:
+    from cronstable.config.onefile import display_name, load_bytes, read_once
+
+    name = display_name(text)
+    try:
+        data = read_once(text, limits.max_file_bytes)
+    except OSError as exc:
+        raise SideError(f"{name}: {exc.strerror or exc}") from exc
+    return Side(name, None, lambda: load_bytes(name, data, limits))
 
 
 def _open_path(text: str, limits: Limits) -> Side:
@@ -101,13 +146,14 @@ def _open_path(text: str, limits: Limits) -> Side:
     from cronstable.config import load_path
 
     if not os.path.exists(text):
-        raise SideError(f"{text}: no such file or directory")
-    return Side(text, None, lambda: load_path(text, limits))
+        raise SideError(f"{redact(text)}: no such file or directory")
+    return Side(redact(text), None, lambda: load_path(text, limits))
 
 
 RESOLVERS: list[tuple[Recogniser, Opener]] = [
     (_is_local_git, _open_local_git),
     (_is_source_spec, _open_source_spec),
+    (_is_read_once, _open_read_once),
 ]
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from cronstable.cli import EXIT_INVALID, EXIT_OK
-from cronstable.config import ConfigError, DesiredState, Limits, load_path
+from cronstable.cli.sides import SideError, resolve
+from cronstable.config import ConfigError, DesiredState, Limits
 from cronstable.config.limits import DEFAULT_LIMITS
 
 
@@ -17,24 +18,34 @@ def report_invalid(label: str, exc: ConfigError) -> None:
         print(f"  {problem}", file=sys.stderr)
 
 
-def load_or_report(path: str, limits: Limits = DEFAULT_LIMITS) -> DesiredState | None:
+def load_or_report(
+    text: str, command: str, limits: Limits = DEFAULT_LIMITS
+) -> tuple[str, DesiredState] | None:
+    """(label, state) of a configuration as typed (any side ``diff`` takes), or None once
+    its problems are on stderr."""
     try:
-        return load_path(path, limits)
+        side = resolve(text, limits)
+    except SideError as exc:
+        print(f"cronstable {command}: {exc}", file=sys.stderr)
+        return None
+    try:
+        return side.label, side.load()
     except ConfigError as exc:
-        report_invalid(path, exc)
+        report_invalid(side.label, exc)
         return None
 
 
 def cmd_validate(paths: list[str], limits: Limits = DEFAULT_LIMITS) -> int:
     status = EXIT_OK
     for path in paths:
-        state = load_or_report(path, limits)
-        if state is None:
+        loaded = load_or_report(path, "validate", limits)
+        if loaded is None:
             status = EXIT_INVALID
             continue
+        label, state = loaded
         count = len(state.jobs)
         print(
-            f"{path}: valid, {count} job{'s' if count != 1 else ''}, job-set id {state.job_set_id}"
+            f"{label}: valid, {count} job{'s' if count != 1 else ''}, job-set id {state.job_set_id}"
         )
         for warning in state.warnings:
             print(f"  warning: {warning}", file=sys.stderr)
@@ -42,8 +53,8 @@ def cmd_validate(paths: list[str], limits: Limits = DEFAULT_LIMITS) -> int:
 
 
 def cmd_job_set_id(path: str) -> int:
-    state = load_or_report(path)
-    if state is None:
+    loaded = load_or_report(path, "job-set-id")
+    if loaded is None:
         return EXIT_INVALID
-    print(state.job_set_id)
+    print(loaded[1].job_set_id)
     return EXIT_OK

@@ -32,6 +32,7 @@ from cronstable.logs import LogOverrides
 from cronstable.metrics import DaemonMetrics
 from cronstable.reconcile.apply import Applier, LoggingSection
 from cronstable.reconcile.plan import Plan
+from cronstable.redact import redact
 from cronstable.runtime.clock import Clock, SystemClock
 from cronstable.runtime.identity import Identity, IdentityError, resolve_identity
 from cronstable.runtime.output import OutputMirror
@@ -266,7 +267,8 @@ class Daemon:
         try:
             await self._unless_stopped(self.source.start())
         except SourceError as exc:
-            logger.error("Cannot start from %s: %s", self.source.description, exc)
+            reason = str(exc).removeprefix(f"{self.source.description}: ")  # not said twice
+            logger.error("Cannot start from %s: %s", self.source.description, redact(reason))
             await asyncio.to_thread(self.mirror.close)
             return 1
         except _StopRequested:

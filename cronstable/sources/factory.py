@@ -10,6 +10,8 @@ Specs:
 * ``etcd://HOST:PORT/PREFIX/``: every key under the prefix is a file
   (:class:`~cronstable.sources.etcd.EtcdSource`); ``etcds://`` for TLS, with
   ``?ca=FILE&cert=FILE&key=FILE`` (a login comes from the environment, never the spec).
+* ``-``, ``/dev/stdin``, a FIFO: one file read at start and on each reload request
+  (:class:`~cronstable.sources.stream.StreamSource`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
+from cronstable.redact import redact
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
 
@@ -65,11 +68,14 @@ def parse_git_spec(spec: str) -> GitSpec:
     parts = urlsplit(spec)
     scheme = parts.scheme
     if scheme not in GIT_SCHEMES:
-        raise SourceError(f"{spec!r} is not a git source spec")
+        raise SourceError(f"scheme {scheme!r} is not a git source scheme")
     query = parse_qs(parts.query, keep_blank_values=True)
     unknown = set(query) - {"ref", "path", "interval", "timeout"}
     if unknown:
-        raise SourceError(f"unknown git source option(s) {', '.join(sorted(unknown))} in {spec!r}")
+        raise SourceError(
+            f"unknown git source option(s) {', '.join(sorted(unknown))} "
+            "(the options are ref, path, interval and timeout)"
+        )
 
     def one(name: str) -> str | None:
         values = query.get(name)
@@ -107,21 +113,36 @@ def parse_git_spec(spec: str) -> GitSpec:
 def parse_etcd_spec(spec: str) -> EtcdSpec:
     """``etcd://HOST:PORT/PREFIX/``, or ``etcds://…?ca=&cert=&key=`` (see cronstable.etcd)."""
     from cronstable.etcd import parse_etcd_url
-    from cronstable.redact import redact
 
     usage = "etcd://HOST:PORT/PREFIX/ or etcds://HOST:PORT/PREFIX/?ca=&cert=&key="
     try:
         url = parse_etcd_url(spec)
     except ValueError as exc:
-        raise SourceError(f"{redact(spec)} is not an etcd source spec: {exc} ({usage})") from None
+        raise SourceError(f"not an etcd source spec: {exc} ({usage})") from None
     if url.options:
         raise SourceError(
-            f"unknown etcd source option(s) {', '.join(sorted(url.options))} in {redact(spec)}"
+            f"unknown etcd source option(s) {', '.join(sorted(url.options))} "
+            "(the options are ca, cert and key, with etcds://)"
         )
     prefix = url.path if url.path.endswith("/") else url.path + "/"
     if prefix == "/":
         raise SourceError(f"an etcd source needs a key prefix ({usage})")
     return EtcdSpec(endpoint=url.endpoint, prefix=prefix, tls=url.tls)
+
+
+# schemes people type for a git remote, and the source scheme they mean
+_GIT_HINTS = {"https": "git+https", "http": "git+http", "ssh": "git+ssh", "file": "git+file"}
+
+
+def unknown_scheme_message(spec: str) -> str:
+    """Why ``spec`` names no source, with the spelling meant when it is a bare git URL."""
+    scheme = urlsplit(spec).scheme
+    message = f"unknown source scheme {scheme!r}"
+    meant = _GIT_HINTS.get(scheme.lower())
+    if meant is not None:
+        rest = redact(spec).split("://", 1)[1]
+        message += f"; for a git repository write {meant}://{rest}"
+    return message
 
 
 def is_remote_spec(spec: str) -> bool:
@@ -140,6 +161,9 @@ def open_source(
 
     ``settle`` is a directory source's settle time (``run --settle``); remote
     sources deliver whole revisions and have none.
+
+    A bad spec raises :class:`SourceError` whose message does not repeat the spec
+    (the caller names it, through :func:`~cronstable.redact.redact`).
     """
     cache = cache_dir or default_cache_dir()
     scheme = urlsplit(spec).scheme
@@ -152,7 +176,13 @@ def open_source(
 
         return EtcdSource(parse_etcd_spec(spec), cache_dir=cache, limits=limits)
     if "://" in spec:
-        raise SourceError(f"unknown source scheme {scheme!r} in {spec!r}")
+        raise SourceError(unknown_scheme_message(spec))
+    from cronstable.config.onefile import is_read_once
+
+    if is_read_once(spec):
+        from cronstable.sources.stream import StreamSource
+
+        return StreamSource(spec, limits=limits)
     from cronstable.sources.local import LocalDirSource
 
     return LocalDirSource(Path(spec), limits=limits, settle=settle)

@@ -109,6 +109,7 @@ from dulwich.refs import LOCAL_BRANCH_PREFIX, LOCAL_TAG_PREFIX, Ref, check_ref_f
 from dulwich.repo import Repo
 
 from cronstable.config.limits import DEFAULT_LIMITS, OPTION_REVISION_BYTES, Limits, size_text
+from cronstable.redact import redact
 from cronstable.retrying import transient
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
@@ -600,12 +601,15 @@ class GitSource(Source):
                 self._task = asyncio.create_task(self._poll_loop(), name=self.description)
                 return
             reason = poll.problem or "no snapshot"
+            error = SourceError(reason)  # the cause a caller without a cache reports
             self._rejected = poll.commit  # the poll loop will not report it again
         cached = await _in_worker(self._load_applied_sync)
         if cached is None:
             await _in_worker(self._close_sync)
             raise SourceError(
-                f"{self.description}: {reason}; and no applied revision is cached to start from"
+                f"{self.description}: {reason}; and there is no earlier revision to start "
+                "from instead (none was applied with the cache directory "
+                f"{self.cache_path.parent.parent})"
             ) from error
         logger.warning(
             "%s: %s; starting from the last applied commit %s",
@@ -867,12 +871,12 @@ class GitSource(Source):
             self._nudge_retry_at = now + delay
 
     def _scrub(self, text: str) -> str:
-        """``text`` without any credential this source knows of."""
+        """``text`` without any credential this source knows of, then :func:`redact`-ed."""
         text = text.replace(self.spec.url, self._safe_url)
         for secret in sorted(self._secrets, key=len, reverse=True):
             if len(secret) >= 4:
                 text = text.replace(secret, "***")
-        return text
+        return redact(text)
 
     # ----------------------------------------------------------------- worker thread
 

@@ -1,0 +1,56 @@
+"""Packaging facts: the wheel says MIT, carries the LICENSE, and builds without warnings."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_license_file_matches_the_metadata() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT"
+    assert project["license-files"] == ["LICENSE"]
+    text = (REPO / "LICENSE").read_text()
+    assert text.startswith("MIT License\n")
+    assert "Copyright (c) 2026 the cronstable authors" in text
+    assert 'THE SOFTWARE IS PROVIDED "AS IS"' in text
+
+
+@pytest.mark.slow
+def test_the_wheel_builds_without_warnings_and_carries_the_license(tmp_path: Path) -> None:
+    # a copy, so the in-tree build leaves nothing in the checkout
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, source / name)
+    shutil.copytree(
+        REPO / "cronstable", source / "cronstable", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    out = tmp_path / "wheels"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+        + ["--no-index", "-w", str(out), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = build.stdout + build.stderr
+    assert build.returncode == 0, output
+    assert "warning" not in output.lower(), output
+    (wheel,) = out.glob("cronstable-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        headers = archive.read(metadata).decode()
+        (license_file,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert archive.read(license_file) == (REPO / "LICENSE").read_bytes()
+    assert "License-Expression: MIT\n" in headers
+    assert "License-File: LICENSE\n" in headers
