@@ -40,7 +40,7 @@ from pydantic import BaseModel, ValidationError
 from yaml.nodes import Node
 
 from cronstable.config import yamlread
-from cronstable.config.desired import DesiredState, Job
+from cronstable.config.desired import DesiredState, Job, SectionOrigin
 from cronstable.config.envfile import EnvFileError, parse_env_file
 from cronstable.config.errors_map import clean_loc, describe, known_keys, suggest
 from cronstable.config.models import (
@@ -211,6 +211,7 @@ class _Loader:
         self._reached: dict[str, list[str]] = {}
         self._sections: dict[str, tuple[str, Any]] = {}
         self.web: WebConfig | None = None
+        self.web_origin: SectionOrigin | None = None
         self.logging: LoggingConfig | None = None
 
     # ------------------------------------------------------------ problems
@@ -421,8 +422,28 @@ class _Loader:
             self._sections[key] = (path, section)
             if isinstance(section, WebConfig):
                 self.web = section
+                self.web_origin = SectionOrigin(
+                    self.shown(path), self._positions(path, key, doc[key])
+                )
             elif isinstance(section, LoggingConfig):
                 self.logging = section
+
+    def _positions(self, file: str, key: str, value: Any) -> dict[KeyPath, tuple[int, int]]:
+        """Line and column of every key and item under the top-level ``key`` of ``file``."""
+        found: dict[KeyPath, tuple[int, int]] = {}
+
+        def walk(path: KeyPath, value: Any) -> None:
+            position = self.position(file, path)
+            if position is not None:
+                found[path] = position
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            if isinstance(value, dict | list):
+                for inner, item in items:
+                    if isinstance(inner, str | int):
+                        walk((*path, inner), item)
+
+        walk((key,), value)
+        return found
 
     # ------------------------------------------------------------ jobs
 
@@ -622,6 +643,7 @@ def load(
     return DesiredState(
         jobs=jobs,
         web=loader.web,
+        web_origin=loader.web_origin,
         logging=loader.logging,
         job_set_id=job_set_id(job.digest for job in jobs.values()),
         files=tuple(loader.read_order),
