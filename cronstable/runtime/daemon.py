@@ -23,12 +23,15 @@ from typing import Any
 
 from cronstable.config import ConfigError, DesiredState, Job, Problem
 from cronstable.metrics import DaemonMetrics
-from cronstable.reconcile.apply import Applier, LoggingSection
+from cronstable.reconcile.apply import Applier, LoggingSection, Section
 from cronstable.reconcile.plan import Plan
 from cronstable.runtime.clock import Clock, SystemClock
+from cronstable.runtime.control import DaemonControl, RunRecordsSection
 from cronstable.runtime.identity import Identity, IdentityError, resolve_identity
 from cronstable.runtime.output import OutputMirror
 from cronstable.runtime.process import JobProcess
+from cronstable.runtime.run_metrics import RunMetrics
+from cronstable.runtime.runs import RunHistory
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
@@ -112,10 +115,37 @@ class Daemon:
         self.metrics = metrics if metrics is not None else DaemonMetrics()
         self.spawner = ProcessSpawner(self.mirror)
         self.scheduler = Scheduler(clock or SystemClock(), self.spawner)
+        self.history = RunHistory()
+        self.run_metrics = RunMetrics(self.metrics.registry, self.scheduler)
+        self.scheduler.run_listeners += [self.history, self.run_metrics]
         self.applier = Applier(
             [JobsSection(self.scheduler, self.spawner), LoggingSection()], self.metrics
         )
+        self.applier.sections.append(RunRecordsSection(self.history, self.run_metrics))
+        self.control = DaemonControl(
+            applier=self.applier,
+            scheduler=self.scheduler,
+            history=self.history,
+            metrics=self.metrics,
+            reload=self.request_reload,
+        )
         self._signals = 0
+
+    def add_section(self, section: Section) -> None:
+        """Another daemon-wide section (the web server), applied with every revision.
+
+        A section with an ``async close()`` is closed when the daemon stops.
+        """
+        self.applier.sections.append(section)
+
+    async def _close_sections(self) -> None:
+        for section in self.applier.sections:
+            close = getattr(section, "close", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception:
+                    logger.exception("Closing the %s section failed", section.name)
 
     def request_stop(self) -> None:
         self._signals += 1
@@ -188,6 +218,7 @@ class Daemon:
                 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                     loop.remove_signal_handler(sig)
         finally:
+            await self._close_sections()
             await self.source.close()
             await asyncio.to_thread(self.mirror.close)
         logger.info("Stopped")
