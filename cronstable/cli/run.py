@@ -22,6 +22,10 @@ def cmd_run(spec: str, log_level: str, log_format: str, cache_dir: str | None) -
         return 2
 
     async def main() -> int:
-        return await Daemon(source).run()
+        from cronstable.web.section import WebSection
+
+        daemon = Daemon(source)
+        daemon.add_section(WebSection(daemon.control))
+        return await daemon.run()
 
     return asyncio.run(main())

@@ -129,9 +129,12 @@ class DaemonControl:
 
     # ------------------------------------------------------------ commands
 
-    def start(self, name: str) -> str:
-        """Start ``name`` now; its run id.  KeyError, or StartRefused with the reason."""
-        return self.scheduler.start_now(name, self._now())
+    def start(self, name: str) -> tuple[str | None, str]:
+        """Start ``name`` now: (run id, "") or (None, why it was refused).  KeyError."""
+        try:
+            return self.scheduler.start_now(name, self._now()), ""
+        except StartRefused as exc:
+            return None, str(exc)
 
     def cancel(self, name: str, run: str | None = None) -> list[str]:
         return self.scheduler.cancel_runs(name, run)
