@@ -1,4 +1,4 @@
-"""End to end: `cronstable run` serves its HTTP API; a job started over HTTP runs and is recorded."""
+"""End to end: `cronstable run` serves its HTTP API; a job started over HTTP runs, is recorded."""
 
 from __future__ import annotations
 
