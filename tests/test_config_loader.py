@@ -1366,7 +1366,7 @@ def test_web_listen() -> None:
     "url",
     [
         "http://host",
-        "https://h:443",
+        "https://h",
         "tcp://h:1",
         "unix://relative",
         "http://h:70000",
@@ -1378,7 +1378,7 @@ def test_web_listen_invalid(url: str) -> None:
     shown = "" if url == "''" else url
     assert lines({"c.yaml": f"web:\n  listen:\n    - {url}\n"}) == [
         f"c.yaml:3:7: web.listen[0]: '{shown}' is not a listen address; "
-        "use http://HOST:PORT or unix:///PATH"
+        "use http://HOST:PORT, https://HOST:PORT or unix:///PATH"
     ]
 
 

@@ -136,3 +136,29 @@ def test_section_changes_show_the_settings_that_differ() -> None:
 
 
 GOOD_JOB = 'jobs: [{name: x, command: "true", schedule: "@daily"}]\n'
+
+
+def test_inline_secrets_are_shown_as_digests() -> None:
+    # a diff is posted on pull requests and kept in CI logs: a token or a mail password
+    # written inline shows as its digest, so a change is still visible
+    old = """\
+    web: {listen: [http://127.0.0.1:8080], authToken: {value: old-web-token}}
+    jobs:
+      - name: j
+        command: "false"
+        schedule: "@daily"
+        onFailure: {report: {mail: {password: {value: old-mail-pass}}}}
+    """
+    new = old.replace("old-", "new-")
+    rendered = [
+        render(plan(state(new), state(old)), AT) for render in (to_text, to_json, to_markdown)
+    ]
+    for text in rendered:
+        for secret in ("old-web-token", "new-web-token", "old-mail-pass", "new-mail-pass"):
+            assert secret not in text
+    body = json.loads(rendered[1])
+    [job] = body["jobs"]
+    [field] = job["fields"]
+    assert field["path"] == "onFailure.report.mail.password.value"
+    assert field["old"].startswith("sha256:") and field["new"].startswith("sha256:")
+    assert body["sections"][0]["new"]["authToken"]["value"].startswith("sha256:")

@@ -41,7 +41,11 @@ def cmd_run(
         return 2
 
     async def main() -> int:
+        from cronstable.web.section import WebSection
+
         overrides = LogOverrides(level=log_level, format=log_format)
-        return await Daemon(source, log_overrides=overrides, limits=limits).run()
+        daemon = Daemon(source, log_overrides=overrides, limits=limits)
+        daemon.add_section(WebSection(daemon.control))
+        return await daemon.run()
 
     return asyncio.run(main())

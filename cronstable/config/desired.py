@@ -52,8 +52,8 @@ class DesiredState:
     """What is accepted but probably not meant (a secret with two sources): located
     like problems; ``validate`` prints them and the daemon logs them."""
     positions: Mapping[KeyPath, Position] = field(default_factory=dict)
-    """Where the ``web`` and ``logging`` sections and their keys (down to
-    ``logging.handlers.NAME.KEY``) are written, for errors found after loading."""
+    """Where the ``web`` and ``logging`` sections and every key and list item in them
+    are written, for errors found after loading (binding a listener, building a handler)."""
 
     def problem(self, key: KeyPath, message: str) -> Problem:
         """A problem about a section's value, at the nearest of ``key``'s positions."""

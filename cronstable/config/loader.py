@@ -488,13 +488,16 @@ class _Loader:
                 self.logging = section
 
     def _section_positions(self, file: str, key: KeyPath, value: Any) -> None:
-        """Record where a section and its keys (to ``logging.handlers.NAME.KEY``) are written."""
+        """Record where a section and every key and list item in it are written."""
         position = self.position(file, key)
         line, column = position if position else (None, None)
         self.positions[key] = (self.shown(file), line, column)
-        if len(key) < 4 and isinstance(value, dict):
+        if isinstance(value, dict):
             for name, inner in value.items():
                 self._section_positions(file, (*key, name), inner)
+        elif isinstance(value, list):
+            for index, inner in enumerate(value):
+                self._section_positions(file, (*key, index), inner)
 
     # ------------------------------------------------------------ jobs
 

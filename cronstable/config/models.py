@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -557,8 +558,13 @@ class JobConfig(JobSettings):
 # ------------------------------------------------------------- other sections
 
 _LISTEN_RE = re.compile(
-    r"^(?:http://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})/?|unix://(?P<path>/.+))$"
+    r"^(?:(?P<scheme>https?)://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})/?"
+    r"|unix://(?P<path>/.+))$"
 )
+SCOPES = ("read", "trigger", "reload", "admin")
+"""What an API token may do; ``admin`` implies the others."""
+Scope = Literal["read", "trigger", "reload", "admin"]
+_SOCKET_MODE_RE = re.compile(r"^(?:0o?)?[0-7]{3,4}$")
 
 
 def _listen_url(value: Any) -> str:
@@ -567,10 +573,86 @@ def _listen_url(value: Any) -> str:
     if not match or (match["port"] and not 0 <= int(match["port"]) <= 65535):
         raise PydanticCustomError(
             "listen",
-            "{url} is not a listen address; use http://HOST:PORT or unix:///PATH",
+            "{url} is not a listen address; use http://HOST:PORT, https://HOST:PORT "
+            "or unix:///PATH",
             {"url": repr(url)},
         )
     return url
+
+
+def _absolute_path(value: Any) -> str:
+    path = to_text(value).strip()
+    if not path.startswith("/"):
+        raise PydanticCustomError(
+            "path",
+            "{path} is not an absolute path (it names a file on the node, not in the repository)",
+            {"path": repr(path)},
+        )
+    return path
+
+
+AbsolutePath = Annotated[str, BeforeValidator(_absolute_path)]
+
+
+def _socket_mode(value: str | None) -> str | None:
+    if value is None:
+        return None
+    text = value.strip()
+    if not _SOCKET_MODE_RE.match(text):
+        raise PydanticCustomError(
+            "socket_mode", "{got} is not an octal file mode like '0660'", {"got": repr(text)}
+        )
+    return text
+
+
+class TokenSource(Model):
+    """An API token: exactly one of value, fromFile or fromEnvVar.
+
+    A token that resolves empty (an empty file, an unset variable) rejects the
+    revision: the API never falls back to answering without one."""
+
+    value: OptText = None
+    """The token itself, inline (it is in the repository: prefer fromFile or fromEnvVar)."""
+    from_file: OptText = Field(None, alias="fromFile")
+    """Absolute path, on the node, of a file holding the token (surrounding whitespace is
+    stripped); read again on every revision and when its modification time changes."""
+    from_env_var: OptText = Field(None, alias="fromEnvVar")
+    """Name of an environment variable of the daemon holding the token."""
+
+    @field_validator("from_file")
+    @classmethod
+    def _file(cls, value: str | None) -> str | None:
+        return None if value is None else _absolute_path(value)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> TokenSource:
+        given = [self.value, self.from_file, self.from_env_var]
+        if sum(v is not None for v in given) != 1:
+            raise PydanticCustomError(
+                "token_source", "give exactly one of value, fromFile or fromEnvVar"
+            )
+        return self
+
+
+class ScopedToken(TokenSource):
+    """A named API token allowed some scopes."""
+
+    name: Text = Field(examples=["ci"])
+    """Who holds the token; logged with every POST it makes."""
+    scopes: Annotated[list[Scope], BeforeValidator(_text_list)] = Field(
+        min_length=1, examples=[["read"], ["read", "trigger"]]
+    )
+    """What the token may do: read (status, runs, metrics), trigger (start and cancel jobs),
+    reload (POST /reload), admin (GET /config, and everything else)."""
+
+
+class TlsFiles(Model):
+    """Certificate and key for the https:// listeners (PEM files on the node)."""
+
+    cert: AbsolutePath
+    """Absolute path of the certificate chain (PEM)."""
+    key: AbsolutePath
+    """Absolute path of the private key (PEM)."""
 
 
 class WebConfig(Model):
@@ -579,8 +661,45 @@ class WebConfig(Model):
     listen: Annotated[
         list[Annotated[str, BeforeValidator(_listen_url)]],
         BeforeValidator(to_list, json_schema_input_type=list[str] | None),
-    ] = Field(examples=[["http://127.0.0.1:8080", "unix:///run/cronstable.sock"]])
-    """Addresses to serve on: http://HOST:PORT or unix:///PATH."""
+    ] = Field(examples=[["http://127.0.0.1:8080", "unix:///run/cronstable/api.sock"]])
+    """Addresses to serve on: http://HOST:PORT, https://HOST:PORT (needs tls) or
+    unix:///PATH (socketMode sets its permissions)."""
+    auth_token: TokenSource | None = Field(None, alias="authToken")
+    """A token allowed every scope, sent as ``Authorization: Bearer TOKEN``."""
+    auth_tokens: list[ScopedToken] = Field(default_factory=list, alias="authTokens")
+    """Named tokens, each allowed the scopes listed beside it."""
+    metrics_public: Flag = Field(False, alias="metricsPublic")
+    """Serve GET /metrics to any peer without a token."""
+    tls: TlsFiles | None = None
+    """Certificate and key of every https:// listener."""
+    socket_mode: Annotated[OptText, AfterValidator(_socket_mode)] = Field(
+        None, alias="socketMode", examples=["0660"]
+    )
+    """Permissions of every unix:// socket, in octal (``'0660'``); default: the umask's."""
+
+    @property
+    def mode(self) -> int | None:
+        """socketMode as a number."""
+        return None if self.socket_mode is None else int(self.socket_mode.removeprefix("0o"), 8)
+
+    @model_validator(mode="after")
+    def _keys_that_apply(self) -> WebConfig:
+        schemes = {url.split("://", 1)[0] for url in self.listen}
+        if "https" in schemes and self.tls is None:
+            raise PydanticCustomError(
+                "tls", "an https:// listener needs tls: {cert: PATH, key: PATH}"
+            )
+        if self.tls is not None and "https" not in schemes:
+            raise PydanticCustomError("tls", "tls is set but no listener is https://")
+        if self.socket_mode is not None and "unix" not in schemes:
+            raise PydanticCustomError("socket_mode", "socketMode is set but no listener is unix://")
+        names = [t.name for t in self.auth_tokens]
+        for name in names:
+            if names.count(name) > 1:
+                raise PydanticCustomError(
+                    "token_name", "two authTokens are named {name}", {"name": repr(name)}
+                )
+        return self
 
 
 _YAML12_INT = re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$")

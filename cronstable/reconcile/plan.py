@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from cronstable.config.desired import DesiredState, Job
+from cronstable.published import hide_secrets
 
 JobChangeKind = Literal["added", "removed", "changed"]
 SECTIONS = ("web", "logging")
@@ -85,7 +86,7 @@ class Plan:
 
 def job_settings(job: Job) -> dict[str, Any]:
     """A job's resolved settings as flat ``path → value`` (what a diff compares)."""
-    data = job.config.model_dump(mode="json", by_alias=True)
+    data = hide_secrets(job.config.model_dump(mode="json", by_alias=True))
     data["schedule"] = job.schedule.text
     data["environment"] = dict(job.environment)
     data.pop("env_file", None)
@@ -118,7 +119,11 @@ def _section(state: DesiredState | None, name: str) -> Any:
     if state is None:
         return None
     value = getattr(state, name)
-    return None if value is None else value.model_dump(mode="json", by_alias=True)
+    if value is None:
+        return None
+    # what the revision sets, an inline secret (a token) as its digest: a diff is
+    # posted on pull requests and printed in CI logs
+    return hide_secrets(value.model_dump(mode="json", by_alias=True, exclude_defaults=True))
 
 
 def plan(

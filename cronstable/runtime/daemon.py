@@ -30,13 +30,16 @@ from typing import Any, TypeVar
 from cronstable.config import ConfigError, DesiredState, Job, Limits, Problem
 from cronstable.logs import LogOverrides
 from cronstable.metrics import DaemonMetrics
-from cronstable.reconcile.apply import Applier, LoggingSection
+from cronstable.reconcile.apply import Applier, LoggingSection, Section
 from cronstable.reconcile.plan import Plan
 from cronstable.redact import redact
 from cronstable.runtime.clock import Clock, SystemClock
+from cronstable.runtime.control import DaemonControl, RunRecordsSection
 from cronstable.runtime.identity import Identity, IdentityError, resolve_identity
 from cronstable.runtime.output import OutputMirror
 from cronstable.runtime.process import JobProcess
+from cronstable.runtime.run_metrics import RunMetrics
+from cronstable.runtime.runs import RunHistory
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
@@ -133,14 +136,41 @@ class Daemon:
         self.metrics = metrics if metrics is not None else DaemonMetrics()
         self.spawner = ProcessSpawner(self.mirror)
         self.scheduler = Scheduler(clock or SystemClock(), self.spawner)
+        self.history = RunHistory()
+        self.run_metrics = RunMetrics(self.metrics.registry, self.scheduler)
+        self.scheduler.run_listeners += [self.history, self.run_metrics]
         self.applier = Applier(
             [JobsSection(self.scheduler, self.spawner), LoggingSection(log_overrides)],
             self.metrics,
             limits=limits,
         )
+        self.applier.sections.append(RunRecordsSection(self.history, self.run_metrics))
+        self.control = DaemonControl(
+            applier=self.applier,
+            scheduler=self.scheduler,
+            history=self.history,
+            metrics=self.metrics,
+            reload=self.request_reload,
+        )
         self._signals = 0
         self._stop_requested = asyncio.Event()
         self._last_revision: str | None = None
+
+    def add_section(self, section: Section) -> None:
+        """Another daemon-wide section (the web server), applied with every revision.
+
+        A section with an ``async close()`` is closed when the daemon stops.
+        """
+        self.applier.sections.append(section)
+
+    async def _close_sections(self) -> None:
+        for section in self.applier.sections:
+            close = getattr(section, "close", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception:
+                    logger.exception("Closing the %s section failed", section.name)
 
     def request_stop(self) -> None:
         self._signals += 1
@@ -288,6 +318,7 @@ class Daemon:
         except _StopRequested:
             pass
         finally:
+            await self._close_sections()
             await self.source.close()
             await asyncio.to_thread(self.mirror.close)
         logger.info("Stopped")

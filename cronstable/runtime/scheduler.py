@@ -53,6 +53,7 @@ from cronstable.config.desired import Job
 from cronstable.runtime.clock import Clock
 from cronstable.runtime.process import RunResult
 from cronstable.runtime.retry import RetryState
+from cronstable.runtime.runs import RunListener, RunOutcome, RunStart, run_id
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,10 @@ Spawner = Callable[[Job, datetime, int], Run]
 ResultListener = Callable[[Job, RunResult, Outcome], None]
 
 
+class StartRefused(Exception):
+    """A start on request that concurrencyPolicy (or a shutdown) refuses; says why."""
+
+
 @dataclass(frozen=True, slots=True)
 class SwapSummary:
     added: tuple[str, ...]
@@ -117,6 +122,10 @@ class _Instance:
     attempt: int
     retry: RetryState | None
     replaced: bool = False
+    manual: bool = False
+    """Started through :meth:`Scheduler.start_now`."""
+    cancelled: bool = False
+    """Stopped through :meth:`Scheduler.cancel_runs`: no report, no retry."""
     task: asyncio.Task[None] | None = None
     stopping: asyncio.Future[None] | None = None
     """The cancel() of a replaced run, which a replacement waits for."""
@@ -161,12 +170,17 @@ class Scheduler:
         self._tasks: set[asyncio.Task[None]] = set()
         self._live: set[_Instance] = set()
         """Every run not yet finished, also of jobs a swap removed."""
+        self.run_listeners: list[RunListener] = []
+        """Told of every run's start and end (metrics, run history, reporting)."""
 
     # ------------------------------------------------------------ the job table
 
     @property
     def jobs(self) -> Mapping[str, Job]:
         return {name: slot.job for name, slot in self._slots.items()}
+
+    def has_job(self, name: str) -> bool:
+        return name in self._slots
 
     def next_fire(self, name: str) -> datetime | None:
         return self._slots[name].next_fire
@@ -185,6 +199,51 @@ class Scheduler:
     def retry_pending(self, name: str) -> bool:
         slot = self._slots.get(name)
         return bool(slot and slot.retry and slot.retry.task and not slot.retry.task.done())
+
+    # ------------------------------------------------------------ on request
+
+    def start_now(self, name: str, when: datetime) -> str:
+        """Start a run of ``name`` now, even when the job is disabled; its run id.
+
+        The scheduled time is ``when``, the attempt 1, and a retry sequence in
+        progress is left alone.  ``concurrencyPolicy`` holds: Forbid raises
+        :class:`StartRefused` while a run is going, Replace stops it first.
+        Raises KeyError for an unknown job.
+        """
+        slot = self._slots[name]
+        if self._stopping:
+            raise StartRefused("the daemon is shutting down")
+        active = [inst for inst in slot.running if not inst.replaced]
+        policy = slot.job.config.concurrency_policy
+        if active and policy == "Forbid":
+            raise StartRefused(
+                f"{len(active)} run{'' if len(active) == 1 else 's'} still going "
+                "and concurrencyPolicy is Forbid"
+            )
+        waits = self._replace(slot, active) if active and policy == "Replace" else []
+        inst = self._launch(slot, when, 1, None, waits, manual=True)
+        return run_id(name, inst.scheduled_time, inst.attempt)
+
+    def cancel_runs(self, name: str, run: str | None = None) -> list[str]:
+        """Stop the running runs of ``name`` (only run id ``run`` when given); their ids.
+
+        A cancelled run ends with outcome ``cancelled``, is not reported and ends
+        the job's retry sequence.  Returns at once; the runs stop in the background.
+        Raises KeyError for an unknown job.
+        """
+        slot = self._slots[name]
+        stopped: list[str] = []
+        for inst in slot.running:
+            ident = run_id(name, inst.scheduled_time, inst.attempt)
+            if inst.cancelled or inst.replaced or (run is not None and ident != run):
+                continue
+            inst.cancelled = True
+            stopped.append(ident)
+            inst.stopping = asyncio.ensure_future(inst.run.cancel())
+        if stopped:
+            self._end_retries(slot)
+            logger.info("Job %s: cancelling %s", name, ", ".join(stopped), extra={"job": name})
+        return stopped
 
     def replace_jobs(self, jobs: Mapping[str, Job]) -> SwapSummary:
         """Install a new job table in one step (see the module docstring)."""
@@ -443,13 +502,17 @@ class Scheduler:
         attempt: int,
         retry: RetryState | None,
         waits: list[asyncio.Future[None]] | None = None,
-    ) -> None:
+        *,
+        manual: bool = False,
+    ) -> _Instance:
         inst = _Instance(self.spawner(slot.job, scheduled, attempt), scheduled, attempt, retry)
+        inst.manual = manual
         slot.running.append(inst)
         self._live.add(inst)
         inst.task = asyncio.create_task(self._supervise(slot, inst, waits or []))
         self._tasks.add(inst.task)
         inst.task.add_done_callback(self._tasks.discard)
+        return inst
 
     async def _supervise(
         self, slot: _Slot, inst: _Instance, waits: list[asyncio.Future[None]]
@@ -468,6 +531,16 @@ class Scheduler:
                 if inst.replaced or self._stopping or self._slots.get(name) is not slot:
                     return
             await inst.run.start()
+            start = RunStart(
+                id=run_id(name, inst.scheduled_time, inst.attempt),
+                job=name,
+                scheduled_time=inst.scheduled_time,
+                attempt=inst.attempt,
+                started_at=self.clock.now(),
+                pid=inst.run.pid,
+                manual=inst.manual,
+            )
+            self._tell("run_started", start)
             logger.info(
                 "Job %s started: scheduled %s, attempt %d, pid %s",
                 name,
@@ -486,12 +559,19 @@ class Scheduler:
             if inst in slot.running:
                 slot.running.remove(inst)
         slot.last_result = result
-        outcome = "replaced" if inst.replaced else ("failed" if result.failed else "succeeded")
+        outcome: RunOutcome = (
+            "cancelled"
+            if inst.cancelled
+            else "replaced"
+            if inst.replaced
+            else ("failed" if result.failed else "succeeded")
+        )
+        self._tell("run_finished", start, result, outcome)
         logger.info(
             "Job %s finished: %s%s, exit code %s, %.3f s, scheduled %s, attempt %d",
             name,
             outcome,
-            f" ({result.fail_reason})" if result.failed and not inst.replaced else "",
+            f" ({result.fail_reason})" if outcome == "failed" else "",
             result.returncode,
             result.duration,
             inst.scheduled_time.isoformat(),
@@ -504,9 +584,16 @@ class Scheduler:
                 "fail_reason": result.fail_reason,
             },
         )
-        if inst.replaced or self._stopping:
+        if inst.replaced or inst.cancelled or self._stopping:
             return
         self._outcome(slot, inst, result)
+
+    def _tell(self, event: str, *args: object) -> None:
+        for listener in self.run_listeners:
+            try:
+                getattr(listener, event)(*args)
+            except Exception:
+                logger.exception("A run listener failed (%s)", event)
 
     def _outcome(self, slot: _Slot, inst: _Instance, result: RunResult) -> None:
         job = slot.job

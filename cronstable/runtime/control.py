@@ -1,0 +1,167 @@
+"""What the daemon shows and what it can be asked to do, for the HTTP API.
+
+:class:`DaemonControl` is the one read-only view of a running daemon (status,
+runs, applied configuration, metrics, readiness) plus its small command
+interface (start, cancel, reload).  The web package codes against it through a
+protocol of its own; the runtime never imports the web package.
+
+:class:`RunRecordsSection` is the applier section that drops the run history
+and metric series of jobs a revision removes, at the commit that removes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from cronstable.config import DesiredState
+from cronstable.metrics import DaemonMetrics
+from cronstable.published import published_config
+from cronstable.reconcile.apply import Applier, RevisionRecord
+from cronstable.reconcile.plan import Plan
+from cronstable.runtime.run_metrics import RunMetrics
+from cronstable.runtime.runs import RunHistory, running_json, utc_text
+from cronstable.runtime.scheduler import Scheduler, StartRefused
+
+__all__ = ["DaemonControl", "RunRecordsSection", "StartRefused"]
+
+
+def _record_json(record: RevisionRecord | None, *, errors: bool) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    data: dict[str, Any] = {
+        "revision": record.revision,
+        "source": record.source,
+        "time": utc_text(record.time),
+        "jobSetId": record.job_set_id,
+    }
+    if errors:
+        data["errors"] = list(record.errors)
+    return data
+
+
+class DaemonControl:
+    def __init__(
+        self,
+        *,
+        applier: Applier,
+        scheduler: Scheduler,
+        history: RunHistory,
+        metrics: DaemonMetrics,
+        reload: Callable[[], None],
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.applier = applier
+        self.scheduler = scheduler
+        self.history = history
+        self.metrics = metrics
+        self._reload = reload
+        self._now = now
+
+    # ------------------------------------------------------------ reading
+
+    def has_job(self, name: str) -> bool:
+        return self.scheduler.has_job(name)
+
+    def ready(self) -> str | None:
+        """None when ready; otherwise why not."""
+        if self.applier.status.applied is None:
+            return "no configuration revision has been applied yet"
+        return None
+
+    def status(self) -> dict[str, Any]:
+        status = self.applier.status
+        jobs: list[dict[str, Any]] = []
+        for name, job in self.scheduler.jobs.items():
+            fire = self.scheduler.next_fire(name)
+            last = self.history.last(name)
+            jobs.append(
+                {
+                    "name": name,
+                    "schedule": job.schedule.text,
+                    "timezone": str(job.timezone),
+                    "enabled": job.config.enabled,
+                    "nextFire": utc_text(fire) if fire is not None else None,
+                    "running": [running_json(run) for run in self.history.running(name)],
+                    "lastRun": None
+                    if last is None
+                    else {
+                        "id": last.start.id,
+                        "outcome": last.outcome,
+                        "exitCode": last.exit_code,
+                        "duration": round(last.duration, 6),
+                        "finishedAt": utc_text(last.finished_at),
+                    },
+                    "retryPending": self.scheduler.retry_pending(name),
+                }
+            )
+        rejected = status.last_failed
+        applied = status.applied
+        if rejected is not None and applied is not None and rejected.time < applied.time:
+            rejected = None  # an older rejection, superseded by a later applied revision
+        return {
+            "applied": _record_json(applied, errors=False),
+            "lastRejected": _record_json(rejected, errors=True),
+            "jobs": jobs,
+        }
+
+    def runs(self, name: str) -> list[dict[str, Any]]:
+        """Running runs first, then finished ones newest first; KeyError for an unknown job."""
+        if not self.scheduler.has_job(name):
+            raise KeyError(name)
+        going = [running_json(run) | {"outcome": "running"} for run in self.history.running(name)]
+        done = [run.as_json() for run in reversed(self.history.finished(name))]
+        return going + done
+
+    def applied_config(self) -> dict[str, Any] | None:
+        state = self.applier.applied_state
+        if state is None:
+            return None
+        applied = self.applier.status.applied
+        return {"revision": applied.revision if applied else None} | published_config(state)
+
+    def metrics_text(self) -> tuple[bytes, str]:
+        """Prometheus exposition and its content type."""
+        return self.metrics.render(), CONTENT_TYPE_LATEST
+
+    # ------------------------------------------------------------ commands
+
+    def start(self, name: str) -> tuple[str | None, str]:
+        """Start ``name`` now: (run id, "") or (None, why it was refused).  KeyError."""
+        try:
+            return self.scheduler.start_now(name, self._now()), ""
+        except StartRefused as exc:
+            return None, str(exc)
+
+    def cancel(self, name: str, run: str | None = None) -> list[str]:
+        return self.scheduler.cancel_runs(name, run)
+
+    def reload(self) -> None:
+        self._reload()
+
+
+class RunRecordsSection:
+    """Drops the history and metric series of removed jobs when a revision commits."""
+
+    name = "run-records"
+
+    def __init__(self, history: RunHistory, metrics: RunMetrics) -> None:
+        self.history = history
+        self.metrics = metrics
+
+    def affected(self, plan: Plan) -> bool:
+        return any(change.kind == "removed" for change in plan.jobs)
+
+    async def prepare(self, desired: DesiredState) -> Any:
+        """The jobs running now that ``desired`` removes (before any section commits)."""
+        return [name for name in self.metrics.scheduler.jobs if name not in desired.jobs]
+
+    def commit(self, prepared: Any, desired: DesiredState) -> None:
+        self.history.forget(prepared)
+        self.metrics.forget(prepared)
+
+    async def discard(self, prepared: Any) -> None:
+        return None

@@ -1,0 +1,113 @@
+"""Per-job Prometheus metrics, fed by the scheduler through a run listener.
+
+They live in the daemon's registry (:class:`cronstable.metrics.DaemonMetrics`),
+so a web-server change never resets them; a job's series are dropped at the
+commit that removes the job.  Next fires and skipped fires are read from the
+scheduler when scraped.  Last success is absent, not 0, until a run succeeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from cronstable.runtime.process import RunResult
+from cronstable.runtime.runs import RunOutcome, RunStart
+from cronstable.runtime.scheduler import Scheduler
+
+OUTCOMES: tuple[RunOutcome, ...] = ("succeeded", "failed", "replaced", "cancelled")
+
+
+class _SchedulerCollector(Collector):
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+
+    def collect(self) -> Iterator[Metric]:
+        nxt = GaugeMetricFamily(
+            "cronstable_job_next_fire_timestamp_seconds",
+            "When the job fires next (Unix time); absent for a job with no next fire.",
+            labels=["job"],
+        )
+        for name in self.scheduler.jobs:
+            fire = self.scheduler.next_fire(name)
+            if fire is not None:
+                nxt.add_metric([name], fire.timestamp())
+        yield nxt
+        stats = self.scheduler.stats
+        skipped = CounterMetricFamily(
+            "cronstable_fires_skipped",
+            "Scheduled fires that did not start a run, by reason: missed (found too late: "
+            "clock jump, suspend, stall) or forbid (a run was still going, concurrencyPolicy "
+            "Forbid).",
+            labels=["reason"],
+        )
+        skipped.add_metric(["missed"], stats.missed)
+        skipped.add_metric(["forbid"], stats.skipped_forbid)
+        yield skipped
+
+
+class RunMetrics:
+    """A :class:`~cronstable.runtime.runs.RunListener` counting runs per job."""
+
+    def __init__(self, registry: CollectorRegistry, scheduler: Scheduler) -> None:
+        self.runs = Counter(
+            "cronstable_job_runs",
+            "Finished runs by job and outcome (succeeded, failed, replaced, cancelled).",
+            ["job", "outcome"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "cronstable_job_run_duration_seconds",
+            "How long finished runs took.",
+            ["job"],
+            buckets=(0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600),
+            registry=registry,
+        )
+        self.retries = Counter(
+            "cronstable_job_retries", "Retry runs started, by job.", ["job"], registry=registry
+        )
+        self.running = Gauge(
+            "cronstable_job_running", "Runs going now, by job.", ["job"], registry=registry
+        )
+        self.last_success = Gauge(
+            "cronstable_job_last_success_timestamp_seconds",
+            "When the job's last successful run ended (Unix time); absent until one has.",
+            ["job"],
+            registry=registry,
+        )
+        self.scheduler = scheduler
+        registry.register(_SchedulerCollector(scheduler))
+
+    def run_started(self, run: RunStart) -> None:
+        if not self.scheduler.has_job(run.job):
+            return
+        self.running.labels(run.job).inc()
+        if run.attempt > 1 and not run.manual:
+            self.retries.labels(run.job).inc()
+
+    def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
+        if not self.scheduler.has_job(run.job):
+            return  # a run of a job a revision removed: its series are gone
+        self.running.labels(run.job).dec()
+        self.runs.labels(run.job, outcome).inc()
+        self.duration.labels(run.job).observe(result.duration)
+        if outcome == "succeeded":
+            self.last_success.labels(run.job).set(result.finished_at.timestamp())
+
+    def forget(self, jobs: Iterable[str]) -> None:
+        """Drop every series of ``jobs`` (removed by a revision)."""
+        for job in jobs:
+            for outcome in OUTCOMES:
+                _remove(self.runs, job, outcome)
+            for metric in (self.duration, self.retries, self.running, self.last_success):
+                _remove(metric, job)
+
+
+def _remove(metric: Counter | Gauge | Histogram, *labels: str) -> None:
+    try:
+        metric.remove(*labels)
+    except KeyError:
+        pass

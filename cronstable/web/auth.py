@@ -1,0 +1,104 @@
+"""API tokens: resolved from their sources on each revision, compared in constant time.
+
+A request carries ``Authorization: Bearer TOKEN`` (the scheme in any case).
+``admin`` implies every scope.  With no token configured, read routes answer
+loopback peers and unix-socket listeners only.  A token that resolves empty is
+a configuration error: the API never quietly runs open.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cronstable.config.models import SCOPES, TokenSource, WebConfig
+from cronstable.errors import ConfigError, KeyPath, Problem
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    name: str
+    secret: bytes
+    scopes: frozenset[str]
+
+    def allows(self, scope: str) -> bool:
+        return "admin" in self.scopes or scope in self.scopes
+
+
+def _resolve(source: TokenSource) -> tuple[str, str | None]:
+    """(token, None) or ("", why it is empty)."""
+    if source.value is not None:
+        return source.value.strip(), "the value is empty"
+    if source.from_file is not None:
+        try:
+            with open(source.from_file, encoding="utf-8") as handle:
+                return handle.read().strip(), f"the file {source.from_file} is empty"
+        except (OSError, UnicodeDecodeError) as exc:
+            return "", f"cannot read {source.from_file}: {exc}"
+    assert source.from_env_var is not None
+    value = os.environ.get(source.from_env_var, "").strip()
+    return value, f"the environment variable {source.from_env_var} is unset or empty"
+
+
+def resolve_tokens(web: WebConfig, locate: Callable[[KeyPath, str], Problem]) -> list[Token]:
+    """Every configured token, read now; ConfigError naming each one that resolves empty."""
+    entries: list[tuple[KeyPath, str, TokenSource, Sequence[str]]] = []
+    if web.auth_token is not None:
+        entries.append((("web", "authToken"), "authToken", web.auth_token, SCOPES))
+    for index, item in enumerate(web.auth_tokens):
+        entries.append((("web", "authTokens", index), item.name, item, item.scopes))
+    tokens: list[Token] = []
+    problems: list[Problem] = []
+    for key, name, source, scopes in entries:
+        value, why = _resolve(source)
+        if not value:
+            message = f"the token resolves empty ({why}); refusing to serve without it"
+            problems.append(locate(key, message))
+            continue
+        tokens.append(Token(name, value.encode("utf-8"), frozenset(scopes)))
+    if problems:
+        raise ConfigError(problems)
+    return tokens
+
+
+def bearer(header: str | None) -> bytes | None:
+    """The token of an ``Authorization: Bearer ...`` header (scheme in any case)."""
+    if not header:
+        return None
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip().encode("utf-8", "replace")
+
+
+def match(tokens: Sequence[Token], presented: bytes) -> Token | None:
+    """The token equal to ``presented``; every token is compared, in constant time."""
+    found: Token | None = None
+    for token in tokens:
+        if hmac.compare_digest(token.secret, presented):
+            found = token
+    return found
+
+
+def is_local_peer(transport: Any) -> bool:
+    """A unix-socket connection, or a TCP peer on a loopback address."""
+    if transport is None:
+        return False
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family == getattr(socket, "AF_UNIX", None):
+        return True
+    peer = transport.get_extra_info("peername")
+    if not isinstance(peer, tuple) or not peer:
+        return False
+    try:
+        address = ipaddress.ip_address(str(peer[0]).split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback

@@ -1,0 +1,65 @@
+"""The OpenAPI 3.1 document of every route, built from the route table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cronstable import __version__
+from cronstable.web.app import ROUTES
+
+_DESCRIPTIONS = {
+    200: "OK",
+    202: "Accepted",
+    401: "No token, or a token that is not valid",
+    403: "The token lacks the route's scope",
+    404: "No such job",
+    409: "concurrencyPolicy refused the start",
+    503: "Not ready",
+}
+
+
+def document() -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for route in ROUTES:
+        responses = {
+            str(code): {"description": _DESCRIPTIONS[code]}
+            for code in (*route.responses, *((401, 403) if route.scope else ()))
+        }
+        operation: dict[str, Any] = {
+            "operationId": route.handler,
+            "summary": route.summary,
+            "responses": responses,
+            "x-scope": route.scope,
+        }
+        if route.scope is not None:
+            operation["security"] = [{"bearer": [route.scope]}]
+        parameters: list[dict[str, Any]] = []
+        if "{name}" in route.path:
+            parameters.append(
+                {
+                    "name": "name",
+                    "in": "path",
+                    "required": True,
+                    "description": "The job's name, percent-encoded as one path segment.",
+                    "schema": {"type": "string"},
+                }
+            )
+        if route.handler == "cancel":
+            parameters.append(
+                {
+                    "name": "run",
+                    "in": "query",
+                    "required": False,
+                    "description": "Only this run id (<job>@<scheduled UTC>#<attempt>).",
+                    "schema": {"type": "string"},
+                }
+            )
+        if parameters:
+            operation["parameters"] = parameters
+        paths.setdefault(route.path, {})[route.method.lower()] = operation
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "cronstable", "version": __version__},
+        "paths": paths,
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+    }

@@ -1,0 +1,33 @@
+"""What the web layer may read from and ask of the daemon (nothing else)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class DaemonApi(Protocol):
+    """Implemented by :class:`cronstable.runtime.control.DaemonControl`."""
+
+    def has_job(self, name: str) -> bool: ...
+
+    def ready(self) -> str | None:
+        """None when ready, else why not."""
+        ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def runs(self, name: str) -> list[dict[str, Any]]:
+        """KeyError for an unknown job."""
+        ...
+
+    def applied_config(self) -> dict[str, Any] | None: ...
+
+    def metrics_text(self) -> tuple[bytes, str]: ...
+
+    def start(self, name: str) -> tuple[str | None, str]:
+        """(the new run's id, "") or (None, why concurrencyPolicy refused); KeyError."""
+        ...
+
+    def cancel(self, name: str, run: str | None = None) -> list[str]: ...
+
+    def reload(self) -> None: ...

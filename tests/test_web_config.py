@@ -1,0 +1,87 @@
+"""The ``web`` section's keys: listeners, TLS, socket mode and tokens, with located errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from cronstable.config import ConfigError, MemoryTree, load
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load(MemoryTree({"c.yaml": text.encode()}), "c.yaml")
+    return [str(p) for p in info.value.problems]
+
+
+def test_every_key_of_the_web_section() -> None:
+    text = """\
+web:
+  listen:
+    - https://127.0.0.1:8443
+    - http://[::1]:8080
+    - unix:///run/cronstable/api.sock
+  tls: {cert: /etc/c/cert.pem, key: /etc/c/key.pem}
+  socketMode: '0660'
+  metricsPublic: yes
+  authToken: {fromEnvVar: ADMIN_TOKEN}
+  authTokens:
+    - {name: ci, fromFile: /run/secrets/ci, scopes: [read, trigger]}
+    - {name: grafana, value: s3cret, scopes: read}
+"""
+    state = load(MemoryTree({"c.yaml": text.encode()}), "c.yaml")
+    web = state.web
+    assert web is not None
+    assert web.tls is not None and web.tls.key == "/etc/c/key.pem"
+    assert web.mode == 0o660
+    assert web.metrics_public is True
+    assert web.auth_token is not None and web.auth_token.from_env_var == "ADMIN_TOKEN"
+    assert [(t.name, t.scopes) for t in web.auth_tokens] == [
+        ("ci", ["read", "trigger"]),
+        ("grafana", ["read"]),
+    ]
+    located = state.problem(("web", "listen", 2), "x")
+    assert str(located) == "c.yaml:5:7: web.listen[2]: x"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            "  listen: [https://127.0.0.1:1]\n",
+            "c.yaml:1:1: web: an https:// listener needs tls: {cert: PATH, key: PATH}",
+        ),
+        (
+            "  listen: [http://127.0.0.1:1]\n  tls: {cert: /a, key: /b}\n",
+            "c.yaml:1:1: web: tls is set but no listener is https://",
+        ),
+        (
+            "  listen: [http://127.0.0.1:1]\n  socketMode: '0660'\n",
+            "c.yaml:1:1: web: socketMode is set but no listener is unix://",
+        ),
+        (
+            "  listen: [unix:///s]\n  socketMode: rw\n",
+            "c.yaml:3:3: web.socketMode: 'rw' is not an octal file mode like '0660'",
+        ),
+        (
+            "  listen: []\n  authToken: {value: a, fromEnvVar: B}\n",
+            "c.yaml:3:3: web.authToken: give exactly one of value, fromFile or fromEnvVar",
+        ),
+        (
+            "  listen: []\n  authToken: {fromFile: token.txt}\n",
+            "c.yaml:3:15: web.authToken.fromFile: 'token.txt' is not an absolute path "
+            "(it names a file on the node, not in the repository)",
+        ),
+        (
+            "  listen: []\n  authTokens:\n    - {name: a, value: x, scopes: [write]}\n",
+            "c.yaml:4:36: web.authTokens[0].scopes[0]: expected one of read, trigger, "
+            "reload, admin, got 'write'",
+        ),
+        (
+            "  listen: []\n  authTokens:\n    - {name: a, value: x, scopes: [read]}\n"
+            "    - {name: a, value: y, scopes: [read]}\n",
+            "c.yaml:1:1: web: two authTokens are named 'a'",
+        ),
+    ],
+)
+def test_web_section_problems(body: str, expected: str) -> None:
+    assert problems("web:\n" + body) == [expected]
