@@ -74,6 +74,8 @@ class ReconcileStatus:
     last_failed: RevisionRecord | None = None
     attempts: int = 0
     history: list[RevisionRecord] = field(default_factory=list)
+    observers: list[Callable[[RevisionRecord], None]] = field(default_factory=list)
+    """Told of every recorded attempt (the live event stream); must not block or raise."""
 
     def record(self, entry: RevisionRecord) -> None:
         self.attempts += 1
@@ -83,6 +85,11 @@ class ReconcileStatus:
             self.last_failed = entry
         else:
             self.applied = entry
+        for observer in self.observers:
+            try:
+                observer(entry)
+            except Exception:
+                logger.exception("A revision observer failed; please report this")
 
 
 class LoggingSection:

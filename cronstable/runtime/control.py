@@ -22,6 +22,8 @@ from cronstable.metrics import DaemonMetrics
 from cronstable.published import published_config
 from cronstable.reconcile.apply import Applier, RevisionRecord
 from cronstable.reconcile.plan import Plan
+from cronstable.runtime.events import EventHub, Subscription
+from cronstable.runtime.forecast import forecast
 from cronstable.runtime.run_metrics import RunMetrics
 from cronstable.runtime.runs import RunHistory, running_json, utc_text
 from cronstable.runtime.scheduler import Scheduler, StartRefused
@@ -52,8 +54,10 @@ class DaemonControl:
         history: RunHistory,
         metrics: DaemonMetrics,
         reload: Callable[[], None],
+        events: EventHub | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
+        self.events = events if events is not None else EventHub()
         self.applier = applier
         self.scheduler = scheduler
         self.history = history
@@ -115,6 +119,18 @@ class DaemonControl:
         going = [running_json(run) | {"outcome": "running"} for run in self.history.running(name)]
         done = [run.as_json() for run in reversed(self.history.finished(name))]
         return going + done
+
+    def next_fires(self, name: str, hours: float) -> dict[str, Any]:
+        """The job's fires in the next ``hours`` (see :mod:`~cronstable.runtime.forecast`)."""
+        job = self.scheduler.jobs[name]
+        return {"job": name} | forecast(job.schedule, job.timezone, self._now(), hours)
+
+    def subscribe(self) -> Subscription | None:
+        """A live event subscription; None when too many are open."""
+        return self.events.subscribe()
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        self.events.unsubscribe(subscription)
 
     def applied_config(self) -> dict[str, Any] | None:
         state = self.applier.applied_state

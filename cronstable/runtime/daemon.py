@@ -35,6 +35,7 @@ from cronstable.reconcile.plan import Plan
 from cronstable.redact import redact
 from cronstable.runtime.clock import Clock, SystemClock
 from cronstable.runtime.control import DaemonControl, RunRecordsSection
+from cronstable.runtime.events import EventHub
 from cronstable.runtime.identity import Identity, IdentityError, resolve_identity
 from cronstable.runtime.output import OutputMirror
 from cronstable.runtime.process import JobProcess
@@ -138,19 +139,22 @@ class Daemon:
         self.scheduler = Scheduler(clock or SystemClock(), self.spawner)
         self.history = RunHistory()
         self.run_metrics = RunMetrics(self.metrics.registry, self.scheduler)
-        self.scheduler.run_listeners += [self.history, self.run_metrics]
+        self.events = EventHub()
+        self.scheduler.run_listeners += [self.history, self.run_metrics, self.events]
         self.applier = Applier(
             [JobsSection(self.scheduler, self.spawner), LoggingSection(log_overrides)],
             self.metrics,
             limits=limits,
         )
         self.applier.sections.append(RunRecordsSection(self.history, self.run_metrics))
+        self.applier.status.observers.append(self.events.revision)
         self.control = DaemonControl(
             applier=self.applier,
             scheduler=self.scheduler,
             history=self.history,
             metrics=self.metrics,
             reload=self.request_reload,
+            events=self.events,
         )
         self._signals = 0
         self._stop_requested = asyncio.Event()

@@ -18,6 +18,9 @@ from aiohttp import web
 
 from cronstable import __version__
 from cronstable.web.auth import Token, bearer, is_local_peer, match
+from cronstable.web.dashboard import dashboard_page
+from cronstable.web.events import EventStreams
+from cronstable.web.fires import next_fires
 from cronstable.web.view import DaemonApi
 
 logger = logging.getLogger(__name__)
@@ -49,6 +52,9 @@ class Route:
     summary: str
     handler: str
     responses: tuple[int, ...] = (200,)
+    page: bool = False
+    """A static page (no data in it): no token needed, but with no token configured only
+    the peers the read routes would answer get it."""
 
 
 ROUTES: tuple[Route, ...] = (
@@ -73,6 +79,14 @@ ROUTES: tuple[Route, ...] = (
           "Running runs, then the last finished ones with captured output.", "runs",
           (200, 404)),
     Route("GET", "/openapi.json", "read", "This API as an OpenAPI 3.1 document.", "openapi"),
+    Route("GET", "/jobs/{name}/next", "read",
+          "The job's fires in the next ?hours=24 (at most 500, else bands).", "next_fires",
+          (200, 400, 404)),
+    Route("GET", "/events", "read",
+          "Live events (server-sent): runs started and ended, revisions applied and rejected.",
+          "events", (200, 429)),
+    Route("GET", "/", None, "The dashboard: one static HTML page that reads the API.",
+          "dashboard", page=True),
 )  # fmt: skip
 
 
@@ -116,6 +130,7 @@ class Api:
         self.holder = holder
         self.routes: dict[str, dict[str, Route]] = {}
         """Routes by aiohttp's canonical path and method."""
+        self.streams = EventStreams(daemon)
 
     # ------------------------------------------------------------ routes
 
@@ -190,6 +205,15 @@ class Api:
 
         return web.json_response(document())
 
+    async def next_fires(self, request: web.Request) -> web.StreamResponse:
+        return await next_fires(self.daemon, request)
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        return await self.streams.serve(request)
+
+    async def dashboard(self, request: web.Request) -> web.StreamResponse:
+        return dashboard_page()
+
     # ------------------------------------------------------------ middleware
 
     @web.middleware
@@ -222,6 +246,9 @@ class Api:
         scope = route.scope if route is not None else None
         settings = self.holder.settings
         token: Token | None = None
+        if route is not None and route.page and not settings.tokens:
+            if not is_local_peer(request.transport):
+                return _unauthorized("no token is configured, so only local peers may read", "read")
         if scope is not None and not (
             scope == "read"
             and route is not None
@@ -277,4 +304,5 @@ def make_app(daemon: DaemonApi, holder: Holder) -> web.Application:
             route.method, aiohttp_path(route.path), getattr(api, route.handler)
         )
         api.routes.setdefault(added.resource.canonical, {})[route.method] = route  # type: ignore[union-attr]
+    app.on_shutdown.append(api.streams.close)
     return app

@@ -14,6 +14,8 @@ _DESCRIPTIONS = {
     403: "The token lacks the route's scope",
     404: "No such job",
     409: "concurrencyPolicy refused the start",
+    400: "A query parameter is not valid",
+    429: "Too many event streams are open",
     503: "Not ready",
 }
 
@@ -52,6 +54,16 @@ def document() -> dict[str, Any]:
                     "required": False,
                     "description": "Only this run id (<job>@<scheduled UTC>#<attempt>).",
                     "schema": {"type": "string"},
+                }
+            )
+        if route.handler == "next_fires":
+            parameters.append(
+                {
+                    "name": "hours",
+                    "in": "query",
+                    "required": False,
+                    "description": "The window's length in hours (default 24, at most 168).",
+                    "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 168},
                 }
             )
         if parameters:

@@ -31,3 +31,32 @@ class DaemonApi(Protocol):
     def cancel(self, name: str, run: str | None = None) -> list[str]: ...
 
     def reload(self) -> None: ...
+
+    def next_fires(self, name: str, hours: float) -> dict[str, Any]:
+        """The job's fires in the next ``hours``; KeyError for an unknown job."""
+        ...
+
+    def subscribe(self) -> EventSubscription | None:
+        """Live events; None when too many subscriptions are open."""
+        ...
+
+    def unsubscribe(self, subscription: Any) -> None: ...
+
+
+class Event(Protocol):
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def data(self) -> dict[str, Any]: ...
+
+
+class EventSubscription(Protocol):
+    @property
+    def dropped(self) -> bool:
+        """Closed because the client fell behind."""
+        ...
+
+    async def next(self) -> Event | None:
+        """The next event; None once the subscription is closed."""
+        ...
