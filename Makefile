@@ -18,6 +18,7 @@ deps:
 	command -v etcd >/dev/null 2>&1 || missing="$$missing etcd-server"; \
 	test -x /usr/lib/git-core/git-http-backend || missing="$$missing git"; \
 	command -v faketime >/dev/null 2>&1 || missing="$$missing faketime"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

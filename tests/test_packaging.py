@@ -52,5 +52,7 @@ def test_the_wheel_builds_without_warnings_and_carries_the_license(tmp_path: Pat
         headers = archive.read(metadata).decode()
         (license_file,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
         assert archive.read(license_file) == (REPO / "LICENSE").read_bytes()
+        # the dashboard page is package data, read at run time
+        assert "cronstable/web/dashboard.html" in names
     assert "License-Expression: MIT\n" in headers
     assert "License-File: LICENSE\n" in headers

@@ -78,6 +78,12 @@ async def test_next_lists_the_fires_of_the_coming_hours(
     status, body = await get(http, f"{base}/jobs/every%20six%20hours/next?hours=6.5", headers=READ)
     assert status == 200 and 1 <= len(body["fires"]) <= 2
     assert (await get(http, f"{base}/jobs/hello/next?hours=1", headers=READ))[1]["fires"] == []
+    disabled = CONFIG.replace(
+        'schedule: "0 */6 * * *"', 'schedule: "0 */6 * * *"\n    enabled: false'
+    )
+    assert (await stack.apply(disabled)).outcome == "applied"
+    status, body = await get(http, f"{base}/jobs/every%20six%20hours/next", headers=READ)
+    assert (status, body["enabled"], body["fires"]) == (200, False, [])
 
 
 @pytest.mark.asyncio

@@ -121,9 +121,15 @@ class DaemonControl:
         return going + done
 
     def next_fires(self, name: str, hours: float) -> dict[str, Any]:
-        """The job's fires in the next ``hours`` (see :mod:`~cronstable.runtime.forecast`)."""
+        """The job's fires in the next ``hours`` (see :mod:`~cronstable.runtime.forecast`).
+
+        A disabled job fires never: its window is empty.
+        """
         job = self.scheduler.jobs[name]
-        return {"job": name} | forecast(job.schedule, job.timezone, self._now(), hours)
+        answer = forecast(
+            job.schedule, job.timezone, self._now(), hours if job.config.enabled else 0
+        )
+        return {"job": name, "enabled": job.config.enabled} | answer
 
     def subscribe(self) -> Subscription | None:
         """A live event subscription; None when too many are open."""

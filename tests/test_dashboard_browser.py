@@ -1,0 +1,116 @@
+"""A real daemon and a real headless Chromium: the dashboard loads, starts a job, shows it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cdp import browser, chromium_binary
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+CONFIG = """\
+web:
+  listen: [http://127.0.0.1:0]
+  authTokens:
+    - {name: dashboard, fromEnvVar: DASH_TOKEN, scopes: [read, trigger]}
+jobs:
+  - name: greet
+    command: echo hello from the dashboard
+    schedule: "@yearly"
+    enabled: false
+  - name: broken
+    command: exit 3
+    schedule: "*/30 * * * *"
+  - name: every minute
+    command: "true"
+    schedule: "* * * * *"
+"""
+TOKEN = "d4shb0ard-token"
+
+
+def _start_daemon(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "cronstable.yaml").write_text(CONFIG)
+    log = tmp_path / "daemon.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cronstable", "run", "-c", str(tmp_path / "conf")],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=os.environ | {"DASH_TOKEN": TOKEN},
+        )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = re.search(r"HTTP API listening on (http://\S+)", log.read_text())
+        if found:
+            return proc, found[1], log
+        assert proc.poll() is None, log.read_text()
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(log.read_text())
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_starts_a_job_and_shows_its_outcome(tmp_path: Path) -> None:
+    binary = chromium_binary()
+    if binary is None:
+        pytest.skip("no chromium binary on PATH (Debian: apt-get install chromium; make deps)")
+    proc, url, log = _start_daemon(tmp_path)
+    try:
+        async with browser(binary, tmp_path / "profile") as page:
+            await page.send("Page.enable")
+            await page.send("Log.enable")
+            await page.send("Runtime.enable")
+            await page.send("Page.navigate", url=f"{url}/")
+            await page.wait_for("document.readyState === 'complete'")
+            # the token is asked for, then kept in the browser session
+            message = await page.wait_for("document.getElementById('message').textContent")
+            assert "token" in message
+            await page.evaluate(
+                f"document.getElementById('token').value = {json.dumps(TOKEN)};"
+                "document.getElementById('token-save').click()"
+            )
+            assert await page.evaluate("sessionStorage.getItem('cronstable-token')") == TOKEN
+            await page.wait_for("document.querySelectorAll('#jobs tbody tr').length === 3")
+            await page.wait_for("document.getElementById('live').textContent === 'live'")
+            revision = await page.evaluate("document.getElementById('revision').textContent")
+            assert revision.startswith("revision sha256:")
+            for job in ("greet", "broken"):
+                await page.evaluate(f"document.querySelector('[data-start=\"{job}\"]').click()")
+                outcome = "succeeded" if job == "greet" else "failed"
+                await page.wait_for(
+                    f"document.querySelector('tr[data-job=\"{job}\"] [data-outcome]')"
+                    f".dataset.outcome === '{outcome}'"
+                )
+            assert (
+                await page.evaluate("document.getElementById('message').textContent")
+            ).startswith("Started broken: broken@")
+            # the timeline: a bar per run coloured by outcome, ticks for the next fires
+            await page.wait_for("document.querySelectorAll('#timeline rect.run.succeeded').length")
+            assert await page.evaluate(
+                "document.querySelectorAll('#timeline rect.run.failed').length"
+            )
+            ticks = await page.evaluate("document.querySelectorAll('#timeline line.tick').length")
+            assert 48 <= ticks <= 50  # "broken" fires every 30 minutes
+            assert await page.evaluate("document.querySelectorAll('#timeline rect.band').length")
+            await page.screenshot(tmp_path / "dashboard.png")
+            violations = [
+                event["params"]["entry"]["text"]
+                for event in page.events
+                if event["method"] == "Log.entryAdded"
+                and "Content Security Policy" in event["params"]["entry"].get("text", "")
+            ]
+            assert violations == []
+            print(f"screenshot: {tmp_path / 'dashboard.png'}")
+        assert "POST /jobs/{name}/start (job greet) by dashboard from 127.0.0.1" in log.read_text()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
