@@ -43,6 +43,8 @@ jobs:
   - name: "{odd}"
     command: echo hello from a manual start
     schedule: "@yearly"
+    environment:
+      - {{key: PASSWORD, value: hunter2}}
     enabled: false
     captureStdout: true
   - name: sleeper
@@ -61,6 +63,7 @@ class Daemon:
     runtime_dir: Path
     ca_file: Path
     log: Path
+    conf: Path
 
 
 def _start(conf: Path, log: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], list[str]]:
@@ -126,7 +129,13 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         [https_url] = [u for u in urls if u.startswith("https://")]
         assert f"unix://{runtime}/cronstable.sock" in urls
         yield Daemon(
-            http_url, https_url, f"unix://{runtime}/cronstable.sock", runtime, root / "ca.pem", log
+            http_url,
+            https_url,
+            f"unix://{runtime}/cronstable.sock",
+            runtime,
+            root / "ca.pem",
+            log,
+            conf,
         )
     finally:
         _stop(proc)
@@ -381,3 +390,74 @@ def test_status_does_not_import_asyncio_or_aiohttp(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------ cronstable diff URL PATH
+
+
+def _changed_copy(daemon: Daemon, tmp_path: Path, old: str, new: str) -> Path:
+    copy = tmp_path / "conf"
+    shutil.copytree(daemon.conf, copy)
+    path = copy / "cronstable.yaml"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    return copy
+
+
+def test_diff_of_a_daemon_and_the_repository_it_runs(daemon: Daemon, tmp_path: Path) -> None:
+    env = as_token("admin-secret")
+    for sides in ([daemon.unix, str(daemon.conf)], [str(daemon.conf), daemon.http]):
+        done = cli("diff", *sides, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+    # the same, as a git repository at a ref
+    repo = tmp_path / "repo"
+    shutil.copytree(daemon.conf, repo)
+    for step in (["init", "-q"], ["add", "."], ["commit", "-qm", "config"]):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *step], cwd=repo, check=True
+        )
+    done = cli("diff", daemon.http, f"git:{repo}@HEAD", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_diff_shows_a_changed_secret_as_digests_only(daemon: Daemon, tmp_path: Path) -> None:
+    from cronstable.published import secret_digest
+
+    changed = _changed_copy(daemon, tmp_path, "value: hunter2", "value: hunter3")
+    done = cli("diff", daemon.http, str(changed), "--format", "json", env=as_token("admin-secret"))
+    assert done.returncode == 1, done.stderr
+    assert "hunter2" not in done.stdout and "hunter3" not in done.stdout
+    [job] = json.loads(done.stdout)["jobs"]
+    assert (job["name"], job["change"]) == (ODD_NAME, "changed")
+    [field] = job["fields"]
+    assert field == {
+        "path": "environment.PASSWORD",
+        "old": secret_digest("hunter2"),
+        "new": secret_digest("hunter3"),
+    }
+
+
+def test_diff_shows_a_changed_token_as_digests_only(daemon: Daemon, tmp_path: Path) -> None:
+    changed = _changed_copy(daemon, tmp_path, "value: read-secret", "value: read-secret-2")
+    done = cli("diff", daemon.unix, str(changed), env=as_token("admin-secret"))
+    assert done.returncode == 1, done.stderr
+    assert "section web" in done.stdout
+    # the digests GET /config shows, not digests of digests
+    from cronstable.published import secret_digest
+
+    as_json = cli(
+        "diff", daemon.unix, str(changed), "--format", "json", env=as_token("admin-secret")
+    )
+    assert secret_digest("read-secret-2") in as_json.stdout, as_json.stdout
+    assert secret_digest("read-secret") in as_json.stdout
+    assert "read-secret" not in done.stdout + done.stderr
+
+
+def test_diff_against_a_daemon_that_refuses_or_is_gone_exits_2(daemon: Daemon) -> None:
+    refused = cli("diff", daemon.http, str(daemon.conf), env=as_token("read-secret"))
+    assert refused.returncode == 2
+    assert "GET /config answered 403" in refused.stderr and "admin" in refused.stderr
+    port = _free_port()
+    gone = cli("diff", f"http://u:pw@127.0.0.1:{port}", str(daemon.conf))
+    assert gone.returncode == 2 and f"cannot reach http://u:***@127.0.0.1:{port}" in gone.stderr
