@@ -65,3 +65,63 @@ def pipe_holders(inodes: Collection[int]) -> list[int]:
             except OSError:
                 continue
     return sorted(found)
+
+
+# ------------------------------------------------------------- the API's local socket
+
+ROOT_API_SOCKET = "/run/cronstable/api.sock"
+"""Where the CLI looks first as root (a system daemon's ``unix://`` listener)."""
+RUNTIME_DIR_PLACEHOLDER = "${XDG_RUNTIME_DIR}"
+"""The one variable a ``unix://`` listen path may start with (expanded on the node)."""
+USER_SOCKET_NAME = "cronstable.sock"
+
+
+def fallback_runtime_dir() -> str:
+    """``<tmp>/cronstable-<uid>``: the runtime directory when ``XDG_RUNTIME_DIR`` is unset."""
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"cronstable-{os.geteuid()}")
+
+
+def runtime_dir() -> str:
+    """``$XDG_RUNTIME_DIR``, else :func:`fallback_runtime_dir` (tmux's rule)."""
+    return os.environ.get("XDG_RUNTIME_DIR") or fallback_runtime_dir()
+
+
+def expand_runtime_dir(path: str) -> str:
+    """``path`` with a leading ``${XDG_RUNTIME_DIR}`` replaced by :func:`runtime_dir`."""
+    if path.startswith(RUNTIME_DIR_PLACEHOLDER):
+        return runtime_dir() + path[len(RUNTIME_DIR_PLACEHOLDER) :]
+    return path
+
+
+def ensure_socket_dir(path: str) -> None:
+    """Create the fallback runtime directory (mode 0700) when ``path`` is a socket in it.
+
+    Raises OSError when it exists but is not a directory of ours closed to
+    others (another user could have made it first in the shared temp dir).
+    """
+    directory = fallback_runtime_dir()
+    if os.path.dirname(path) != directory:
+        return
+    import stat
+
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(directory)
+    if (
+        not stat.S_ISDIR(info.st_mode)
+        or info.st_uid != os.geteuid()
+        or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    ):
+        raise PermissionError(
+            f"{directory} is not a directory of user {os.geteuid()} closed to others"
+        )
+
+
+def default_api_sockets() -> list[str]:
+    """Where ``cronstable status`` and friends look for a local daemon, in order."""
+    user = os.path.join(runtime_dir(), USER_SOCKET_NAME)
+    return [ROOT_API_SOCKET, user] if os.geteuid() == 0 else [user]

@@ -9,12 +9,14 @@ compared (``cronstable diff URL ...``) without either side showing the secret.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 from cronstable.config.desired import DesiredState
 from cronstable.fingerprint import canonical_job
 
 _SECRET_KEYS = frozenset({"value", "fromFile", "fromEnvVar"})
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 def secret_digest(text: str) -> str:
@@ -22,10 +24,18 @@ def secret_digest(text: str) -> str:
 
 
 def hide_secrets(data: Any) -> Any:
-    """``data`` (a model dump) with every inline secret ``value`` as its digest."""
+    """``data`` (a model dump) with every inline secret ``value`` as its digest.
+
+    Idempotent: a value that already is a digest stays (a configuration read back
+    from ``GET /config`` is hidden again when compared)."""
     if isinstance(data, dict):
         out = {key: hide_secrets(value) for key, value in data.items()}
-        if "value" in out and isinstance(out["value"], str) and _SECRET_KEYS & set(out):
+        if (
+            "value" in out
+            and isinstance(out["value"], str)
+            and _SECRET_KEYS & set(out)
+            and not _DIGEST.match(out["value"])
+        ):
             out["value"] = secret_digest(out["value"])
         return out
     if isinstance(data, list):

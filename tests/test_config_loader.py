@@ -1369,6 +1369,7 @@ def test_web_listen() -> None:
         "https://h",
         "tcp://h:1",
         "unix://relative",
+        "unix://${HOME}/x.sock",
         "http://h:70000",
         "h:80",
         "''",
@@ -1378,7 +1379,7 @@ def test_web_listen_invalid(url: str) -> None:
     shown = "" if url == "''" else url
     assert lines({"c.yaml": f"web:\n  listen:\n    - {url}\n"}) == [
         f"c.yaml:3:7: web.listen[0]: '{shown}' is not a listen address; "
-        "use http://HOST:PORT, https://HOST:PORT or unix:///PATH"
+        "use http://HOST:PORT, https://HOST:PORT, unix:///PATH or unix://${XDG_RUNTIME_DIR}/NAME"
     ]
 
 

@@ -4,7 +4,9 @@ Each subcommand lives in its own module and is imported only when chosen, so
 ``--version``, ``validate``, ``schema``, ``job-set-id`` and ``next`` never
 import asyncio or aiohttp; only ``run`` (the daemon) does.
 
-Exit codes: 0 success (valid), 1 invalid configuration, 2 usage error.
+Exit codes: 0 success (valid), 1 invalid configuration, 2 usage error; the
+commands that ask a daemon (status, start, cancel, runs, reload) add 3 (the
+daemon cannot be reached or failed) and 4 (unauthorized), see ``cli/client.py``.
 """
 
 from __future__ import annotations
@@ -97,6 +99,51 @@ def _settle_seconds(text: str) -> float:
     if not 0 < value <= 60:
         raise argparse.ArgumentTypeError("the settle time must be more than 0 and at most 60 s")
     return value
+
+
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError("the timeout must be more than 0 and at most 3600 s")
+    return value
+
+
+def _client_options() -> argparse.ArgumentParser:
+    """--url, --token-file, --json, --timeout, --cacert (the commands that ask a daemon)."""
+    options = argparse.ArgumentParser(add_help=False)
+    group = options.add_argument_group("daemon")
+    group.add_argument(
+        "--url",
+        default=None,
+        help="the daemon's API: http://HOST:PORT, https://HOST:PORT or unix:///PATH "
+        "(default $CRONSTABLE_URL, else the local socket: /run/cronstable/api.sock as root, "
+        "$XDG_RUNTIME_DIR/cronstable.sock)",
+    )
+    group.add_argument(
+        "--token-file",
+        metavar="FILE",
+        default=None,
+        help="file holding the API token (default: $CRONSTABLE_TOKEN)",
+    )
+    group.add_argument("--json", action="store_true", help="print the daemon's JSON answer")
+    group.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=10.0,
+        metavar="SECONDS",
+        help="give up on a daemon that does not answer within this (default 10)",
+    )
+    group.add_argument(
+        "--cacert",
+        metavar="FILE",
+        default=None,
+        help="CA certificates (PEM) that sign an https:// daemon's certificate "
+        "(default: the system's)",
+    )
+    return options
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -216,6 +263,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="show next fires from this ISO 8601 time (default now; UTC without an offset)",
     )
 
+    client = _client_options()
+    exits = "exit 0 done, 1 refused, 2 usage, 3 unreachable, 4 unauthorized"
+    sub.add_parser(
+        "status",
+        parents=[client],
+        help=f"show a running daemon's revision and jobs ({exits})",
+    )
+    p = sub.add_parser("start", parents=[client], help="start a job now, even a disabled one")
+    p.add_argument("job", metavar="JOB")
+    p = sub.add_parser("cancel", parents=[client], help="stop a job's running runs")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--run", metavar="ID", default=None, help="stop only this run")
+    p = sub.add_parser("runs", parents=[client], help="list a job's recent runs")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--output", action="store_true", help="also print each run's captured output")
+    sub.add_parser("reload", parents=[client], help="ask the daemon to look for a new revision now")
+
     p = sub.add_parser(
         "next", help="print the next fires of every job (JOB<TAB>TIME)", description=_FORMS
     )
@@ -253,6 +317,20 @@ def run_cli(argv: list[str]) -> int:
         from cronstable.cli.diff import cmd_diff
 
         return cmd_diff(args.old, args.new, args.format, args.at, limits_from(args))
+    if command in ("status", "start", "cancel", "runs", "reload"):
+        from cronstable.cli.client import cmd_client
+
+        return cmd_client(
+            command,
+            url=args.url,
+            token_file=args.token_file,
+            as_json=args.json,
+            timeout=args.timeout,
+            cafile=args.cacert,
+            job=getattr(args, "job", None),
+            run=getattr(args, "run", None),
+            show_output=getattr(args, "output", False),
+        )
     if command == "next":
         from cronstable.cli.next import cmd_next
 

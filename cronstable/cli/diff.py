@@ -1,5 +1,8 @@
 """``cronstable diff OLD NEW``: what applying NEW over OLD would change.
 
+A side may be a running daemon (``http://…``, ``https://…``, ``unix:///…``):
+its applied configuration, read with ``GET /config``.
+
 Exit codes follow diff(1), ``flux diff`` and ``argocd app diff``: 0 no changes,
 1 changes, 2 error (a side cannot be read, or NEW is invalid).  An invalid OLD
 is reported and compared as nothing, so a change fixing a broken base still
@@ -60,6 +63,14 @@ def cmd_diff(
             f"cronstable diff: {old_side.label} is invalid; comparing with nothing", file=sys.stderr
         )
         old_state = None
+    if old_side.published != new_side.published:
+        # a daemon's side shows secrets and environment values as digests: so must the other
+        from cronstable.cli.remote import republish
+
+        if old_side.published:
+            new_state = republish(new_state)
+        elif old_state is not None:
+            old_state = republish(old_state)
     from cronstable.reconcile.plan import plan
     from cronstable.reconcile.render import to_json, to_markdown, to_text
 

@@ -10,6 +10,8 @@ asyncio nor aiohttp; a git side needs dulwich; an etcd side needs aiohttp.
 * a source spec, anything with ``SCHEME://``: ``git+https://…``, ``git+ssh://…``,
   ``git+file://…``, ``git://…``, ``etcd://HOST:PORT/PREFIX/`` — its current
   revision (an unknown scheme is an error, not a path);
+* ``http://…``, ``https://…``, ``unix:///…`` — a running daemon's applied
+  configuration (``cli/remote.py``, registered below);
 * ``-``, ``/dev/stdin``, a FIFO — read once, as one file;
 * anything else: a file or directory.
 
@@ -39,6 +41,9 @@ class Side:
     revision: str | None
     load: Callable[[], DesiredState]
     """Raises ConfigError (invalid configuration) or SideError (cannot read)."""
+    published: bool = False
+    """Secrets and environment values are already ``sha256:`` digests (a daemon's
+    ``GET /config``): the other side must be compared in the same form."""
 
 
 Recogniser = Callable[[str], bool]
@@ -167,3 +172,18 @@ def resolve(text: str, limits: Limits = DEFAULT_LIMITS) -> Side:
         if recognise(text):
             return open_side(text, limits)
     return _open_path(text, limits)
+
+
+def _is_daemon_url(text: str) -> bool:
+    from cronstable.cli.remote import is_daemon_url
+
+    return is_daemon_url(text)
+
+
+def _open_daemon_url(text: str, limits: Limits) -> Side:
+    from cronstable.cli.remote import open_daemon
+
+    return open_daemon(text, limits)
+
+
+register(_is_daemon_url, _open_daemon_url)

@@ -640,13 +640,7 @@ class _Loader:
             return None
         environment, env_files = resolved
         schedule = parse_schedule(schedule_source(config.schedule))
-        zone: tzinfo
-        if config.timezone is not None:
-            zone = ZoneInfo(config.timezone)
-        elif config.utc:
-            zone = UTC
-        else:
-            zone = local_timezone()
+        zone = job_zone(config)
         position = self.position(entry.file, ("jobs", entry.index))
         job = Job(
             config=config,
@@ -744,3 +738,12 @@ def load(
         warnings=tuple(dict.fromkeys(loader.warnings)),
         positions=loader.positions,
     )
+
+
+def job_zone(config: JobConfig) -> tzinfo:
+    """The zone a job's schedule is read in: its timezone, UTC with utc, else local."""
+    if config.timezone is not None:
+        return ZoneInfo(config.timezone)
+    if config.utc:
+        return UTC
+    return local_timezone()

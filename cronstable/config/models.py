@@ -559,7 +559,7 @@ class JobConfig(JobSettings):
 
 _LISTEN_RE = re.compile(
     r"^(?:(?P<scheme>https?)://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})/?"
-    r"|unix://(?P<path>/.+))$"
+    r"|unix://(?P<path>(?:\$\{XDG_RUNTIME_DIR\})?/.+))$"
 )
 SCOPES = ("read", "trigger", "reload", "admin")
 """What an API token may do; ``admin`` implies the others."""
@@ -573,8 +573,8 @@ def _listen_url(value: Any) -> str:
     if not match or (match["port"] and not 0 <= int(match["port"]) <= 65535):
         raise PydanticCustomError(
             "listen",
-            "{url} is not a listen address; use http://HOST:PORT, https://HOST:PORT "
-            "or unix:///PATH",
+            "{url} is not a listen address; use http://HOST:PORT, https://HOST:PORT, "
+            "unix:///PATH or unix://${XDG_RUNTIME_DIR}/NAME",
             {"url": repr(url)},
         )
     return url
@@ -663,7 +663,8 @@ class WebConfig(Model):
         BeforeValidator(to_list, json_schema_input_type=list[str] | None),
     ] = Field(examples=[["http://127.0.0.1:8080", "unix:///run/cronstable/api.sock"]])
     """Addresses to serve on: http://HOST:PORT, https://HOST:PORT (needs tls) or
-    unix:///PATH (socketMode sets its permissions)."""
+    unix:///PATH (socketMode sets its permissions); a unix path may start with
+    ${XDG_RUNTIME_DIR}, expanded on the node (<tmp>/cronstable-UID when unset)."""
     auth_token: TokenSource | None = Field(None, alias="authToken")
     """A token allowed every scope, sent as ``Authorization: Bearer TOKEN``."""
     auth_tokens: list[ScopedToken] = Field(default_factory=list, alias="authTokens")

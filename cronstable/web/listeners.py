@@ -18,6 +18,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from cronstable.config.models import TlsFiles
+from cronstable.platform import ensure_socket_dir, expand_runtime_dir
 
 BACKLOG = 128
 CONNECT_PROBE_TIMEOUT = 1.0
@@ -38,9 +39,12 @@ class Address:
 
 
 def parse_listen(url: str) -> Address:
-    """A validated listen URL (see :class:`~cronstable.config.models.WebConfig`)."""
+    """A validated listen URL (see :class:`~cronstable.config.models.WebConfig`).
+
+    A unix path starting with ``${XDG_RUNTIME_DIR}`` is expanded here, on the
+    node (the configuration stays the same text on every node)."""
     if url.startswith("unix://"):
-        return Address("unix", url[len("unix://") :], 0)
+        return Address("unix", expand_runtime_dir(url[len("unix://") :]), 0)
     parts = urlsplit(url)
     scheme: Literal["http", "https"] = "https" if parts.scheme == "https" else "http"
     return Address(scheme, parts.hostname or "", parts.port or 0)
@@ -88,6 +92,10 @@ def bind(address: Address) -> list[socket.socket]:
 
 
 def _bind_unix(path: str) -> socket.socket:
+    try:
+        ensure_socket_dir(path)
+    except OSError as exc:
+        raise BindError(f"cannot use {path}: {exc.strerror or exc}") from exc
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:

@@ -1,0 +1,280 @@
+"""``cronstable status|start|cancel|runs|reload``: ask a running daemon over its HTTP API.
+
+The daemon is ``--url``, else ``$CRONSTABLE_URL``, else the local socket (see
+:func:`cronstable.platform.default_api_sockets`: the first that exists).  The
+token is read from ``--token-file``, else ``$CRONSTABLE_TOKEN``; none is sent
+without one (a local socket answers the read routes without a token).
+
+Exit codes: 0 done, 1 refused (a 4xx answer other than 401/403), 2 usage,
+3 unreachable (or a 5xx answer), 4 unauthorized (401 or 403).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from cronstable.cli.api_client import (
+    DEFAULT_TIMEOUT,
+    Answer,
+    ApiError,
+    Endpoint,
+    Unreachable,
+    call,
+)
+from cronstable.redact import redact
+
+EXIT_DONE = 0
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_UNAUTHORIZED = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Which daemon to ask and how."""
+
+    endpoint: Endpoint
+    token: str | None
+    timeout: float = DEFAULT_TIMEOUT
+    cafile: str | None = None
+    defaulted: bool = False
+    """The URL is the local default (no --url, no $CRONSTABLE_URL)."""
+
+    def call(self, method: str, path: str) -> Answer:
+        return call(
+            self.endpoint,
+            method,
+            path,
+            token=self.token,
+            timeout=self.timeout,
+            cafile=self.cafile,
+        )
+
+
+def default_url() -> tuple[str, bool]:
+    """(URL, whether it is the local default): $CRONSTABLE_URL, else a local socket."""
+    given = os.environ.get("CRONSTABLE_URL", "").strip()
+    if given:
+        return given, False
+    from cronstable.platform import default_api_sockets
+
+    candidates = default_api_sockets()
+    for path in candidates:
+        try:
+            if stat.S_ISSOCK(os.stat(path).st_mode):
+                return f"unix://{path}", True
+        except OSError:
+            continue
+    return f"unix://{candidates[0]}", True
+
+
+def read_token(token_file: str | None) -> str | None:
+    """The token from ``token_file``, else ``$CRONSTABLE_TOKEN``; ApiError if unusable."""
+    if token_file is not None:
+        try:
+            with open(token_file, encoding="utf-8") as fh:
+                token = fh.read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise ApiError(f"--token-file {token_file}: {reason}") from exc
+        if not token:
+            raise ApiError(f"--token-file {token_file} is empty")
+        return token
+    return os.environ.get("CRONSTABLE_TOKEN", "").strip() or None
+
+
+def target_from(
+    url: str | None, token_file: str | None, timeout: float, cafile: str | None
+) -> Target:
+    defaulted = False
+    if url is None:
+        url, defaulted = default_url()
+    if not timeout > 0:
+        raise ApiError("--timeout must be more than 0 seconds")
+    return Target(Endpoint.parse(url), read_token(token_file), timeout, cafile, defaulted)
+
+
+# ------------------------------------------------------------ human output
+
+
+def _when(text: str | None) -> str:
+    if not text:
+        return "-"
+    moment = datetime.fromisoformat(text)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        + "\n"
+        for row in rows
+    )
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def _last(run: dict[str, Any] | None) -> str:
+    if not run:
+        return "-"
+    code = run.get("exitCode")
+    shown = run.get("outcome", "?") + (f" (exit {code})" if code is not None else "")
+    return f"{shown} {_duration(run.get('duration'))} at {_when(run.get('finishedAt'))}"
+
+
+def status_text(status: dict[str, Any]) -> str:
+    out = []
+    applied = status.get("applied")
+    if applied:
+        out.append(
+            f"applied {applied['revision']} from {applied['source']} at {_when(applied['time'])}\n"
+        )
+    else:
+        out.append("no revision applied yet\n")
+    rejected = status.get("lastRejected")
+    if rejected:
+        out.append(f"rejected {rejected['revision']} at {_when(rejected['time'])}:\n")
+        out.extend(f"  {problem}\n" for problem in rejected.get("errors", []))
+    jobs = status.get("jobs") or []
+    if not jobs:
+        out.append("no jobs\n")
+        return "".join(out)
+    rows = [["JOB", "SCHEDULE", "NEXT FIRE", "RUNNING", "LAST RUN"]]
+    for job in jobs:
+        running = ", ".join(f"pid {run['pid']}" for run in job.get("running") or []) or "-"
+        next_fire = _when(job.get("nextFire")) if job.get("enabled") else "disabled"
+        if job.get("retryPending"):
+            next_fire += " (retry pending)"
+        rows.append([job["name"], job["schedule"], next_fire, running, _last(job.get("lastRun"))])
+    out.append("\n" + _table(rows))
+    return "".join(out)
+
+
+def runs_text(job: str, runs: list[dict[str, Any]], output: bool) -> str:
+    if not runs:
+        return f"{job}: no runs recorded since the daemon started\n"
+    rows = [["RUN", "OUTCOME", "EXIT", "STARTED", "DURATION"]]
+    for run in runs:
+        code = run.get("exitCode")
+        rows.append(
+            [
+                run["id"],
+                run.get("outcome", "?") + (" (manual)" if run.get("manual") else ""),
+                "-" if code is None else str(code),
+                _when(run.get("startedAt")),
+                _duration(run.get("duration")),
+            ]
+        )
+    text = _table(rows)
+    if output:
+        for run in runs:
+            for stream in ("stdout", "stderr"):
+                if run.get(stream):
+                    text += f"\n--- {run['id']} {stream}\n{run[stream].rstrip()}\n"
+    return text
+
+
+# ------------------------------------------------------------ commands
+
+
+def _route(command: str, job: str | None, run: str | None) -> tuple[str, str]:
+    segment = quote(job or "", safe="")
+    if command == "status":
+        return "GET", "/status"
+    if command == "reload":
+        return "POST", "/reload"
+    if command == "start":
+        return "POST", f"/jobs/{segment}/start"
+    if command == "runs":
+        return "GET", f"/jobs/{segment}/runs"
+    query = f"?{urlencode({'run': run}, quote_via=quote)}" if run is not None else ""
+    return "POST", f"/jobs/{segment}/cancel{query}"
+
+
+def _human(command: str, data: Any, show_output: bool) -> str:
+    if command == "status":
+        return status_text(data)
+    if command == "runs":
+        return runs_text(data["job"], data["runs"], show_output)
+    if command == "start":
+        return f"started {data['run']}\n"
+    if command == "cancel":
+        stopped = data.get("cancelled") or []
+        if not stopped:
+            return f"{data['job']}: nothing running\n"
+        return "".join(f"cancelling {run}\n" for run in stopped)
+    return "reload requested\n"
+
+
+def _exit_for(status: int) -> int:
+    if status in (401, 403):
+        return EXIT_UNAUTHORIZED
+    if 400 <= status < 500:
+        return EXIT_REFUSED
+    return EXIT_UNREACHABLE
+
+
+def cmd_client(
+    command: str,
+    *,
+    url: str | None,
+    token_file: str | None,
+    as_json: bool,
+    timeout: float = DEFAULT_TIMEOUT,
+    cafile: str | None = None,
+    job: str | None = None,
+    run: str | None = None,
+    show_output: bool = False,
+) -> int:
+    prog = f"cronstable {command}"
+    try:
+        target = target_from(url, token_file, timeout, cafile)
+    except ApiError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    method, path = _route(command, job, run)
+    try:
+        answer = target.call(method, path)
+    except Unreachable as exc:
+        hint = ""
+        if target.defaulted:
+            hint = " (no daemon on the local socket; give --url or set CRONSTABLE_URL)"
+        print(f"{prog}: {exc}{hint}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except ApiError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    data = answer.json()
+    if 200 <= answer.status < 300 and data is not None:
+        if as_json:
+            sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        else:
+            sys.stdout.write(_human(command, data, show_output))
+        return EXIT_DONE
+    where = redact(target.endpoint.url)
+    if 200 <= answer.status < 300:
+        print(f"{prog}: {where} answered {answer.status} without JSON", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    if as_json and data is not None:
+        sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    message = redact(answer.message())
+    if answer.status in (401, 403) and target.token is None:
+        message += " (set CRONSTABLE_TOKEN or give --token-file)"
+    print(f"{prog}: {where} answered {answer.status}: {message}", file=sys.stderr)
+    return _exit_for(answer.status)

@@ -1,0 +1,118 @@
+"""A running daemon as a side of ``cronstable diff``: its applied configuration.
+
+``GET /config`` (scope ``admin``; the token from ``$CRONSTABLE_TOKEN``) gives
+every job in canonical form with its digest, and the ``web`` and ``logging``
+sections, secrets and environment values as ``sha256:<hex>``.
+:func:`state_from_published` turns that answer back into a
+:class:`~cronstable.config.DesiredState` the plan compares like any other.
+
+A repository compared with a daemon goes through the same form first
+(:func:`republish`): its secrets and environment values become the same
+digests, so an unchanged secret compares equal and a changed one shows as a
+changed digest, never as its text.  Job digests are the daemon's own, computed
+over the real values, so they compare exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cronstable.cli.sides import Side, SideError
+from cronstable.config import DesiredState, Limits
+from cronstable.redact import redact
+
+
+def is_daemon_url(text: str) -> bool:
+    """unix:///…, or http(s)://… not ending in ``.git`` (that one is a mistyped git remote,
+    left to the source specs' hint: ``git+https://…``)."""
+    if text.startswith("unix://"):
+        return True
+    if not text.startswith(("http://", "https://")):
+        return False
+    from urllib.parse import urlsplit
+
+    return not urlsplit(text).path.rstrip("/").endswith(".git")
+
+
+_GIT_HINT = " (a git repository is git+https://…)"
+
+
+def _fail(label: str, message: str) -> SideError:
+    return SideError(f"{label}: {redact(message)}")
+
+
+def state_from_published(data: Any, label: str) -> DesiredState:
+    """A DesiredState from ``GET /config``'s answer; SideError when it is not one."""
+    from pydantic import ValidationError
+
+    from cronstable.config.desired import Job
+    from cronstable.config.loader import job_zone
+    from cronstable.config.models import JobConfig, LoggingConfig, WebConfig
+    from cronstable.schedule import ScheduleError, parse_schedule
+
+    if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
+        raise _fail(label, "the answer to GET /config is not a configuration")
+    jobs: dict[str, Job] = {}
+    try:
+        for name, entry in data["jobs"].items():
+            canonical = dict(entry["config"])
+            environment = canonical.pop("environment", None) or {}
+            config = JobConfig.model_validate(canonical)
+            jobs[name] = Job(
+                config=config,
+                schedule=parse_schedule(canonical["schedule"]),
+                timezone=job_zone(config),
+                environment={str(k): str(v) for k, v in environment.items()},
+                file="",
+                line=0,
+                digest=str(entry["digest"]),
+            )
+        sections = data.get("sections") or {}
+        web = sections.get("web")
+        logging = sections.get("logging")
+        return DesiredState(
+            jobs=jobs,
+            web=None if web is None else WebConfig.model_validate(web),
+            logging=None if logging is None else LoggingConfig.model_validate(logging),
+            job_set_id=str(data["jobSetId"]),
+            files=(),
+        )
+    except (KeyError, TypeError, AttributeError, ValueError, ScheduleError) as exc:
+        reason = f"{exc.error_count()} invalid values" if isinstance(exc, ValidationError) else exc
+        raise _fail(label, f"GET /config gave an unexpected configuration ({reason})") from exc
+
+
+def republish(state: DesiredState) -> DesiredState:
+    """``state`` as a daemon would publish it: secrets and environment as digests."""
+    from cronstable.published import published_config
+
+    return state_from_published(published_config(state), "published")
+
+
+def open_daemon(text: str, limits: Limits) -> Side:
+    """The applied configuration of the daemon at ``text`` (read now, once)."""
+    from cronstable.cli.api_client import ApiError, Endpoint, call
+    from cronstable.cli.client import read_token
+
+    label = redact(text)
+    try:
+        answer = call(Endpoint.parse(text), "GET", "/config", token=read_token(None))
+    except ApiError as exc:
+        hint = _GIT_HINT if text.startswith("http") else ""
+        raise SideError(f"{exc}{hint}") from exc
+    if answer.status != 200:
+        hint = ""
+        if answer.status in (401, 403):
+            hint = " (GET /config needs a token with scope 'admin' in CRONSTABLE_TOKEN)"
+        elif answer.status == 404:
+            hint = _GIT_HINT
+        raise _fail(label, f"GET /config answered {answer.status}: {answer.message()}{hint}")
+    data = answer.json()
+    state = state_from_published(data, label)
+    revision = data.get("revision")
+    return Side(
+        label,
+        str(revision) if revision else None,
+        lambda: state,
+        published=True,
+    )
