@@ -33,6 +33,7 @@ from cronstable.metrics import DaemonMetrics
 from cronstable.reconcile.apply import Applier, LoggingSection, Section
 from cronstable.reconcile.plan import Plan
 from cronstable.redact import redact
+from cronstable.reporting.statsd import StatsdListener
 from cronstable.runtime.clock import Clock, SystemClock
 from cronstable.runtime.control import DaemonControl, RunRecordsSection
 from cronstable.runtime.identity import Identity, IdentityError, resolve_identity
@@ -138,7 +139,8 @@ class Daemon:
         self.scheduler = Scheduler(clock or SystemClock(), self.spawner)
         self.history = RunHistory()
         self.run_metrics = RunMetrics(self.metrics.registry, self.scheduler)
-        self.scheduler.run_listeners += [self.history, self.run_metrics]
+        self.statsd = StatsdListener(self.scheduler.job)
+        self.scheduler.run_listeners += [self.history, self.run_metrics, self.statsd]
         self.applier = Applier(
             [JobsSection(self.scheduler, self.spawner), LoggingSection(log_overrides)],
             self.metrics,
@@ -318,6 +320,7 @@ class Daemon:
         except _StopRequested:
             pass
         finally:
+            await self.statsd.close()  # after the drain: the stop metrics of the last runs
             await self._close_sections()
             await self.source.close()
             await asyncio.to_thread(self.mirror.close)
