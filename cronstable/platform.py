@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Collection
 from datetime import UTC, tzinfo
 from functools import lru_cache
@@ -65,6 +66,26 @@ def pipe_holders(inodes: Collection[int]) -> list[int]:
             except OSError:
                 continue
     return sorted(found)
+
+
+def maxrss_bytes(ru_maxrss: int) -> int:
+    """``ru_maxrss`` of :func:`os.wait4` in bytes: Linux (and the BSDs) count KiB, macOS bytes."""
+    return ru_maxrss if sys.platform == "darwin" else ru_maxrss * 1024
+
+
+def pidfd_open(pid: int) -> int | None:
+    """A pidfd for ``pid`` (readable once it exits), or None where the OS has none.
+
+    Linux 5.3 and later; elsewhere the caller waits for the child in a thread.
+    """
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        fd: int = opener(pid)
+    except OSError:  # ENOSYS on an old kernel, or a seccomp filter saying no
+        return None
+    return fd
 
 
 # ------------------------------------------------------------- the API's local socket

@@ -38,6 +38,7 @@ from cronstable.config.types import (
     Number,
     OptInt,
     OptNumber,
+    OptSize,
     OptText,
     Text,
     to_list,
@@ -342,6 +343,17 @@ class Statsd(Model):
     prefix: Text = Field(examples=["cron.jobs.backup"])
 
 
+class Monitor(Model):
+    """Resource limits judged when a run has exited: a run over one fails; nothing is killed."""
+
+    max_rss: OptSize = Field(None, alias="maxRss", gt=0, examples=["512M", 2147483648])
+    """Largest resident set allowed to the job's biggest single process (bytes, or with
+    K, M, G, T: powers of 1024)."""
+    max_cpu_seconds: OptNumber = Field(None, alias="maxCpuSeconds", gt=0, examples=[600])
+    """User + system CPU seconds allowed to the job's process and the descendants it waited
+    for."""
+
+
 _USER_RE = re.compile(r"^(?:\d+|[A-Za-z_][A-Za-z0-9._-]{0,31}\$?)$")
 
 
@@ -409,6 +421,9 @@ class JobSettings(Model):
     group: Principal = Field(None, examples=["backup", "1000"])
     """Run with this group (name or gid); the daemon must be root."""
     statsd: Statsd | None = None
+    """Send start/stop/success/duration (and cpu/max_rss) of every run to statsd."""
+    monitor: Monitor | None = None
+    """Limits on the CPU time and memory of a run (every run's use is recorded anyway)."""
     enabled: Flag = True
     """A disabled job stays in the configuration but never fires."""
     starting_deadline_seconds: OptNumber = Field(None, alias="startingDeadlineSeconds", ge=0)

@@ -9,6 +9,7 @@ native values (``True``, ``30``) as well.
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
@@ -97,6 +98,25 @@ def to_number(value: Any) -> float:
     return result
 
 
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b?)\s*$", re.IGNORECASE)
+
+
+def to_size(value: Any) -> int:
+    """Bytes: an integer, or a number with K, M, G or T (powers of 1024; ``Mi``, ``MB`` alike)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return to_int(value)
+    if isinstance(value, str) and (match := _SIZE_RE.match(value.replace("_", ""))):
+        number, unit = match.groups()
+        if unit or number.isdigit():
+            return int(float(number) * _SIZE_UNITS[unit.lower()])
+    raise PydanticCustomError(
+        "size",
+        "expected a size in bytes, or a number followed by K, M, G or T (like 512M), got {got}",
+        {"got": _describe(value)},
+    )
+
+
 def to_list(value: Any) -> Any:
     """An empty value (``key:`` with nothing after it) is an empty list."""
     return [] if value is None else value
@@ -120,3 +140,7 @@ def _optional(convert: Any) -> Any:
 OptText = Annotated[str | None, BeforeValidator(_optional(to_text))]
 OptInt = Annotated[int | None, BeforeValidator(_optional(to_int))]
 OptNumber = Annotated[float | None, BeforeValidator(_optional(to_number))]
+OptSize = Annotated[
+    int | None,
+    BeforeValidator(_optional(to_size), json_schema_input_type=int | str | None),
+]

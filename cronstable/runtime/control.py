@@ -98,6 +98,10 @@ class DaemonControl:
                         "exitCode": last.exit_code,
                         "duration": round(last.duration, 6),
                         "finishedAt": utc_text(last.finished_at),
+                        "cpuSeconds": None
+                        if last.cpu_seconds is None
+                        else round(last.cpu_seconds, 6),
+                        "maxRss": last.max_rss,
                     },
                     "retryPending": self.scheduler.retry_pending(name),
                 }

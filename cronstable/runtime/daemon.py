@@ -33,6 +33,7 @@ from cronstable.metrics import DaemonMetrics
 from cronstable.reconcile.apply import Applier, LoggingSection, Section
 from cronstable.reconcile.plan import Plan
 from cronstable.redact import redact
+from cronstable.reporting.statsd import StatsdListener
 from cronstable.runtime.clock import Clock, SystemClock
 from cronstable.runtime.control import DaemonControl, RunRecordsSection
 from cronstable.runtime.events import EventHub
@@ -140,7 +141,8 @@ class Daemon:
         self.history = RunHistory()
         self.run_metrics = RunMetrics(self.metrics.registry, self.scheduler)
         self.events = EventHub()
-        self.scheduler.run_listeners += [self.history, self.run_metrics, self.events]
+        self.statsd = StatsdListener(self.scheduler.job)
+        self.scheduler.run_listeners += [self.history, self.run_metrics, self.events, self.statsd]
         self.applier = Applier(
             [JobsSection(self.scheduler, self.spawner), LoggingSection(log_overrides)],
             self.metrics,
@@ -322,6 +324,7 @@ class Daemon:
         except _StopRequested:
             pass
         finally:
+            await self.statsd.close()  # after the drain: the stop metrics of the last runs
             await self._close_sections()
             await self.source.close()
             await asyncio.to_thread(self.mirror.close)

@@ -13,6 +13,11 @@ still holding them; those processes are left alone.
 
 Nothing here raises because of the job: a command that cannot be spawned ends
 as a :class:`RunResult` with return code 127.
+
+Every run is monitored: the child is reaped with ``os.wait4``
+(:mod:`cronstable.runtime.child`) and its CPU time and largest resident set
+land in the result.  A job's ``monitor`` limits are judged once it has exited:
+a run over one fails (``monitor: maxRss exceeded``), and nothing is killed.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any, Literal
 from cronstable.config.desired import Job
 from cronstable.config.models import JobConfig
 from cronstable.platform import pipe_holders
+from cronstable.runtime.child import Child, Usage, spawn
 from cronstable.runtime.identity import Identity
 from cronstable.runtime.output import CHUNK_SIZE, OutputMirror, StreamCapture, StreamName
 
@@ -82,6 +88,11 @@ class RunResult:
     cancelled: bool
     """Stopped by :meth:`JobProcess.cancel` (Replace, shutdown), not by a timeout."""
     pid: int | None
+    cpu_seconds: float | None = None
+    """User + system CPU time of the child and the descendants it reaped; None when
+    the child was never started or could not be reaped."""
+    max_rss: int | None = None
+    """Bytes: the largest resident set among the child and the descendants it reaped."""
 
     @property
     def failed(self) -> bool:
@@ -147,25 +158,20 @@ def fail_reason(
     return None
 
 
+def monitor_reason(config: JobConfig, usage: Usage | None) -> str | None:
+    """The ``monitor`` limit ``usage`` went over (maxRss first), or None."""
+    limits = config.monitor
+    if limits is None or usage is None:
+        return None
+    if limits.max_rss is not None and usage.max_rss > limits.max_rss:
+        return "monitor: maxRss exceeded"
+    if limits.max_cpu_seconds is not None and usage.cpu_seconds > limits.max_cpu_seconds:
+        return "monitor: maxCpuSeconds exceeded"
+    return None
+
+
 async def _wait_all(waitables: list[asyncio.Future[Any]]) -> None:
     await asyncio.wait(waitables)
-
-
-class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """Stream protocol that also tells when the child has exited.
-
-    On Python 3.11, ``Process.wait()`` returns only once the pipes are closed too,
-    so a descendant holding a pipe would hide the child's exit.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=CHUNK_SIZE, loop=loop)
-        self.exited: asyncio.Future[None] = loop.create_future()
-
-    def process_exited(self) -> None:
-        super().process_exited()
-        if not self.exited.done():
-            self.exited.set_result(None)
 
 
 class JobProcess:
@@ -225,7 +231,6 @@ class JobProcess:
             raise RuntimeError("JobProcess.start() called twice")
         self._started = True
         config = self.job.config
-        loop = asyncio.get_running_loop()
         self._started_at = self._wall_clock()
         self._started_mono = time.monotonic()
         kwargs: dict[str, Any] = {}
@@ -242,14 +247,13 @@ class JobProcess:
                 self.attempt,
                 os.environ if self._base_environment is None else self._base_environment,
             )
-            transport, protocol = await loop.subprocess_exec(
-                lambda: _Protocol(loop),
-                *command_argv(config),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE if config.capture_stdout else None,
-                stderr=subprocess.PIPE if config.capture_stderr else None,
+            child, readers = await spawn(
+                command_argv(config),
                 env=env,
-                start_new_session=True,
+                capture=[
+                    fd for fd, on in ((1, config.capture_stdout), (2, config.capture_stderr)) if on
+                ],
+                reader_limit=CHUNK_SIZE,
                 **kwargs,
             )
         except (OSError, ValueError, UnicodeEncodeError, subprocess.SubprocessError) as exc:
@@ -260,16 +264,16 @@ class JobProcess:
                 reason=f"spawn failed: {exc}",
             )
             return
-        pid = transport.get_pid()
+        pid = child.pid
         self.pid = pid
         logger.debug("job %s: started, pid %d, attempt %d", self.name, pid, self.attempt)
         if config.priority is not None:
             self._set_priority(pid, config.priority)
-        readers: list[tuple[StreamName, asyncio.StreamReader | None]] = [
-            ("stdout", protocol.stdout),
-            ("stderr", protocol.stderr),
+        streams: list[tuple[StreamName, asyncio.StreamReader | None]] = [
+            ("stdout", readers.get(1)),
+            ("stderr", readers.get(2)),
         ]
-        for stream, reader in readers:
+        for stream, reader in streams:
             if reader is None:
                 continue
             capture = StreamCapture(
@@ -285,7 +289,7 @@ class JobProcess:
                 asyncio.create_task(capture.consume(reader), name=f"{self.name} {stream}")
             )
         self._run_task = asyncio.create_task(
-            self._supervise(transport, protocol), name=f"job {self.name} pid {pid}"
+            self._supervise(child), name=f"job {self.name} pid {pid}"
         )
 
     async def wait(self) -> RunResult:
@@ -319,11 +323,9 @@ class JobProcess:
 
     # --------------------------------------------------------------- internals
 
-    async def _supervise(
-        self, transport: asyncio.SubprocessTransport, protocol: _Protocol
-    ) -> RunResult:
-        pid = transport.get_pid()
-        exited = protocol.exited
+    async def _supervise(self, child: Child) -> RunResult:
+        pid = child.pid
+        exited = child.exited
         stop_task = asyncio.create_task(self._stop.wait())
         drained: asyncio.Task[None] | None = None
         outcome: Outcome = "exit"
@@ -336,7 +338,7 @@ class JobProcess:
                 drained = asyncio.create_task(_wait_all(list(self._capture_tasks)))
                 ended = await self._until(drained, stop_task, self._grace())
                 if ended == "grace":
-                    await self._abandon_pipes(transport, "its main process exited")
+                    await self._abandon_pipes(child, "its main process exited")
             if ended in ("cancel", "timeout"):
                 outcome = "cancel" if ended == "cancel" else "timeout"
                 if outcome == "cancel":
@@ -348,17 +350,17 @@ class JobProcess:
                         self.job.config.execution_timeout,
                         pid,
                     )
-                await self._terminate(transport, exited)
+                await self._terminate(child)
         except asyncio.CancelledError:
             # Torn down without an orderly cancel(): leave no orphans behind.
-            self._signal_group(transport, signal.SIGKILL)
+            self._signal_group(child, signal.SIGKILL)
             raise
         finally:
             for task in (stop_task, drained, *self._capture_tasks):
                 if task is not None and not task.done():
                     task.cancel()
-            transport.close()
-        exit_status = transport.get_returncode()
+            child.close()
+        exit_status = child.returncode
         returncode = TIMEOUT_RETURNCODE if outcome == "timeout" else exit_status
         if outcome == "timeout":
             reason: str | None = f"executionTimeout ({self.job.config.execution_timeout:g} s)"
@@ -370,8 +372,10 @@ class JobProcess:
                 exit_status,
                 self._produced("stdout"),
                 self._produced("stderr"),
-            )
-        self._result = self._make_result(returncode=returncode, outcome=outcome, reason=reason)
+            ) or self._over_limit(child.usage)
+        self._result = self._make_result(
+            returncode=returncode, outcome=outcome, reason=reason, usage=child.usage
+        )
         logger.debug(
             "job %s: pid %d finished: return code %s, %.3f s, %s",
             self.name,
@@ -404,15 +408,29 @@ class JobProcess:
     def _grace(self) -> float:
         return STREAM_GRACE if self._stream_grace is None else self._stream_grace
 
-    async def _terminate(
-        self, transport: asyncio.SubprocessTransport, exited: asyncio.Future[None]
-    ) -> None:
-        pid = transport.get_pid()
-        self._signal_group(transport, signal.SIGTERM)
+    def _over_limit(self, usage: Usage | None) -> str | None:
+        """The monitor limit this run went over, logged with the figures; nothing is killed."""
+        reason = monitor_reason(self.job.config, usage)
+        if reason is not None and usage is not None:
+            logger.warning(
+                "job %s: %s (cpu %.3f s, max rss %d bytes; limits %s)",
+                self.name,
+                reason,
+                usage.cpu_seconds,
+                usage.max_rss,
+                self.job.config.monitor,
+                extra={"job": self.name},
+            )
+        return reason
+
+    async def _terminate(self, child: Child) -> None:
+        pid = child.pid
+        exited = child.exited
+        self._signal_group(child, signal.SIGTERM)
         kill_timeout = self.job.config.kill_timeout
         if not exited.done() and kill_timeout > 0:
             await asyncio.wait([exited], timeout=kill_timeout)
-        self._signal_group(transport, signal.SIGKILL)
+        self._signal_group(child, signal.SIGKILL)
         if not exited.done():
             await asyncio.wait([exited], timeout=REAP_GRACE)
             if not exited.done():
@@ -426,9 +444,9 @@ class JobProcess:
         if pending:
             _, still = await asyncio.wait(pending, timeout=self._grace())
             if still:
-                await self._abandon_pipes(transport, "its process group was killed")
+                await self._abandon_pipes(child, "its process group was killed")
 
-    async def _abandon_pipes(self, transport: asyncio.SubprocessTransport, why: str) -> None:
+    async def _abandon_pipes(self, child: Child, why: str) -> None:
         """Close captured pipes still open after the grace; report who holds them.
 
         The holders are processes that left the job's process group (``setsid``)
@@ -436,11 +454,7 @@ class JobProcess:
         """
         pending = [task for task in self._capture_tasks if not task.done()]
         streams = [capture.stream_name for capture in self._captures.values() if not capture.ended]
-        pipes = [
-            pipe
-            for fd in (1, 2)
-            if (pipe := transport.get_pipe_transport(fd)) is not None and not pipe.is_closing()
-        ]
+        pipes = [pipe for pipe in child.pipes.values() if not pipe.is_closing()]
         inodes: set[int] = set()
         for pipe in pipes:
             with contextlib.suppress(AttributeError, OSError, ValueError):
@@ -466,10 +480,10 @@ class JobProcess:
         if pending:
             await asyncio.wait(pending, timeout=1.0)
 
-    def _signal_group(self, transport: asyncio.SubprocessTransport, sig: signal.Signals) -> None:
+    def _signal_group(self, child: Child, sig: signal.Signals) -> None:
         """Signal the run's process group (pgid == pid: the job is a session leader)."""
-        pgid = transport.get_pid()
-        if transport.get_returncode() is not None:
+        pgid = child.pid
+        if child.exited.done():
             # The child is reaped and its pid free for reuse, except that a pgid stays
             # reserved while its group has a member: an empty group means nothing to signal.
             try:
@@ -505,7 +519,12 @@ class JobProcess:
         return capture is not None and capture.produced
 
     def _make_result(
-        self, *, returncode: int | None, outcome: Outcome, reason: str | None
+        self,
+        *,
+        returncode: int | None,
+        outcome: Outcome,
+        reason: str | None,
+        usage: Usage | None = None,
     ) -> RunResult:
         assert self._started_at is not None
         out = self._captures.get("stdout")
@@ -527,4 +546,6 @@ class JobProcess:
             timed_out=outcome == "timeout",
             cancelled=outcome == "cancel",
             pid=self.pid,
+            cpu_seconds=usage.cpu_seconds if usage is not None else None,
+            max_rss=usage.max_rss if usage is not None else None,
         )

@@ -66,6 +66,20 @@ class RunMetrics:
             buckets=(0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600),
             registry=registry,
         )
+        self.cpu = Histogram(
+            "cronstable_job_run_cpu_seconds",
+            "User + system CPU time of finished runs (the job's process and the descendants "
+            "it waited for).",
+            ["job"],
+            buckets=(0.01, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600),
+            registry=registry,
+        )
+        self.max_rss = Gauge(
+            "cronstable_job_run_max_rss_bytes",
+            "Largest resident set of the job's biggest single process in its last finished run.",
+            ["job"],
+            registry=registry,
+        )
         self.retries = Counter(
             "cronstable_job_retries", "Retry runs started, by job.", ["job"], registry=registry
         )
@@ -94,6 +108,10 @@ class RunMetrics:
         self.running.labels(run.job).dec()
         self.runs.labels(run.job, outcome).inc()
         self.duration.labels(run.job).observe(result.duration)
+        if result.cpu_seconds is not None:
+            self.cpu.labels(run.job).observe(result.cpu_seconds)
+        if result.max_rss is not None:
+            self.max_rss.labels(run.job).set(result.max_rss)
         if outcome == "succeeded":
             self.last_success.labels(run.job).set(result.finished_at.timestamp())
 
@@ -102,7 +120,14 @@ class RunMetrics:
         for job in jobs:
             for outcome in OUTCOMES:
                 _remove(self.runs, job, outcome)
-            for metric in (self.duration, self.retries, self.running, self.last_success):
+            for metric in (
+                self.duration,
+                self.cpu,
+                self.max_rss,
+                self.retries,
+                self.running,
+                self.last_success,
+            ):
                 _remove(metric, job)
 
 

@@ -82,6 +82,10 @@ class FinishedRun:
     stdout_dropped: int
     """Bytes of stdout not kept: the capture's own discards plus what the tail cut."""
     stderr_dropped: int
+    cpu_seconds: float | None = None
+    """User + system CPU of the child and the descendants it reaped; None if never reaped."""
+    max_rss: int | None = None
+    """Bytes: the largest resident set among the child and the descendants it reaped."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -95,6 +99,8 @@ class FinishedRun:
             "stderr": self.stderr,
             "stdoutDropped": self.stdout_dropped,
             "stderrDropped": self.stderr_dropped,
+            "cpuSeconds": None if self.cpu_seconds is None else round(self.cpu_seconds, 6),
+            "maxRss": self.max_rss,
         }
 
 
@@ -144,6 +150,8 @@ class RunHistory:
             stderr=stderr,
             stdout_dropped=result.stdout_discarded + out_cut,
             stderr_dropped=result.stderr_discarded + err_cut,
+            cpu_seconds=result.cpu_seconds,
+            max_rss=result.max_rss,
         )
         self._finished.setdefault(run.job, deque(maxlen=self.per_job)).append(finished)
 

@@ -182,6 +182,11 @@ class Scheduler:
     def has_job(self, name: str) -> bool:
         return name in self._slots
 
+    def job(self, name: str) -> Job | None:
+        """The applied definition of ``name``; None for a job not (or no longer) applied."""
+        slot = self._slots.get(name)
+        return slot.job if slot is not None else None
+
     def next_fire(self, name: str) -> datetime | None:
         return self._slots[name].next_fire
 

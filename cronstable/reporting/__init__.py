@@ -1,0 +1,1 @@
+"""Telling the outside world about runs: reporters, templates, statsd."""
