@@ -68,6 +68,9 @@ STDERR:
 {% else -%}
 (no output was captured)
 {% endif %}
+{% if suppressed_count -%}
+({{suppressed_count}} earlier reports were held back by rateLimit)
+{% endif %}
 """
 
 
