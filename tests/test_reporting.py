@@ -354,3 +354,32 @@ async def test_rate_limit_holds_back_reports_and_the_next_one_counts_them() -> N
     reports.monotonic = lambda: time.monotonic() + 7200  # an hour later
     held = reports._let_through("flood", ("failure",), 3600)
     assert held == 3
+
+
+@pytest.mark.asyncio
+async def test_missed_fires_report_once_per_reason_per_hour_by_default() -> None:
+    async with http_receiver() as hook:
+        async with running(
+            f"""\
+            jobs:
+              - name: slow
+                command: "sleep 30"
+                schedule: "* * * * * * *"
+                concurrencyPolicy: Forbid
+                onMissed:
+                  report: {{webhook: {{url: "{hook.url()}"}}}}
+            """
+        ) as reports:
+            (request,) = await hook.wait_for(1)
+            await asyncio.sleep(2.5)  # more fires are skipped: held back by the hour's limit
+            await settled(reports)
+    assert len(hook.requests) == 1
+    body = request.json()
+    assert (body["job"], body["moment"], body["reason"], body["missedCount"]) == (
+        "slow",
+        "missed",
+        "forbid",
+        1,
+    )
+    assert "did not run: forbid" in body["message"]
+    assert reports.suppressed.labels("slow", "missed")._value.get() >= 1
