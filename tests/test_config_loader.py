@@ -1321,7 +1321,10 @@ def test_env_file_content_errors_have_a_line(content: bytes, line: int, message:
     ],
 )
 def test_mail_to_list_or_comma_string(to: str, recipients: list[str] | None) -> None:
-    extra = f"onSuccess:\n  report:\n    mail:\n      from: cron@x\n      to: {to}\n"
+    extra = (
+        f"onSuccess:\n  report:\n    mail:\n      from: cron@x\n      to: {to}\n"
+        "      smtpHost: mail\n"
+    )
     mail = ok({"c.yaml": jobs(job("a", extra))}).jobs["a"].config.on_success.report.mail
     assert mail.to == recipients
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 import pytest_asyncio
+from heard_reports import HeardReports
 
 from cronstable.config import MemoryTree, load
 from cronstable.metrics import DaemonMetrics
@@ -44,12 +45,9 @@ jobs:
 class Rig:
     def __init__(self) -> None:
         state = load(MemoryTree({"c.yaml": textwrap.dedent(JOBS).encode()}), "c.yaml")
-        self.reports: list[tuple[str, str]] = []
-        self.scheduler = Scheduler(
-            SystemClock(),
-            ProcessSpawner(None),
-            on_result=lambda job, result, outcome: self.reports.append((job.name, outcome)),
-        )
+        self.heard = HeardReports()
+        self.scheduler = Scheduler(SystemClock(), ProcessSpawner(None))
+        self.scheduler.report_listeners.append(self.heard)
         self.history = RunHistory(per_job=3)
         self.metrics = DaemonMetrics()
         self.run_metrics = RunMetrics(self.metrics.registry, self.scheduler)
@@ -101,7 +99,7 @@ async def test_forbid_refuses_a_second_start_and_cancel_ends_the_run_unreported(
     await rig.finished("slow", 1)
     [run] = rig.history.finished("slow")
     assert run.outcome == "cancelled"
-    assert rig.reports == []  # a cancelled run is not reported, so not retried either
+    assert rig.heard.moments == []  # a cancelled run is not reported, so not retried either
     assert not rig.scheduler.retry_pending("slow")
     with pytest.raises(KeyError):
         rig.scheduler.start_now("nope", datetime.now(UTC))

@@ -15,12 +15,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import pytest_asyncio
+from heard_reports import HeardReports
 
 from cronstable.config import DesiredState, MemoryTree, load
 from cronstable.config.desired import Job
 from cronstable.runtime.clock import ManualClock
 from cronstable.runtime.process import RunResult
-from cronstable.runtime.scheduler import Outcome, Scheduler
+from cronstable.runtime.runs import Moment
+from cronstable.runtime.scheduler import Scheduler
 
 T0 = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -89,8 +91,13 @@ class Harness:
     clock: ManualClock
     scheduler: Scheduler
     runs: list[StandInRun]
-    outcomes: list[tuple[str, Outcome, int]]
+    heard: HeardReports
     behaviour: dict[str, tuple[float, int]]
+
+    @property
+    def outcomes(self) -> list[tuple[str, Moment, int]]:
+        """The report moments asked for: (job, moment, attempt)."""
+        return self.heard.moments
 
     def starts(self, name: str | None = None) -> list[datetime]:
         return [r.started for r in self.runs if name is None or r.job.name == name if r.started]
@@ -106,7 +113,7 @@ async def harness() -> AsyncIterator[Callable[..., Harness]]:
     def make(table: dict[str, Job], start: datetime = T0, **kwargs: float) -> Harness:
         clock = ManualClock(start)
         runs: list[StandInRun] = []
-        outcomes: list[tuple[str, Outcome, int]] = []
+        heard = HeardReports()
         behaviour: dict[str, tuple[float, int]] = {}
 
         def spawner(job: Job, scheduled: datetime, attempt: int) -> StandInRun:
@@ -115,12 +122,10 @@ async def harness() -> AsyncIterator[Callable[..., Harness]]:
             runs.append(run)
             return run
 
-        def on_result(job: Job, result: RunResult, outcome: Outcome) -> None:
-            outcomes.append((job.name, outcome, result.attempt))
-
-        scheduler = Scheduler(clock, spawner, on_result=on_result, **kwargs)
+        scheduler = Scheduler(clock, spawner, **kwargs)
+        scheduler.report_listeners.append(heard)
         scheduler.replace_jobs(table)
-        h = Harness(clock, scheduler, runs, outcomes, behaviour)
+        h = Harness(clock, scheduler, runs, heard, behaviour)
         created.append((h, asyncio.create_task(scheduler.run())))
         return h
 
@@ -411,6 +416,7 @@ async def test_retries_back_off_and_exhaust(harness: Callable[..., Harness]) -> 
         ("flaky", "failure", 1),
         ("flaky", "failure", 2),
         ("flaky", "failure", 3),
+        ("flaky", "failure", 4),
         ("flaky", "permanent_failure", 4),
     ]
 
@@ -788,4 +794,86 @@ async def test_a_run_failing_after_its_job_changed_is_not_retried(
     h.scheduler.replace_jobs(flaky(command="false; true"))
     await h.clock.advance(600)
     assert [r.attempt for r in h.runs] == [1]
-    assert h.outcomes == [("flaky", "permanent_failure", 1)]
+    assert h.outcomes == [("flaky", "failure", 1), ("flaky", "permanent_failure", 1)]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        ({"command": "false; true"}, "redefined"),
+        ({"enabled": "no"}, "disabled"),
+        (None, "removed"),
+    ],
+    ids=["redefined", "disabled", "removed"],
+)
+async def test_a_dropped_pending_retry_reports_a_permanent_failure_once(
+    harness: Callable[..., Harness], edit: dict[str, str] | None, why: str
+) -> None:
+    h = harness(flaky())
+    h.behaviour["flaky"] = (10.0, 1)
+    await h.clock.advance(3600 + 11)  # failed at 13:00:10; retry 1 due at 13:00:40
+    assert h.outcomes == [("flaky", "failure", 1)]
+    old = h.scheduler.jobs["flaky"]
+    h.scheduler.replace_jobs(flaky(**edit) if edit is not None else {})
+    h.scheduler.replace_jobs(flaky(**edit) if edit is not None else {})  # once, not twice
+    await h.clock.advance(120)
+    assert h.outcomes == [("flaky", "failure", 1), ("flaky", "permanent_failure", 1)]
+    job, record, _ = h.heard.records[-1]
+    assert job is old  # the definition that ran the failed attempt
+    assert record.fail_reason == f"retry abandoned: job {why}"
+    assert record.outcome == "failed"
+
+
+@pytest.mark.asyncio
+async def test_a_run_ending_in_the_drain_is_reported_and_arms_no_retry(
+    harness: Callable[..., Harness],
+) -> None:
+    h = harness(flaky())
+    h.behaviour["flaky"] = (10.0, 1)
+    await h.clock.advance(3600 + 5)  # the 13:00 run is going, with its retry sequence
+    h.scheduler.stop()
+    await h.clock.advance(600)
+    assert [r.attempt for r in h.runs] == [1]
+    assert h.outcomes == [("flaky", "failure", 1), ("flaky", "permanent_failure", 1)]
+
+
+@pytest.mark.asyncio
+async def test_runs_stopped_by_a_second_signal_are_cancelled_and_not_reported(
+    harness: Callable[..., Harness],
+) -> None:
+    h = harness(flaky())
+    h.behaviour["flaky"] = (10.0, 1)
+    await h.clock.advance(3600 + 5)
+    h.scheduler.stop()
+    await h.scheduler.cancel_running()
+    await h.clock.advance(1)
+    assert h.outcomes == []
+
+
+@pytest.mark.asyncio
+async def test_forbid_and_late_fires_are_told_as_missed(
+    harness: Callable[..., Harness],
+) -> None:
+    table = jobs(
+        """\
+        jobs:
+          - {name: slow, command: "true", schedule: "* * * * *", concurrencyPolicy: Forbid}
+          - {name: late, command: "true", schedule: "* * * * *"}
+          - {name: deadline, command: "true", schedule: "* * * * *", startingDeadlineSeconds: 90}
+        """
+    )
+    h = harness(table)
+    h.behaviour["slow"] = (90.0, 0)
+    await h.clock.advance(2 * 60)
+    assert [(m.job, m.reason, m.scheduled_time) for m in h.heard.missed] == [
+        ("slow", "forbid", T0 + timedelta(minutes=2))
+    ]
+    h.heard.missed.clear()
+    h.clock.jump(10 * 60 + 1)  # the wall clock jumps forward 10 minutes
+    await h.clock.advance(0)
+    missed = {m.job: m for m in h.heard.missed}
+    assert missed["late"].reason == "clock_jump"
+    assert missed["deadline"].reason == "deadline"
+    assert missed["late"].count == 9  # 12:03 to 12:11; 12:12 is on time
+    assert missed["deadline"].count == 8  # and the latest within the deadline runs

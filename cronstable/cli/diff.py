@@ -53,6 +53,8 @@ def cmd_diff(
     new_state = _load(new_side)
     if new_state is None:
         return EXIT_USAGE
+    for warning in new_state.warnings:
+        print(f"cronstable diff: warning: {warning}", file=sys.stderr)
     try:
         old_state: DesiredState | None = old_side.load()
     except ConfigError as exc:

@@ -50,6 +50,7 @@ from cronstable.config.models import (
     JobDefaults,
     LoggingConfig,
     WebConfig,
+    report_moments,
     schedule_source,
     secret_paths,
 )
@@ -527,7 +528,42 @@ class _Loader:
                 if job is not None:
                     jobs[job.name] = job
                     self._secret_warnings(job.config, entry)
+                    self._report_warnings(job.config, entry)
         return jobs
+
+    def _report_warnings(self, config: JobConfig, entry: _JobEntry) -> None:
+        """Warn about a reporter given some but not all of its required keys (it stays off);
+        an error for mail with from and to but no smtpHost."""
+        for key, moment in report_moments(config):
+            for reporter, settings in moment.report.reporters().items():
+                where: KeyPath = (key, "report", reporter)
+                error = settings.incomplete()
+                if error is not None:
+                    self._locate(entry, where, f"job {config.name!r}: {error}", self.problems)
+                    continue
+                given = settings.set_required()
+                if not given or settings.enabled:
+                    continue
+                missing = [k for k in settings.REQUIRED if k not in given]
+                self._warn(
+                    entry,
+                    where,
+                    f"job {config.name!r}: {reporter} sets {' and '.join(given)} "
+                    f"but not {' and '.join(missing)}: "
+                    "this reporter stays off until all are set",
+                )
+
+    def _warn(self, entry: _JobEntry, key: KeyPath, message: str) -> None:
+        self._locate(entry, key, message, self.warnings)
+
+    def _locate(self, entry: _JobEntry, key: KeyPath, message: str, into: list[Problem]) -> None:
+        """A problem or warning about the merged job's ``key``, located where it is written."""
+        source = _attribute(entry.layers, key)
+        layer, path = source if source is not None else (entry.layers[-1], key)
+        where = (*layer.prefix, *path)
+        position = self.position(layer.file, where)
+        line, column = position if position else (None, None)
+        into.append(Problem(self.shown(layer.file), line, column, where, message))
 
     def _secret_warnings(self, config: JobConfig, entry: _JobEntry) -> None:
         """Warn about a secret given more than one source: only the first set one is used."""
@@ -538,11 +574,6 @@ class _Loader:
             given = secret.set_keys()
             if len(given) < 2:
                 continue
-            source = _attribute(entry.layers, key)
-            layer, path = source if source is not None else (entry.layers[-1], key)
-            where = (*layer.prefix, *path)
-            position = self.position(layer.file, where)
-            line, column = position if position else (None, None)
             both = (
                 " and ".join(given) + " are both"
                 if len(given) == 2
@@ -552,7 +583,7 @@ class _Loader:
                 f"{both} set; only {given[0]} is used "
                 "(the first set of value, fromFile, fromEnvVar wins)"
             )
-            self.warnings.append(Problem(self.shown(layer.file), line, column, where, message))
+            self._warn(entry, key, message)
 
     @staticmethod
     def _batches(entries: list[_JobEntry]) -> Iterator[list[_JobEntry]]:

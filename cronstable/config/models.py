@@ -15,7 +15,7 @@ import functools
 import re
 import string
 from collections.abc import Callable
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
@@ -46,6 +46,7 @@ from cronstable.config.types import (
 )
 from cronstable.errors import KeyPath
 from cronstable.schedule import ScheduleError, parse_schedule
+from cronstable.templates import TemplateError, compile_template
 
 DEFAULT_SUBJECT_TEMPLATE = (
     "Cron job '{{name}}' {% if success %}completed{% else %}failed{% endif %}"
@@ -67,6 +68,9 @@ STDERR:
 {{stderr}}
 {% else -%}
 (no output was captured)
+{% endif %}
+{% if suppressed_count -%}
+({{suppressed_count}} earlier reports were held back by rateLimit)
 {% endif %}
 """
 
@@ -198,20 +202,78 @@ def secret_paths(model: type[BaseModel]) -> tuple[tuple[tuple[str, ...], KeyPath
     return tuple(found)
 
 
-class SentryReport(Model):
+def _template(text: str | None) -> str | None:
+    if text is None:
+        return None
+    try:
+        compile_template(text)
+    except TemplateError as exc:
+        raise PydanticCustomError(
+            "template", "the template does not compile: {error}", {"error": str(exc)}
+        ) from None
+    return text
+
+
+Template = Annotated[Text, AfterValidator(_template)]
+"""A Jinja2 template, compiled when the configuration loads."""
+OptTemplate = Annotated[OptText, AfterValidator(_template)]
+
+REPORT_TIMEOUT = 30.0
+
+
+def _timeout() -> Any:
+    return Field(REPORT_TIMEOUT, gt=0, examples=[30])
+
+
+class ReporterSettings(Model):
+    """What every reporter's settings have."""
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ()
+    """The keys (YAML spelling) that must all be set for the reporter to send."""
+
+    timeout: Number = _timeout()
+    """Seconds this reporter may take for one report, all its attempts together."""
+
+    def set_required(self) -> list[str]:
+        """The required keys that are set."""
+        return [key for key in self.REQUIRED if self._is_set(key)]
+
+    def _is_set(self, key: str) -> bool:
+        for name, info in type(self).model_fields.items():
+            if (info.alias or name) == key:
+                value = getattr(self, name)
+                if isinstance(value, SecretSource):
+                    return bool(value.set_keys())
+                return value is not None and value != []
+        raise KeyError(key)
+
+    def incomplete(self) -> str | None:
+        """Why the merged settings are an error (judged on a job, not on defaults)."""
+        return None
+
+    @property
+    def enabled(self) -> bool:
+        """Every required key is set (the reporter is off otherwise, as yacron's are)."""
+        return len(self.set_required()) == len(self.REQUIRED)
+
+
+class SentryReport(ReporterSettings):
     """Send an event to Sentry."""
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("dsn",)
 
     dsn: SecretSource = _shared(SecretSource())
     """The project's DSN. The reporter is off until a DSN resolves."""
-    fingerprint: TextList = Field(
-        default_factory=lambda: ["cronstable", "{{ environment.HOSTNAME }}", "{{ name }}"]
-    )
+    fingerprint: Annotated[
+        list[Template],
+        BeforeValidator(_text_list, json_schema_input_type=list[str] | str | None),
+    ] = Field(default_factory=lambda: ["cronstable", "{{ environment.HOSTNAME }}", "{{ name }}"])
     """Jinja2 templates grouping events in Sentry (lists merge by appending, as yacron)."""
     level: OptText = None
     """Event level (error, warning, info, ...)."""
     extra: dict[str, Text] = Field(default_factory=dict)
     """Extra data attached to every event."""
-    body: Text = DEFAULT_SUBJECT_TEMPLATE + "\n" + DEFAULT_BODY_TEMPLATE
+    body: Template = DEFAULT_SUBJECT_TEMPLATE + "\n" + DEFAULT_BODY_TEMPLATE
     """Jinja2 template of the event message."""
     environment: OptText = None
     """Sentry environment name."""
@@ -225,8 +287,10 @@ def _recipients(value: Any) -> Any:
     return _text_list(value) if value is not None else None
 
 
-class MailReport(Model):
+class MailReport(ReporterSettings):
     """Send an email through an SMTP server."""
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("from", "to", "smtpHost")
 
     from_: OptText = Field(None, alias="from", examples=["cron@example.com"])
     """Sender address. The reporter is off until from and to are set."""
@@ -235,13 +299,13 @@ class MailReport(Model):
     )
     """Recipients: a list, or yacron's comma-separated string."""
     smtp_host: OptText = Field(None, alias="smtpHost", examples=["smtp.example.com"])
-    """SMTP server host."""
+    """SMTP server host (required once from and to are set)."""
     smtp_port: Int = Field(25, alias="smtpPort", ge=1, le=65535)
     """SMTP server port."""
-    subject: Text = DEFAULT_SUBJECT_TEMPLATE
+    subject: Template = DEFAULT_SUBJECT_TEMPLATE
     """Jinja2 template of the subject."""
-    body: Text = DEFAULT_BODY_TEMPLATE
-    """Jinja2 template of the body."""
+    body: Template = DEFAULT_BODY_TEMPLATE
+    """Jinja2 template of the body (autoescaped when html is set)."""
     username: OptText = None
     """SMTP login user name."""
     password: SecretSource = _shared(SecretSource())
@@ -255,18 +319,53 @@ class MailReport(Model):
     html: Flag = False
     """Send the body as HTML."""
 
+    def incomplete(self) -> str | None:
+        if self.from_ is not None and self.to and self.smtp_host is None:
+            return "mail has from and to but no smtpHost: set the SMTP server's host"
+        return None
+
 
 def _optional_command(value: Any) -> Any:
     return None if value is None else _command(value)
 
 
-class ShellReport(Model):
+class ShellReport(ReporterSettings):
     """Run a command; the run's details are in its environment."""
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("command",)
 
     shell: Text = Field("/bin/sh", min_length=1)
     """Shell that runs a string command."""
     command: Annotated[str | list[str] | None, BeforeValidator(_optional_command)] = None
     """Command to run (string or list). The reporter is off until set."""
+
+
+def _headers(value: Any) -> Any:
+    """A header written as plain text is taken as ``{value: TEXT}``."""
+    if isinstance(value, dict):
+        return {
+            key: {"value": to_text(v)} if isinstance(v, str | int | float) else v
+            for key, v in value.items()
+        }
+    return value
+
+
+class WebhookReport(ReporterSettings):
+    """POST the report to a URL (retried a few times on transient failures)."""
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("url",)
+
+    url: OptText = Field(None, examples=["https://hooks.slack.com/services/T000/B000/XXXX"])
+    """Where to POST. The reporter is off until set."""
+    headers: Annotated[dict[str, SecretSource], BeforeValidator(_headers)] = Field(
+        default_factory=dict, examples=[{"Authorization": {"fromEnvVar": "HOOK_TOKEN"}}]
+    )
+    """Extra request headers; each value is text or a secret (value, fromFile,
+    fromEnvVar). Header values are never logged."""
+    format: Literal["json", "slack", "text"] = "json"
+    """The request body: the run as JSON, a Slack message (``{"text": ...}``) or plain text."""
+    body: OptTemplate = None
+    """Jinja2 template of the message (slack and text); default: the mail subject and body."""
 
 
 class Report(Model):
@@ -275,6 +374,18 @@ class Report(Model):
     sentry: SentryReport = _shared(SentryReport())
     mail: MailReport = _shared(MailReport())
     shell: ShellReport = _shared(ShellReport())
+    webhook: WebhookReport = _shared(WebhookReport())
+
+    def reporters(self) -> dict[str, ReporterSettings]:
+        """Every reporter's settings by key (sentry, mail, shell, webhook)."""
+        return {
+            info.alias or name: getattr(self, name)
+            for name, info in type(self).model_fields.items()
+        }
+
+
+def _rate_limit(default: float) -> Any:
+    return Field(default, alias="rateLimit", ge=0, examples=[3600])
 
 
 class Retry(Model):
@@ -293,10 +404,22 @@ class Retry(Model):
 class OnFailure(Model):
     retry: Retry = _shared(Retry())
     report: Report = _shared(Report())
+    rate_limit: Number = _rate_limit(0)
+    """Send at most one report per this many seconds (0: every one); the ones held back
+    are counted and summarised in the next one sent."""
 
 
 class OnReport(Model):
     report: Report = _shared(Report())
+    rate_limit: Number = _rate_limit(0)
+    """Send at most one report per this many seconds (0: every one); the ones held back
+    are counted and summarised in the next one sent."""
+
+
+class OnMissed(Model):
+    report: Report = _shared(Report())
+    rate_limit: Number = _rate_limit(3600)
+    """Send at most one report per reason per this many seconds (0: every one)."""
 
 
 class FailsWhen(Model):
@@ -407,6 +530,9 @@ class JobSettings(Model):
     """Reports once retries are exhausted (or when there are none)."""
     on_success: OnReport = Field(default_factory=_shared_factory(OnReport()), alias="onSuccess")
     """Reports after a successful run."""
+    on_missed: OnMissed = Field(default_factory=_shared_factory(OnMissed()), alias="onMissed")
+    """Reports for a fire that did not run (skipped by Forbid, found too late after a
+    clock jump, past startingDeadlineSeconds)."""
     concurrency_policy: Literal["Allow", "Forbid", "Replace"] = Field(
         "Allow", alias="concurrencyPolicy"
     )
@@ -471,6 +597,18 @@ class JobSettings(Model):
                 },
             )
         return prefix
+
+
+def report_moments(
+    settings: JobSettings,
+) -> tuple[tuple[str, OnReport | OnFailure | OnMissed], ...]:
+    """(YAML key, settings) of each report moment of a job."""
+    return (
+        ("onFailure", settings.on_failure),
+        ("onPermanentFailure", settings.on_permanent_failure),
+        ("onSuccess", settings.on_success),
+        ("onMissed", settings.on_missed),
+    )
 
 
 class JobDefaults(JobSettings):

@@ -33,6 +33,7 @@ from cronstable.metrics import DaemonMetrics
 from cronstable.reconcile.apply import Applier, LoggingSection, Section
 from cronstable.reconcile.plan import Plan
 from cronstable.redact import redact
+from cronstable.reporting.dispatcher import ReportDispatcher
 from cronstable.reporting.statsd import StatsdListener
 from cronstable.runtime.clock import Clock, SystemClock
 from cronstable.runtime.control import DaemonControl, RunRecordsSection
@@ -150,6 +151,9 @@ class Daemon:
         )
         self.applier.sections.append(RunRecordsSection(self.history, self.run_metrics))
         self.applier.status.observers.append(self.events.revision)
+        self.reports = ReportDispatcher(self.metrics.registry, revision=self._applied_revision)
+        self.scheduler.report_listeners.append(self.reports)
+        self.applier.sections.append(self.reports)
         self.control = DaemonControl(
             applier=self.applier,
             scheduler=self.scheduler,
@@ -161,6 +165,10 @@ class Daemon:
         self._signals = 0
         self._stop_requested = asyncio.Event()
         self._last_revision: str | None = None
+
+    def _applied_revision(self) -> str | None:
+        applied = self.applier.status.applied
+        return applied.revision if applied is not None else None
 
     def add_section(self, section: Section) -> None:
         """Another daemon-wide section (the web server), applied with every revision.

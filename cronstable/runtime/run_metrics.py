@@ -15,10 +15,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from cronstable.runtime.process import RunResult
-from cronstable.runtime.runs import RunOutcome, RunStart
+from cronstable.runtime.runs import RUN_OUTCOMES, RunOutcome, RunStart
 from cronstable.runtime.scheduler import Scheduler
-
-OUTCOMES: tuple[RunOutcome, ...] = ("succeeded", "failed", "replaced", "cancelled")
 
 
 class _SchedulerCollector(Collector):
@@ -55,7 +53,7 @@ class RunMetrics:
     def __init__(self, registry: CollectorRegistry, scheduler: Scheduler) -> None:
         self.runs = Counter(
             "cronstable_job_runs",
-            "Finished runs by job and outcome (succeeded, failed, replaced, cancelled).",
+            "Finished runs by job and outcome (" + ", ".join(RUN_OUTCOMES) + ").",
             ["job", "outcome"],
             registry=registry,
         )
@@ -118,7 +116,7 @@ class RunMetrics:
     def forget(self, jobs: Iterable[str]) -> None:
         """Drop every series of ``jobs`` (removed by a revision)."""
         for job in jobs:
-            for outcome in OUTCOMES:
+            for outcome in RUN_OUTCOMES:
                 _remove(self.runs, job, outcome)
             for metric in (
                 self.duration,

@@ -2,6 +2,15 @@
 
 * Every run has an id ``<job>@<scheduled UTC>#<attempt>``
   (``backup@2024-05-01T03:00:00Z#2``).
+* A finished run has one :data:`RunOutcome` and one record,
+  :class:`FinishedRun`: logs, ``/status``, metric labels and report templates
+  all use the same strings.  ``failed``, ``timed_out`` and ``spawn_failed`` are
+  failures; ``replaced`` (concurrencyPolicy Replace) and ``cancelled`` (an
+  operator's cancel, a second stop signal) are not, and are never reported.
+* A fire that did not run is a :class:`MissedFire` with one of the
+  :data:`MissedReason` strings.
+* Each :class:`ReportListener` hears, per finished run, the report moments it
+  calls for (:func:`report_moments` is the one rule), and every missed fire.
 * The scheduler tells each :class:`RunListener` when a run starts and when it
   ends (metrics, the run history and, later, reporting listen).  A listener
   must not block and must not raise; an exception is logged and ignored.
@@ -17,15 +26,60 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
-from cronstable.runtime.process import RunResult
+from cronstable.runtime.process import SPAWN_FAILED_RETURNCODE, RunResult
+
+if TYPE_CHECKING:
+    from cronstable.config.desired import Job
 
 HISTORY_PER_JOB = 20
 OUTPUT_TAIL = 64 * 1024
 """Bytes of each captured stream a finished run keeps (the end of it)."""
 
-RunOutcome = Literal["succeeded", "failed", "replaced", "cancelled"]
+RunOutcome = Literal["succeeded", "failed", "timed_out", "spawn_failed", "cancelled", "replaced"]
+RUN_OUTCOMES: tuple[RunOutcome, ...] = get_args(RunOutcome)
+FAILURES: frozenset[RunOutcome] = frozenset({"failed", "timed_out", "spawn_failed"})
+"""The outcomes that are failures (reported, retried)."""
+
+MissedReason = Literal["forbid", "daemon_down", "clock_jump", "deadline"]
+"""Why a fire did not run: skipped by concurrencyPolicy Forbid, missed while the daemon
+was down, found too late after the clock jumped (or the daemon stalled), or past
+``startingDeadlineSeconds``."""
+MISSED_REASONS: tuple[MissedReason, ...] = get_args(MissedReason)
+
+Moment = Literal["failure", "permanent_failure", "success"]
+"""A report moment: onFailure, onPermanentFailure, onSuccess."""
+
+ABANDONED = "retry abandoned: job {why}"
+"""fail_reason of the permanent failure sent when a pending retry is dropped because
+its job was removed, disabled or redefined."""
+
+
+def run_outcome(result: RunResult, *, replaced: bool = False) -> RunOutcome:
+    """The outcome of a finished run (``replaced``: stopped by concurrencyPolicy Replace)."""
+    if replaced:
+        return "replaced"
+    if result.cancelled:
+        return "cancelled"
+    if not result.failed:
+        return "succeeded"
+    if result.timed_out:
+        return "timed_out"
+    if result.pid is None and result.returncode == SPAWN_FAILED_RETURNCODE:
+        return "spawn_failed"
+    return "failed"
+
+
+def report_moments(outcome: RunOutcome, retry_follows: bool) -> tuple[Moment, ...]:
+    """What a finished run reports, in order (yacron's): a failure reports onFailure, and
+    onPermanentFailure as well when no retry follows; a success reports onSuccess;
+    replaced and cancelled runs report nothing."""
+    if outcome == "succeeded":
+        return ("success",)
+    if outcome in FAILURES:
+        return ("failure",) if retry_follows else ("failure", "permanent_failure")
+    return ()
 
 
 def utc_text(moment: datetime) -> str:
@@ -52,20 +106,42 @@ class RunStart:
     """Started through the API rather than by the schedule or a retry."""
 
 
+@dataclass(frozen=True, slots=True)
+class MissedFire:
+    """Fires of one job that did not run, for one reason (``count`` of them, the first
+    at ``scheduled_time``, the last at ``last_scheduled_time``)."""
+
+    job: str
+    scheduled_time: datetime
+    reason: MissedReason
+    count: int = 1
+    last_scheduled_time: datetime | None = None
+
+
 class RunListener(Protocol):
     def run_started(self, run: RunStart) -> None: ...
 
     def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None: ...
 
 
-def _tail(text: str | None) -> tuple[str | None, int]:
-    """The last :data:`OUTPUT_TAIL` bytes of ``text`` and how many bytes were dropped."""
+class ReportListener(Protocol):
+    """Hears what is to be reported; must not block and must not raise."""
+
+    def run_reported(self, job: Job, run: FinishedRun, moments: tuple[Moment, ...]) -> None:
+        """``run`` (of ``job``, the definition that ran it) calls for ``moments``."""
+
+    def fire_missed(self, job: Job, missed: MissedFire) -> None:
+        """Fires of ``job`` did not run."""
+
+
+def tail_text(text: str | None, limit: int = OUTPUT_TAIL) -> tuple[str | None, int]:
+    """The last ``limit`` bytes of ``text`` and how many bytes were dropped."""
     if text is None:
         return None, 0
     data = text.encode("utf-8", "replace")
-    if len(data) <= OUTPUT_TAIL:
+    if len(data) <= limit:
         return text, 0
-    kept = data[-OUTPUT_TAIL:].decode("utf-8", "ignore")
+    kept = data[-limit:].decode("utf-8", "ignore")
     return kept, len(data) - len(kept.encode("utf-8"))
 
 
@@ -86,6 +162,33 @@ class FinishedRun:
     """User + system CPU of the child and the descendants it reaped; None if never reaped."""
     max_rss: int | None = None
     """Bytes: the largest resident set among the child and the descendants it reaped."""
+
+    @classmethod
+    def of(
+        cls, start: RunStart, result: RunResult, outcome: RunOutcome, keep: int | None = None
+    ) -> FinishedRun:
+        """The record of a run; ``keep``: bytes of each stream kept (the end), None for all
+        (the capture's head, discarded marker and tail, as reports show them)."""
+        stdout, out_cut = (result.stdout, 0) if keep is None else tail_text(result.stdout, keep)
+        stderr, err_cut = (result.stderr, 0) if keep is None else tail_text(result.stderr, keep)
+        return cls(
+            start=start,
+            outcome=outcome,
+            exit_code=result.returncode,
+            finished_at=result.finished_at,
+            duration=result.duration,
+            fail_reason=result.fail_reason,
+            stdout=stdout,
+            stderr=stderr,
+            stdout_dropped=result.stdout_discarded + out_cut,
+            stderr_dropped=result.stderr_discarded + err_cut,
+            cpu_seconds=result.cpu_seconds,
+            max_rss=result.max_rss,
+        )
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome in FAILURES
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -137,22 +240,7 @@ class RunHistory:
             going.pop(run.id, None)
             if not going:
                 del self._running[run.job]
-        stdout, out_cut = _tail(result.stdout)
-        stderr, err_cut = _tail(result.stderr)
-        finished = FinishedRun(
-            start=run,
-            outcome=outcome,
-            exit_code=result.returncode,
-            finished_at=result.finished_at,
-            duration=result.duration,
-            fail_reason=result.fail_reason,
-            stdout=stdout,
-            stderr=stderr,
-            stdout_dropped=result.stdout_discarded + out_cut,
-            stderr_dropped=result.stderr_discarded + err_cut,
-            cpu_seconds=result.cpu_seconds,
-            max_rss=result.max_rss,
-        )
+        finished = FinishedRun.of(run, result, outcome, keep=OUTPUT_TAIL)
         self._finished.setdefault(run.job, deque(maxlen=self.per_job)).append(finished)
 
     def running(self, job: str) -> list[RunStart]:

@@ -32,6 +32,17 @@
   is retried after an exponential back-off capped at ``maximumDelay``
   (``maximumRetries: -1`` forever); success ends the sequence, and so does a
   swap that changes, disables or removes the job.
+* **Reports.** Each :class:`~cronstable.runtime.runs.ReportListener` hears
+  the report moments of every finished run
+  (:func:`~cronstable.runtime.runs.report_moments`): a failure reports
+  onFailure, plus onPermanentFailure when no retry follows (none configured,
+  exhausted, the job changed or went away, or the daemon is stopping: a run
+  ending during the drain is reported but arms no retry); a pending retry that
+  a swap drops reports onPermanentFailure of the definition that failed, with
+  fail reason ``retry abandoned: job removed|disabled|redefined``.  Replaced
+  and cancelled runs report nothing.  Fires that did not run (Forbid, found
+  too late) are told as :class:`~cronstable.runtime.runs.MissedFire`.  A
+  failed run's captured output is logged at WARNING.
 * **@reboot** jobs run once when :meth:`Scheduler.run` starts, never again in
   that daemon's life (also not when a reload adds one).
 
@@ -45,15 +56,28 @@ import asyncio
 import heapq
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol
+from typing import Protocol
 
 from cronstable.config.desired import Job
 from cronstable.runtime.clock import Clock
 from cronstable.runtime.process import RunResult
 from cronstable.runtime.retry import RetryState
-from cronstable.runtime.runs import RunListener, RunOutcome, RunStart, run_id
+from cronstable.runtime.runs import (
+    ABANDONED,
+    FAILURES,
+    FinishedRun,
+    MissedFire,
+    Moment,
+    ReportListener,
+    RunListener,
+    RunOutcome,
+    RunStart,
+    report_moments,
+    run_id,
+    run_outcome,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +89,6 @@ ones too (Vixie cron's limit); a shorter one re-plans wildcard jobs only."""
 MISSED_SCAN_LIMIT = 10_000
 """Most missed fires enumerated one by one after a jump (a per-second job after a
 day-long suspend would otherwise take seconds to count)."""
-
-Outcome = Literal["success", "failure", "permanent_failure"]
 
 
 class Run(Protocol):
@@ -84,7 +106,6 @@ class Run(Protocol):
 
 Spawner = Callable[[Job, datetime, int], Run]
 """(job, scheduled time, attempt) → a run not yet started."""
-ResultListener = Callable[[Job, RunResult, Outcome], None]
 
 
 class StartRefused(Exception):
@@ -121,6 +142,8 @@ class _Instance:
     scheduled_time: datetime
     attempt: int
     retry: RetryState | None
+    job: Job
+    """The definition this run runs."""
     replaced: bool = False
     manual: bool = False
     """Started through :meth:`Scheduler.start_now`."""
@@ -141,6 +164,8 @@ class _Slot:
     generation: int = 0
     running: list[_Instance] = field(default_factory=list)
     retry: RetryState | None = None
+    failed_run: tuple[Job, FinishedRun] | None = None
+    """The failed run the pending retry follows, with the definition that ran it."""
     last_result: RunResult | None = None
 
 
@@ -155,12 +180,10 @@ class Scheduler:
         spawner: Spawner,
         *,
         late_tolerance: float = LATE_TOLERANCE,
-        on_result: ResultListener | None = None,
     ) -> None:
         self.clock = clock
         self.spawner = spawner
         self.late_tolerance = late_tolerance
-        self.on_result = on_result
         self.stats = SchedulerStats()
         self._slots: dict[str, _Slot] = {}
         self._heap: list[tuple[datetime, int, int, str]] = []
@@ -171,7 +194,9 @@ class Scheduler:
         self._live: set[_Instance] = set()
         """Every run not yet finished, also of jobs a swap removed."""
         self.run_listeners: list[RunListener] = []
-        """Told of every run's start and end (metrics, run history, reporting)."""
+        """Told of every run's start and end (metrics, run history)."""
+        self.report_listeners: list[ReportListener] = []
+        """Told what to report: the moments of finished runs, missed fires (reporting)."""
 
     # ------------------------------------------------------------ the job table
 
@@ -270,7 +295,7 @@ class Scheduler:
             else:
                 retimed = _timing(slot.job) != _timing(job)
                 disabled = not job.config.enabled
-                self._end_retries(slot, "the job was disabled" if disabled else "it changed")
+                self._end_retries(slot, "disabled" if disabled else "redefined")
                 slot.job = job
                 slot.order = order
                 if retimed:
@@ -286,7 +311,7 @@ class Scheduler:
             slot = old[name]
             slot.generation += 1
             slot.next_fire = None
-            self._end_retries(slot, "the job was removed")
+            self._end_retries(slot, "removed")
         self._slots = slots
         self._wake.set()
         return SwapSummary(tuple(added), tuple(removed), tuple(changed), tuple(unchanged))
@@ -429,6 +454,16 @@ class Scheduler:
             missed -= 1  # it runs after all
         self.stats.missed += missed
         if missed:
+            self._missed(
+                job,
+                MissedFire(
+                    job.name,
+                    fire,
+                    "deadline" if deadline is not None else "clock_jump",
+                    missed,
+                    last_missed,
+                ),
+            )
             if catch_up is not None:
                 advice = "; running the latest within startingDeadlineSeconds once"
             elif deadline is None:
@@ -477,6 +512,7 @@ class Scheduler:
                 "" if len(active) == 1 else "s",
                 extra={"job": job.name, "scheduled_time": scheduled.isoformat()},
             )
+            self._missed(job, MissedFire(job.name, scheduled, "forbid"))
             return
         if active and policy == "Replace":
             waits = self._replace(slot, active)
@@ -510,7 +546,9 @@ class Scheduler:
         *,
         manual: bool = False,
     ) -> _Instance:
-        inst = _Instance(self.spawner(slot.job, scheduled, attempt), scheduled, attempt, retry)
+        inst = _Instance(
+            self.spawner(slot.job, scheduled, attempt), scheduled, attempt, retry, slot.job
+        )
         inst.manual = manual
         slot.running.append(inst)
         self._live.add(inst)
@@ -565,18 +603,14 @@ class Scheduler:
                 slot.running.remove(inst)
         slot.last_result = result
         outcome: RunOutcome = (
-            "cancelled"
-            if inst.cancelled
-            else "replaced"
-            if inst.replaced
-            else ("failed" if result.failed else "succeeded")
+            "cancelled" if inst.cancelled else run_outcome(result, replaced=inst.replaced)
         )
         self._tell("run_finished", start, result, outcome)
         logger.info(
             "Job %s finished: %s%s, exit code %s, %.3f s, scheduled %s, attempt %d",
             name,
             outcome,
-            f" ({result.fail_reason})" if outcome == "failed" else "",
+            f" ({result.fail_reason})" if outcome in FAILURES else "",
             result.returncode,
             result.duration,
             inst.scheduled_time.isoformat(),
@@ -589,9 +623,12 @@ class Scheduler:
                 "fail_reason": result.fail_reason,
             },
         )
-        if inst.replaced or inst.cancelled or self._stopping:
+        if outcome in ("replaced", "cancelled"):
             return
-        self._outcome(slot, inst, result)
+        record = FinishedRun.of(start, result, outcome)
+        if record.failed:
+            _log_output(record)
+        self._outcome(slot, inst, record)
 
     def _tell(self, event: str, *args: object) -> None:
         for listener in self.run_listeners:
@@ -600,23 +637,31 @@ class Scheduler:
             except Exception:
                 logger.exception("A run listener failed (%s)", event)
 
-    def _outcome(self, slot: _Slot, inst: _Instance, result: RunResult) -> None:
-        job = slot.job
-        if not result.failed:
+    def _outcome(self, slot: _Slot, inst: _Instance, record: FinishedRun) -> None:
+        job = inst.job
+        if not record.failed:
             if slot.retry is inst.retry:
                 slot.retry = None
-            self._report(job, result, "success")
+                slot.failed_run = None
+            self._report(job, record, report_moments(record.outcome, retry_follows=False))
             return
         state = inst.retry
-        current = self._slots.get(job.name) is slot
-        if state is None or state.cancelled or state is not slot.retry or not current:
-            self._report(job, result, "permanent_failure")
+        current = self._slots.get(job.name) is slot and slot.job is job
+        if (
+            state is None
+            or state.cancelled
+            or state is not slot.retry
+            or not current
+            or self._stopping
+            or state.exhausted
+        ):
+            if state is not None and state is slot.retry:
+                slot.retry = None
+                slot.failed_run = None
+            self._report(job, record, report_moments(record.outcome, retry_follows=False))
             return
-        if state.exhausted:
-            slot.retry = None
-            self._report(job, result, "permanent_failure")
-            return
-        self._report(job, result, "failure")
+        self._report(job, record, report_moments(record.outcome, retry_follows=True))
+        slot.failed_run = (job, record)
         delay = state.next_delay()
         self.stats.retries += 1
         limit = "∞" if state.maximum_retries == -1 else str(state.maximum_retries)
@@ -649,28 +694,54 @@ class Scheduler:
             waits = self._replace(slot, active)
         self._launch(slot, scheduled, state.count + 1, state, waits)
 
-    def _end_retries(self, slot: _Slot, reason: str | None = None) -> None:
-        """End the slot's retry sequence; with ``reason``, log a pending retry it drops."""
+    def _end_retries(self, slot: _Slot, why: str | None = None) -> None:
+        """End the slot's retry sequence.
+
+        With ``why`` (the job was ``removed``, ``disabled`` or ``redefined``), a
+        pending retry it drops is logged and settled: the failed run it followed
+        reports onPermanentFailure of the definition that ran it.
+        """
         state = slot.retry
+        failed, slot.failed_run = slot.failed_run, None
         if state is None:
             return
-        if reason is not None and state.task is not None and not state.task.done():
+        if why is not None and state.task is not None and not state.task.done():
             logger.info(
                 "Job %s: pending retry %d dropped: %s",
                 slot.job.name,
                 state.count,
-                reason,
+                "the job was removed"
+                if why == "removed"
+                else "the job was disabled"
+                if why == "disabled"
+                else "it changed",
                 extra={"job": slot.job.name, "attempt": state.count + 1},
             )
+            if failed is not None:
+                job, record = failed
+                self._report(
+                    job,
+                    replace(record, fail_reason=ABANDONED.format(why=why)),
+                    ("permanent_failure",),
+                )
         state.cancel()
         slot.retry = None
 
-    def _report(self, job: Job, result: RunResult, outcome: Outcome) -> None:
-        if self.on_result is not None:
+    def _report(self, job: Job, record: FinishedRun, moments: tuple[Moment, ...]) -> None:
+        if not moments:
+            return
+        for listener in self.report_listeners:
             try:
-                self.on_result(job, result, outcome)
+                listener.run_reported(job, record, moments)
             except Exception:
-                logger.exception("A result listener failed for job %s", job.name)
+                logger.exception("A report listener failed for job %s", job.name)
+
+    def _missed(self, job: Job, missed: MissedFire) -> None:
+        for listener in self.report_listeners:
+            try:
+                listener.fire_missed(job, missed)
+            except Exception:
+                logger.exception("A report listener failed for job %s", job.name)
 
     async def _drain(self) -> None:
         for slot in self._slots.values():
@@ -681,3 +752,18 @@ class Scheduler:
                 "Waiting for %d running job%s", len(pending), "" if len(pending) == 1 else "s"
             )
             await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _log_output(record: FinishedRun) -> None:
+    """A failed run's captured output, at WARNING (head and tail within saveLimit, with
+    the discarded-lines marker, as captured)."""
+    for stream, text in (("stdout", record.stdout), ("stderr", record.stderr)):
+        if text:
+            logger.warning(
+                "Job %s failed (%s); its %s:\n%s",
+                record.start.job,
+                record.fail_reason,
+                stream,
+                text.rstrip("\n"),
+                extra={"job": record.start.job, "run_id": record.start.id, "stream": stream},
+            )

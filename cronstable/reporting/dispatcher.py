@@ -1,0 +1,251 @@
+"""The dispatcher: hears the scheduler, holds back floods, runs each reporter as a task.
+
+* It is a :class:`~cronstable.runtime.runs.ReportListener`: for each report
+  moment of a finished run (and each missed fire) it builds one
+  :class:`~.base.Message` and starts one task per enabled reporter of that
+  moment's ``report``.  It never blocks the scheduler: it only creates tasks.
+* Each task is bounded by its reporter's ``timeout`` (all attempts together);
+  a reporter that fails, hangs or raises is logged with the job's name and
+  counted, and the others go on.
+* Flood control: a moment's ``rateLimit`` (seconds) lets one report per job
+  through per window (per reason, for missed fires); the ones held back are
+  counted in ``cronstable_reports_suppressed_total`` and the next one sent says
+  how many (``suppressed_count``).
+* It is a daemon section as well: a commit brings the job-set id the templates
+  show; :meth:`close`, when the daemon stops, waits for the reports in flight
+  (each at most its timeout) and closes the reporters (Sentry's flush).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+
+from cronstable.config.desired import DesiredState, Job
+from cronstable.config.models import OnMissed, OnReport, Report
+from cronstable.reconcile.plan import Plan
+from cronstable.redact import redact
+from cronstable.reporting.base import Message, job_environment
+from cronstable.reporting.registry import ReporterRegistry
+from cronstable.runtime.runs import FinishedRun, MissedFire, Moment, utc_text
+
+logger = logging.getLogger(__name__)
+
+
+class ReportDispatcher:
+    name = "reporting"
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        revision: Callable[[], str | None] = lambda: None,
+        reporters: ReporterRegistry | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.reporters = reporters if reporters is not None else ReporterRegistry()
+        self.revision = revision
+        self.monotonic = monotonic
+        self.job_set_id: str | None = None
+        self.hostname = socket.gethostname()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._windows: dict[tuple[str, ...], tuple[float, int]] = {}
+        """(job, moment[, reason]) → (when the last report was let through, held back since)."""
+        self.sent = Counter(
+            "cronstable_reports",
+            "Reports attempted, by reporter and result (sent, failed, timeout).",
+            ["reporter", "result"],
+            registry=registry,
+        )
+        self.suppressed = Counter(
+            "cronstable_reports_suppressed",
+            "Reports held back by a moment's rateLimit, by job and moment.",
+            ["job", "moment"],
+            registry=registry,
+        )
+
+    # ------------------------------------------------------------ section
+
+    def affected(self, plan: Plan) -> bool:
+        return True
+
+    async def prepare(self, desired: DesiredState) -> Any:
+        return None
+
+    def commit(self, prepared: Any, desired: DesiredState) -> None:
+        self.job_set_id = desired.job_set_id
+        gone = [key for key in self._windows if key[0] not in desired.jobs]
+        for key in gone:
+            del self._windows[key]
+
+    async def discard(self, prepared: Any) -> None:
+        return None
+
+    async def close(self) -> None:
+        """Wait for the reports in flight (each bounded by its timeout), close reporters."""
+        await self.drain()
+        for reporter in self.reporters.made():
+            try:
+                await reporter.close()
+            except Exception:
+                logger.exception("Closing the %s reporter failed", reporter.key)
+
+    async def drain(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # ------------------------------------------------------------ listener
+
+    def run_reported(self, job: Job, run: FinishedRun, moments: tuple[Moment, ...]) -> None:
+        for moment in moments:
+            settings: OnReport = {
+                "failure": job.config.on_failure,
+                "permanent_failure": job.config.on_permanent_failure,
+                "success": job.config.on_success,
+            }[moment]  # type: ignore[assignment]
+            if not self._wanted(settings.report):
+                continue
+            held = self._let_through(job.name, (moment,), settings.rate_limit)
+            if held is None:
+                continue
+            variables = self._run_variables(job, run, moment, held)
+            self._dispatch(settings.report, Message(job, moment, variables, run=run))
+
+    def fire_missed(self, job: Job, missed: MissedFire) -> None:
+        settings: OnMissed = job.config.on_missed
+        if not self._wanted(settings.report):
+            return
+        held = self._let_through(job.name, ("missed", missed.reason), settings.rate_limit)
+        if held is None:
+            return
+        variables = {
+            "name": job.name,
+            "scheduled_time": utc_text(missed.scheduled_time),
+            "last_scheduled_time": utc_text(missed.last_scheduled_time or missed.scheduled_time),
+            "reason": missed.reason,
+            "missed_count": missed.count,
+            "success": False,
+            "moment": "missed",
+            "suppressed_count": held,
+            **self._daemon_variables(),
+            "command": job.config.command,
+            "shell": job.config.shell,
+            "environment": job_environment(job),
+        }
+        self._dispatch(settings.report, Message(job, "missed", variables, missed=missed))
+
+    # ------------------------------------------------------------ internals
+
+    @staticmethod
+    def _wanted(report: Report) -> bool:
+        return any(settings.enabled for settings in report.reporters().values())
+
+    def _let_through(self, job: str, what: tuple[str, ...], rate_limit: float) -> int | None:
+        """How many reports were held back before this one, or None to hold it back."""
+        key = (job, *what)
+        now = self.monotonic()
+        last, held = self._windows.get(key, (None, 0))
+        if rate_limit > 0 and last is not None and now - last < rate_limit:
+            self._windows[key] = (last, held + 1)
+            self.suppressed.labels(job, what[0]).inc()
+            logger.info(
+                "Job %s: %s report held back by rateLimit (%g s); %d held back so far",
+                job,
+                " ".join(what),
+                rate_limit,
+                held + 1,
+                extra={"job": job},
+            )
+            return None
+        self._windows[key] = (now, 0)
+        return held
+
+    def _daemon_variables(self) -> dict[str, Any]:
+        return {
+            "hostname": self.hostname,
+            "revision": self.revision(),
+            "job_set_id": self.job_set_id,
+        }
+
+    def _run_variables(
+        self, job: Job, run: FinishedRun, moment: Moment, held: int
+    ) -> dict[str, Any]:
+        start = run.start
+        return {
+            # yacron's
+            "name": job.name,
+            "success": run.outcome == "succeeded",
+            "fail_reason": run.fail_reason,
+            "stdout": run.stdout,
+            "stderr": run.stderr,
+            "exit_code": run.exit_code,
+            "command": job.config.command,
+            "shell": job.config.shell,
+            "environment": job_environment(job),
+            # ours
+            "outcome": run.outcome,
+            "moment": moment,
+            "run_id": start.id,
+            "scheduled_time": utc_text(start.scheduled_time),
+            "started_at": utc_text(start.started_at),
+            "finished_at": utc_text(run.finished_at),
+            "attempt": start.attempt,
+            "duration": round(run.duration, 3),
+            "stdout_dropped": run.stdout_dropped,
+            "stderr_dropped": run.stderr_dropped,
+            "suppressed_count": held,
+            **self._daemon_variables(),
+        }
+
+    def _dispatch(self, report: Report, message: Message) -> None:
+        for key, settings in report.reporters().items():
+            if not settings.enabled:
+                continue
+            task = asyncio.create_task(
+                self._send(key, settings, message), name=f"report {key} {message.job.name}"
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, key: str, settings: Any, message: Message) -> None:
+        name = message.job.name
+        timeout = settings.timeout
+        try:
+            reporter = self.reporters.get(key)
+            async with asyncio.timeout(timeout):
+                await reporter.send(settings, message)
+        except TimeoutError:
+            self.sent.labels(key, "timeout").inc()
+            logger.error(
+                "Job %s: the %s report (%s) gave up after its timeout of %g s",
+                name,
+                key,
+                message.moment,
+                timeout,
+                extra={"job": name, "reporter": key},
+            )
+        except Exception as exc:
+            self.sent.labels(key, "failed").inc()
+            logger.error(
+                "Job %s: the %s report (%s) failed: %s",
+                name,
+                key,
+                message.moment,
+                redact(f"{type(exc).__name__}: {exc}"),
+                extra={"job": name, "reporter": key},
+            )
+        else:
+            self.sent.labels(key, "sent").inc()
+            logger.info(
+                "Job %s: %s report (%s) sent",
+                name,
+                key,
+                message.moment,
+                extra={"job": name, "reporter": key},
+            )
