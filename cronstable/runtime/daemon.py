@@ -134,6 +134,7 @@ class Daemon:
         self.source = source
         self.mirror = mirror if mirror is not None else OutputMirror()
         self.metrics = metrics if metrics is not None else DaemonMetrics()
+        source.error_hook = self.metrics.source_error
         self.spawner = ProcessSpawner(self.mirror)
         self.scheduler = Scheduler(clock or SystemClock(), self.spawner)
         self.history = RunHistory()
@@ -151,6 +152,7 @@ class Daemon:
             history=self.history,
             metrics=self.metrics,
             reload=self.request_reload,
+            source=source,
         )
         self._signals = 0
         self._stop_requested = asyncio.Event()

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from cronstable import __version__
 from cronstable.web.auth import Token, bearer, is_local_peer, match
+from cronstable.web.github import GitHubWebhook
 from cronstable.web.view import DaemonApi
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ class Settings:
 
     tokens: tuple[Token, ...] = ()
     metrics_public: bool = False
+    github_secret: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -73,6 +75,9 @@ ROUTES: tuple[Route, ...] = (
           "Running runs, then the last finished ones with captured output.", "runs",
           (200, 404)),
     Route("GET", "/openapi.json", "read", "This API as an OpenAPI 3.1 document.", "openapi"),
+    Route("POST", "/webhooks/github", None,
+          "A GitHub push (signed with the webhook secret) makes the source fetch now.",
+          "github", (200, 202, 400, 401, 404, 408, 413, 415)),
 )  # fmt: skip
 
 
@@ -116,6 +121,7 @@ class Api:
         self.holder = holder
         self.routes: dict[str, dict[str, Route]] = {}
         """Routes by aiohttp's canonical path and method."""
+        self.github = GitHubWebhook(daemon, lambda: holder.settings.github_secret).handle
 
     # ------------------------------------------------------------ routes
 

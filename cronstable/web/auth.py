@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cronstable.config.models import SCOPES, TokenSource, WebConfig
+from cronstable.config.models import SCOPES, SecretSource, TokenSource, WebConfig
 from cronstable.errors import ConfigError, KeyPath, Problem
 
 
@@ -30,8 +30,8 @@ class Token:
         return "admin" in self.scopes or scope in self.scopes
 
 
-def _resolve(source: TokenSource) -> tuple[str, str | None]:
-    """(token, None) or ("", why it is empty)."""
+def resolve_secret(source: TokenSource | SecretSource) -> tuple[str, str]:
+    """(the secret, why it would be empty): value, else fromFile, else fromEnvVar."""
     if source.value is not None:
         return source.value.strip(), "the value is empty"
     if source.from_file is not None:
@@ -55,7 +55,7 @@ def resolve_tokens(web: WebConfig, locate: Callable[[KeyPath, str], Problem]) ->
     tokens: list[Token] = []
     problems: list[Problem] = []
     for key, name, source, scopes in entries:
-        value, why = _resolve(source)
+        value, why = resolve_secret(source)
         if not value:
             message = f"the token resolves empty ({why}); refusing to serve without it"
             problems.append(locate(key, message))

@@ -10,10 +10,14 @@ from cronstable.web.app import ROUTES
 _DESCRIPTIONS = {
     200: "OK",
     202: "Accepted",
-    401: "No token, or a token that is not valid",
+    400: "The body is not what the route takes",
+    401: "No token (or webhook signature), or one that is not valid",
     403: "The token lacks the route's scope",
-    404: "No such job",
+    404: "No such job (or no webhook configured)",
+    408: "The body did not arrive in time",
     409: "concurrencyPolicy refused the start",
+    413: "The body is too large",
+    415: "The body's content type is not accepted",
     503: "Not ready",
 }
 

@@ -30,7 +30,7 @@ from aiohttp import web
 from cronstable.config import ConfigError, DesiredState, Problem
 from cronstable.reconcile.plan import Plan
 from cronstable.web.app import Holder, Settings, make_app
-from cronstable.web.auth import resolve_tokens
+from cronstable.web.auth import resolve_secret, resolve_tokens
 from cronstable.web.listeners import (
     Address,
     BindError,
@@ -122,6 +122,19 @@ class WebSection:
         tokens = resolve_tokens(web_config, desired.problem)
         context: ssl.SSLContext | None = None
         problems: list[Problem] = []
+        github_secret: bytes | None = None
+        hook = web_config.webhooks.github if web_config.webhooks is not None else None
+        if hook is not None:
+            value, why = resolve_secret(hook.secret)
+            github_secret = value.encode("utf-8") or None
+            if github_secret is None:
+                problems.append(
+                    desired.problem(
+                        ("web", "webhooks", "github", "secret"),
+                        f"the GitHub webhook secret resolves empty ({why}); "
+                        "refusing to accept unsigned pushes",
+                    )
+                )
         if web_config.tls is not None:
             try:
                 context = await asyncio.to_thread(server_context, web_config.tls)
@@ -151,7 +164,7 @@ class WebSection:
             fresh.append(listener)
             listeners[address.key] = listener
         prepared = _Prepared(
-            Settings(tuple(tokens), web_config.metrics_public),
+            Settings(tuple(tokens), web_config.metrics_public, github_secret),
             listeners,
             fresh,
             [],
