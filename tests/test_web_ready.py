@@ -125,3 +125,29 @@ def test_a_git_source_is_followed_within_three_intervals_and_never_less_than_a_m
         60,
         60,
     )
+
+
+@pytest.mark.asyncio
+async def test_an_idle_etcd_is_asked_so_it_stays_followed_and_its_failures_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import harness_etcd
+
+    from cronstable.sources import etcd as etcd_module
+
+    monkeypatch.setattr(etcd_module, "CONTACT_REFRESH", 0.2)
+    async with harness_etcd.harness(tmp_path) as h:
+        await h.publish({"c.yaml": b"jobs: []\n"})
+        source = h.source(tmp_path / "cache")
+        failures: list[str] = []
+        source.error_hook = failures.append
+        await source.start()
+        try:
+            first = source.last_contact
+            assert first is not None
+            await wait_until(lambda: source.last_contact != first, "a contact while idle")
+            await h.stop_origin()
+            await wait_until(lambda: bool(failures), "a counted failure")
+            assert set(failures) == {"etcd"}
+        finally:
+            await source.close()

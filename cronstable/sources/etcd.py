@@ -457,7 +457,9 @@ class EtcdSource(Source):
         failures = 0
         while True:
             try:
-                await asyncio.wait_for(self._dirty.wait(), CONTACT_REFRESH)
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
+                async with asyncio.timeout(CONTACT_REFRESH):
+                    await self._dirty.wait()
             except TimeoutError:
                 await self._ping()
                 continue
