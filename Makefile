@@ -63,6 +63,7 @@ bench: $(STAMP) deps
 	$(BIN)/python bench/bench_source_notice.py
 	$(BIN)/python bench/bench_runtime.py
 	$(BIN)/python bench/bench_limits.py
+	$(BIN)/python bench/bench_webhook.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -6,7 +6,7 @@ kept and can be rendered with :func:`render`.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 
 class DaemonMetrics:
@@ -30,6 +30,17 @@ class DaemonMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
             registry=self.registry,
         )
+
+        self.source_errors = Counter(
+            "cronstable_source_errors",
+            "Failed attempts to reach the configuration source's origin (fetch, read, scan).",
+            ["kind"],
+            registry=self.registry,
+        )
+
+    def source_error(self, kind: str) -> None:
+        """A source's hook: reaching its origin failed once."""
+        self.source_errors.labels(kind).inc()
 
     def applied(self, revision: str, job_set_id: str, source: str) -> None:
         self.config_revision_info.clear()

@@ -26,6 +26,7 @@ class Stack:
     async def apply(self, text: str) -> RevisionRecord:
         files = {"c.yaml": textwrap.dedent(text).encode()}
         snapshot = Snapshot(content_revision(files), "test", files, "c.yaml")
+        self.daemon.source.contacted()  # the stack plays the source: its origin just answered
         return await self.daemon.applier.reconcile(snapshot)
 
     def url(self, index: int = 0) -> str:

@@ -808,6 +808,29 @@ class TlsFiles(Model):
     """Absolute path of the private key (PEM)."""
 
 
+class GitHubWebhook(Model):
+    """GitHub push notifications, received at POST /webhooks/github."""
+
+    secret: SecretSource
+    """The secret entered in the repository's webhook settings: requests are accepted only
+    with its HMAC-SHA256 signature. A secret that resolves empty rejects the revision."""
+
+    @model_validator(mode="after")
+    def _usable(self) -> GitHubWebhook:
+        if not self.secret.set_keys():
+            raise PydanticCustomError("secret", "give one of value, fromFile or fromEnvVar")
+        if self.secret.from_file is not None:
+            _absolute_path(self.secret.from_file)
+        return self
+
+
+class Webhooks(Model):
+    """Notifications that make the daemon look at its source now."""
+
+    github: GitHubWebhook | None = None
+    """GitHub's push webhook."""
+
+
 class WebConfig(Model):
     """The HTTP API."""
 
@@ -824,6 +847,8 @@ class WebConfig(Model):
     """Named tokens, each allowed the scopes listed beside it."""
     metrics_public: Flag = Field(False, alias="metricsPublic")
     """Serve GET /metrics to any peer without a token."""
+    webhooks: Webhooks | None = None
+    """Push notifications (GitHub) that make the git source fetch at once."""
     tls: TlsFiles | None = None
     """Certificate and key of every https:// listener."""
     socket_mode: Annotated[OptText, AfterValidator(_socket_mode)] = Field(

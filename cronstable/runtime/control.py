@@ -11,6 +11,7 @@ and metric series of jobs a revision removes, at the commit that removes them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -27,6 +28,7 @@ from cronstable.runtime.forecast import forecast
 from cronstable.runtime.run_metrics import RunMetrics
 from cronstable.runtime.runs import RunHistory, running_json, utc_text
 from cronstable.runtime.scheduler import Scheduler, StartRefused
+from cronstable.sources.base import Source
 
 __all__ = ["DaemonControl", "RunRecordsSection", "StartRefused"]
 
@@ -55,9 +57,13 @@ class DaemonControl:
         metrics: DaemonMetrics,
         reload: Callable[[], None],
         events: EventHub | None = None,
+        source: Source | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.events = events if events is not None else EventHub()
+        self.source = source
+        self._monotonic = monotonic
         self.applier = applier
         self.scheduler = scheduler
         self.history = history
@@ -74,7 +80,27 @@ class DaemonControl:
         """None when ready; otherwise why not."""
         if self.applier.status.applied is None:
             return "no configuration revision has been applied yet"
+        source = self.source
+        window = source.contact_window() if source is not None else None
+        if source is None or window is None:
+            return None
+        if source.last_contact is None:
+            return (
+                f"{source.description} has not answered yet "
+                "(running the revision cached from an earlier run)"
+            )
+        age = self._monotonic() - source.last_contact
+        if age > window:
+            return (
+                f"{source.description} last answered {age:.0f} s ago "
+                f"(more than the {window:g} s allowed)"
+            )
         return None
+
+    def git_origin(self) -> tuple[str, str | None] | None:
+        """(URL, full ref name or None for the default branch) of the followed git repository."""
+        origin = self.source.origin() if self.source is not None else None
+        return None if origin is None else (origin.url, origin.ref)
 
     def status(self) -> dict[str, Any]:
         status = self.applier.status
@@ -167,6 +193,11 @@ class DaemonControl:
 
     def reload(self) -> None:
         self._reload()
+
+    def nudge(self, revision: str) -> None:
+        """The origin has ``revision`` (a pushed sha): fetch until it is visible."""
+        if self.source is not None:
+            self.source.nudge(revision)
 
 
 class RunRecordsSection:

@@ -137,6 +137,7 @@ class Daemon:
         self.source = source
         self.mirror = mirror if mirror is not None else OutputMirror()
         self.metrics = metrics if metrics is not None else DaemonMetrics()
+        source.error_hook = self.metrics.source_error
         self.spawner = ProcessSpawner(self.mirror)
         self.scheduler = Scheduler(clock or SystemClock(), self.spawner)
         self.history = RunHistory()
@@ -161,6 +162,7 @@ class Daemon:
             metrics=self.metrics,
             reload=self.request_reload,
             events=self.events,
+            source=source,
         )
         self._signals = 0
         self._stop_requested = asyncio.Event()

@@ -18,13 +18,19 @@ Lifecycle::
 
 Errors reaching the origin are logged and retried by the source itself; they
 surface as :class:`SourceError` only from :meth:`Source.start` when there is
-neither an origin nor a cached snapshot to start from.
+neither an origin nor a cached snapshot to start from.  Each failed attempt is
+also told to :attr:`Source.error_hook` (the daemon counts them in a metric), and
+each successful one (a fetch, an etcd read or watch event, a scan or root check)
+stamps :attr:`Source.last_contact`, which readiness compares with
+:meth:`Source.contact_window`.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Collection
+import time
+from collections.abc import AsyncIterator, Callable, Collection
+from dataclasses import dataclass
 
 from cronstable.errors import CronstableError
 from cronstable.snapshot import Snapshot
@@ -34,11 +40,51 @@ class SourceError(CronstableError):
     """A source cannot produce a snapshot (origin unreachable and nothing cached, bad spec)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """The git repository and ref a source follows (to match push notifications)."""
+
+    url: str
+    """The remote's URL, without credentials."""
+    ref: str | None
+    """The full name of the ref followed (``refs/heads/main``); None for the remote's
+    default branch until the source has resolved it."""
+
+
+DEFAULT_CONTACT_WINDOW = 60.0
+"""Seconds since the last successful contact past which a source is not followed."""
+
+
 class Source(abc.ABC):
     """A watched configuration origin."""
 
     description: str
     """Human description, safe to log (no credentials)."""
+    kind: str = "source"
+    """The source's kind, as metrics label it (``git``, ``etcd``, ``local``, ``stream``)."""
+    last_contact: float | None = None
+    """:func:`time.monotonic` of the last successful contact with the origin; None until
+    the origin has answered once (a start from the cache is not a contact)."""
+    error_hook: Callable[[str], None] | None = None
+    """Called with :attr:`kind` each time reaching the origin fails."""
+
+    def contacted(self) -> None:
+        """The origin answered (a backend calls this after each successful read)."""
+        self.last_contact = time.monotonic()
+
+    def contact_failed(self) -> None:
+        """Reaching the origin failed (a backend calls this for each failed attempt)."""
+        if self.error_hook is not None:
+            self.error_hook(self.kind)
+
+    def contact_window(self) -> float | None:
+        """Seconds a source may go without contact and still count as followed (None: no
+        origin to follow, as for a stream read once)."""
+        return DEFAULT_CONTACT_WINDOW
+
+    def origin(self) -> Origin | None:
+        """The git repository and ref this source follows; None for other kinds."""
+        return None
 
     @abc.abstractmethod
     async def start(self) -> None:

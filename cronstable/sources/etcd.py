@@ -101,6 +101,9 @@ RETRY_MAX = 5.0
 NUDGE_WAIT = 30.0
 """How long :meth:`EtcdSource.nudge` with a revision keeps re-reading until etcd reaches it."""
 _REMEMBERED = 16
+CONTACT_REFRESH = 20.0
+"""Seconds without any read or watch event after which etcd is asked once (a keys-only
+read of one key), so readiness knows the origin still answers while nothing changes."""
 """Identities kept of the latest snapshots yielded, for :meth:`EtcdSource.applied`."""
 _MAX_EVENT_REVISIONS = 4096
 
@@ -178,6 +181,8 @@ class EtcdSource(Source):
     ``timeout`` bounds each etcd request; ``retry_max`` caps the back-off
     while etcd is down (both in seconds).
     """
+
+    kind = "etcd"
 
     def __init__(
         self,
@@ -273,6 +278,7 @@ class EtcdSource(Source):
             await self._client.close()
             raise
         else:
+            self.contacted()
             self._latest = read.snapshot
             self._known = (read.identity, read.snapshot.revision)
             self._remember(read.snapshot.revision, read.identity)
@@ -450,7 +456,13 @@ class EtcdSource(Source):
         """Re-read the prefix whenever it may have changed; publish what is new."""
         failures = 0
         while True:
-            await self._dirty.wait()
+            try:
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
+                async with asyncio.timeout(CONTACT_REFRESH):
+                    await self._dirty.wait()
+            except TimeoutError:
+                await self._ping()
+                continue
             await self._debounce()
             self._dirty.clear()
             self._urgent = False
@@ -458,6 +470,7 @@ class EtcdSource(Source):
                 read = await self._read()
             except Exception as exc:  # EtcdError, or a bug: keep the source alive either way
                 failures += 1
+                self.contact_failed()
                 if not isinstance(exc, EtcdError):
                     logger.exception("%s: reading etcd failed", self.description)
                 self._outage(exc)
@@ -465,12 +478,27 @@ class EtcdSource(Source):
                 self._mark(urgent=True)
                 continue
             failures = 0
+            self.contacted()
             self._recovered()
             self._publish(read)
             if not self._watch_base.is_set():
                 self._watch_from = read.header + 1
                 self._watch_base.set()
             self._chase_wanted(read.header)
+
+    async def _ping(self) -> None:
+        """Ask etcd one cheap question, to know it still answers (see CONTACT_REFRESH)."""
+        assert self._client is not None
+        if self.last_contact is not None and time.monotonic() - self.last_contact < CONTACT_REFRESH:
+            return
+        try:
+            await self._client.range(self.prefix, prefix=True, keys_only=True, limit=1)
+        except EtcdError as exc:
+            self.contact_failed()
+            self._outage(exc)
+            self._mark(urgent=True)  # read it whole, with back-off, until it answers
+        else:
+            self.contacted()
 
     def _chase_wanted(self, header: int) -> None:
         wanted = self._wanted
@@ -509,6 +537,7 @@ class EtcdSource(Source):
                     on_status=self._on_watch_status,
                 ):
                     failures = 0
+                    self.contacted()
                     self._event_revisions.append(event.revision)
                     if len(self._event_revisions) > _MAX_EVENT_REVISIONS:
                         del self._event_revisions[: -_MAX_EVENT_REVISIONS // 2]
@@ -520,6 +549,7 @@ class EtcdSource(Source):
                 self._mark(urgent=True)
             except Exception as exc:  # refused for good (permissions…), or a bug
                 failures += 1
+                self.contact_failed()
                 if not isinstance(exc, EtcdError):
                     logger.exception("%s: watching etcd failed", self.description)
                 self._outage(exc)
@@ -527,8 +557,10 @@ class EtcdSource(Source):
 
     def _on_watch_status(self, error: EtcdError | None) -> None:
         if error is not None:
+            self.contact_failed()
             self._outage(error)
         else:
+            self.contacted()
             self._recovered()
             self._mark(urgent=True)  # whatever changed meanwhile, read it whole
 

@@ -112,7 +112,7 @@ from cronstable.config.limits import DEFAULT_LIMITS, OPTION_REVISION_BYTES, Limi
 from cronstable.redact import redact
 from cronstable.retrying import transient
 from cronstable.snapshot import Snapshot
-from cronstable.sources.base import Source, SourceError
+from cronstable.sources.base import DEFAULT_CONTACT_WINDOW, Origin, Source, SourceError
 from cronstable.sources.factory import GitSpec
 from cronstable.sources.git_transport import close_client, is_timeout, open_client
 
@@ -511,6 +511,8 @@ class _Poll:
 class GitSource(Source):
     """A git remote, fetched into a bare cache repository (see the module documentation)."""
 
+    kind = "git"
+
     def __init__(self, spec: GitSpec, *, cache_dir: Path, limits: Limits = DEFAULT_LIMITS) -> None:
         self.spec = spec
         self.limits = limits
@@ -571,6 +573,8 @@ class GitSource(Source):
         self._failing_since = 0.0
         self._cache_failing: set[bytes] = set()
         """Cache refs whose last write failed (each logged at WARNING once)."""
+        self._followed: str | None = None
+        """The full ref name the last fetch resolved ``ref`` (or the default branch) to."""
 
     # ----------------------------------------------------------------- Source API
 
@@ -587,12 +591,15 @@ class GitSource(Source):
         except SourceError as exc:  # the remote is unreachable, or has no such ref
             error = exc
             reason = self._scrub(str(exc))
+            self.contact_failed()
         except Exception as exc:  # a bug, or dulwich failing in an unforeseen way
             logger.debug("%s: first fetch failed", self.description, exc_info=True)
             error = SourceError(f"unexpected {type(exc).__name__}: {exc}")
             error.__cause__ = exc
             reason = self._scrub(str(error))
+            self.contact_failed()
         else:
+            self._answered(poll)
             if poll.snapshot is not None:
                 logger.info(
                     "%s: at commit %s (%s)", self.description, _short(poll.commit), poll.ref
@@ -679,6 +686,19 @@ class GitSource(Source):
                 self._nudge_retry_at = 0.0
         self._wake.set()
 
+    def origin(self) -> Origin:
+        ref = self._followed
+        if ref is None and self._ref is not None:
+            ref = self._ref if self._ref.startswith("refs/") else f"refs/heads/{self._ref}"
+        return Origin(self._safe_url, ref)
+
+    def contact_window(self) -> float:
+        return max(3 * self.spec.interval, DEFAULT_CONTACT_WINDOW)
+
+    def _answered(self, poll: _Poll) -> None:
+        self._followed = poll.ref if poll.ref.startswith("refs/") else self._followed
+        self.contacted()
+
     async def last_applied(self) -> Snapshot | None:
         return await _in_worker(self._load_applied_sync)
 
@@ -760,9 +780,11 @@ class GitSource(Source):
                 )
             except Exception as exc:
                 self._failed(exc)
+                self.contact_failed()
                 self._after_nudge(set())
                 next_poll = time.monotonic() + self._delay(interval)
                 continue
+            self._answered(poll)
             self._recovered()
             self._handle(poll)
             self._after_nudge(poll.seen)

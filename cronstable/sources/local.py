@@ -412,6 +412,8 @@ class _Watch:
 class LocalDirSource(Source):
     """A directory (or a file and its directory) on the local file system."""
 
+    kind = "local"
+
     settle: float = 0.2
     """Seconds between the two scans that must agree before a snapshot is delivered."""
     fresh_window: float = 3.0
@@ -478,6 +480,7 @@ class LocalDirSource(Source):
                 f"{self.path} kept changing for {self.settle_timeout:g} s ({exc}); "
                 f"no complete snapshot could be taken"
             ) from None
+        self.contacted()
         self._log_notes(scan.notes)
         self._publish(scan)
         await self._arm(scan)  # its first wake-up rescans, for what changed meanwhile
@@ -673,6 +676,8 @@ class LocalDirSource(Source):
             await self._disarm()
             self._lost(f"{self._root} does not exist" if self._entry else f"{self.path} is gone")
             return None
+        if self._missing is None and self._problem is None:
+            self.contacted()  # the root is there and its last scan was read whole
         if self._armed is None or self._armed[0] != identity:
             return True  # not watching, or watching a directory the root no longer is
         # a file spec's file is missing, or the tree could not be read (perhaps in a
@@ -729,9 +734,11 @@ class LocalDirSource(Source):
             async with self._scanning:  # not beside recheck()'s scan
                 scan = await self._stable_scan()
         except _Gone as exc:
+            self.contact_failed()
             self._lost(str(exc))
             return False
         except _Problem as exc:
+            self.contact_failed()
             if str(exc) != self._problem:
                 logger.warning("%s; keeping the last snapshot", exc)
                 self._problem = str(exc)
@@ -750,6 +757,7 @@ class LocalDirSource(Source):
             logger.info("%s is back", self.description)
             self._missing = None
         self._problem = None
+        self.contacted()
         self._unstable_logged = False
         self._log_notes(scan.notes)
         self._publish(scan)

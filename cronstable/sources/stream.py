@@ -43,6 +43,8 @@ class OneFileSnapshot(Snapshot):
 
 
 class StreamSource(Source):
+    kind = "stream"
+
     def __init__(self, path: str, *, limits: Limits = DEFAULT_LIMITS) -> None:
         self.path = path
         self.limits = limits
@@ -95,9 +97,14 @@ class StreamSource(Source):
             raise SourceError(f"{self.name}: {exc.strerror or exc}") from exc
         if not data:
             raise SourceError(f"{self.name}: read no configuration (it gave no bytes)")
+        self.contacted()
         first = self._snapshot(data)
         self._pending.append(first)
         self._last = first.revision
+
+    def contact_window(self) -> None:
+        """Read once: there is no origin to follow, so readiness asks nothing of it."""
+        return None
 
     def watch(self) -> AsyncIterator[Snapshot]:
         return self._watch()
@@ -124,6 +131,7 @@ class StreamSource(Source):
         try:
             data = await self._read()
         except OSError as exc:
+            self.contact_failed()
             logger.error(
                 "%s: cannot read it again: %s; keeping the loaded configuration",
                 self.name,

@@ -21,6 +21,7 @@ from cronstable.web.auth import Token, bearer, is_local_peer, match
 from cronstable.web.dashboard import dashboard_page
 from cronstable.web.events import EventStreams
 from cronstable.web.fires import next_fires
+from cronstable.web.github import GitHubWebhook
 from cronstable.web.view import DaemonApi
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ class Settings:
 
     tokens: tuple[Token, ...] = ()
     metrics_public: bool = False
+    github_secret: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -87,6 +89,9 @@ ROUTES: tuple[Route, ...] = (
           "events", (200, 429)),
     Route("GET", "/", None, "The dashboard: one static HTML page that reads the API.",
           "dashboard", page=True),
+    Route("POST", "/webhooks/github", None,
+          "A GitHub push (signed with the webhook secret) makes the source fetch now.",
+          "github", (200, 202, 400, 401, 404, 408, 413, 415)),
 )  # fmt: skip
 
 
@@ -131,6 +136,7 @@ class Api:
         self.routes: dict[str, dict[str, Route]] = {}
         """Routes by aiohttp's canonical path and method."""
         self.streams = EventStreams(daemon)
+        self.github = GitHubWebhook(daemon, lambda: holder.settings.github_secret).handle
 
     # ------------------------------------------------------------ routes
 

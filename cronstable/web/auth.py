@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cronstable.config.models import SCOPES, TokenSource, WebConfig
+from cronstable.config.models import SCOPES, SecretSource, TokenSource, WebConfig
 from cronstable.errors import ConfigError, KeyPath, Problem
 
 
@@ -30,8 +30,8 @@ class Token:
         return "admin" in self.scopes or scope in self.scopes
 
 
-def _resolve(source: TokenSource) -> tuple[str, str | None]:
-    """(token, None) or ("", why it is empty)."""
+def resolve_secret(source: TokenSource | SecretSource) -> tuple[str, str]:
+    """(the secret, why it would be empty): value, else fromFile, else fromEnvVar."""
     if source.value is not None:
         return source.value.strip(), "the value is empty"
     if source.from_file is not None:
@@ -45,17 +45,45 @@ def _resolve(source: TokenSource) -> tuple[str, str | None]:
     return value, f"the environment variable {source.from_env_var} is unset or empty"
 
 
-def resolve_tokens(web: WebConfig, locate: Callable[[KeyPath, str], Problem]) -> list[Token]:
-    """Every configured token, read now; ConfigError naming each one that resolves empty."""
+def _entries(web: WebConfig) -> list[tuple[KeyPath, str, TokenSource, Sequence[str]]]:
     entries: list[tuple[KeyPath, str, TokenSource, Sequence[str]]] = []
     if web.auth_token is not None:
         entries.append((("web", "authToken"), "authToken", web.auth_token, SCOPES))
     for index, item in enumerate(web.auth_tokens):
         entries.append((("web", "authTokens", index), item.name, item, item.scopes))
+    return entries
+
+
+def token_files(web: WebConfig) -> list[str]:
+    """The files tokens are read from."""
+    return [source.from_file for _, _, source, _ in _entries(web) if source.from_file]
+
+
+def reread_tokens(web: WebConfig, current: Sequence[Token]) -> tuple[list[Token], list[str]]:
+    """Every token read again; one that resolves empty keeps its current value.
+
+    Returns the tokens and, for each one kept, why (a file emptied or unreadable).
+    """
+    kept = {token.name: token for token in current}
+    tokens: list[Token] = []
+    problems: list[str] = []
+    for _, name, source, scopes in _entries(web):
+        value, why = resolve_secret(source)
+        if value:
+            tokens.append(Token(name, value.encode("utf-8"), frozenset(scopes)))
+            continue
+        problems.append(f"token {name!r} resolves empty ({why}); keeping the one read before")
+        if name in kept:
+            tokens.append(kept[name])
+    return tokens, problems
+
+
+def resolve_tokens(web: WebConfig, locate: Callable[[KeyPath, str], Problem]) -> list[Token]:
+    """Every configured token, read now; ConfigError naming each one that resolves empty."""
     tokens: list[Token] = []
     problems: list[Problem] = []
-    for key, name, source, scopes in entries:
-        value, why = _resolve(source)
+    for key, name, source, scopes in _entries(web):
+        value, why = resolve_secret(source)
         if not value:
             message = f"the token resolves empty ({why}); refusing to serve without it"
             problems.append(locate(key, message))

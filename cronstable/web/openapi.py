@@ -10,11 +10,14 @@ from cronstable.web.app import ROUTES
 _DESCRIPTIONS = {
     200: "OK",
     202: "Accepted",
-    401: "No token, or a token that is not valid",
+    400: "A query parameter or the body is not what the route takes",
+    401: "No token (or webhook signature), or one that is not valid",
     403: "The token lacks the route's scope",
-    404: "No such job",
+    404: "No such job (or no webhook configured)",
+    408: "The body did not arrive in time",
     409: "concurrencyPolicy refused the start",
-    400: "A query parameter is not valid",
+    413: "The body is too large",
+    415: "The body's content type is not accepted",
     429: "Too many event streams are open",
     503: "Not ready",
 }

@@ -10,6 +10,13 @@
   its server too, so changing only tokens drops no connection; an https:// one
   gets a server with the freshly read certificate on the same socket).
 * discard: close what prepare bound.
+* between revisions, every :data:`FILE_CHECK_INTERVAL` seconds, the token and
+  webhook secret files and the certificate and key are looked at: when one's
+  modification time changed, the tokens are read again (swapped like a
+  revision's, no connection dropped) and https:// listeners get new servers with
+  the new certificate on the same sockets (open connections go on).  A file that
+  became empty or unreadable, or a certificate that does not load, keeps what was
+  read before and logs an ERROR.
 
 One aiohttp application serves every listener for the daemon's life; it reads
 the daemon through :class:`~cronstable.web.view.DaemonApi`.
@@ -18,6 +25,8 @@ the daemon through :class:`~cronstable.web.view.DaemonApi`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -28,9 +37,10 @@ from typing import Any
 from aiohttp import web
 
 from cronstable.config import ConfigError, DesiredState, Problem
+from cronstable.config.models import TlsFiles, WebConfig
 from cronstable.reconcile.plan import Plan
 from cronstable.web.app import Holder, Settings, make_app
-from cronstable.web.auth import resolve_tokens
+from cronstable.web.auth import reread_tokens, resolve_secret, resolve_tokens, token_files
 from cronstable.web.listeners import (
     Address,
     BindError,
@@ -46,6 +56,40 @@ logger = logging.getLogger(__name__)
 
 SHUTDOWN_TIMEOUT = 5.0
 """Seconds open connections get to finish when the daemon stops."""
+FILE_CHECK_INTERVAL = 10.0
+"""Seconds between two looks at the modification times of token, secret and TLS files."""
+
+
+def watched_files(config: WebConfig) -> list[str]:
+    """The node files a web section reads: token and webhook secret files, cert and key."""
+    paths = token_files(config)
+    hook = config.webhooks.github if config.webhooks is not None else None
+    chosen = hook.secret.chosen() if hook is not None else None
+    if chosen is not None and chosen[0] == "fromFile":
+        paths.append(chosen[1])
+    if config.tls is not None:
+        paths += [config.tls.cert, config.tls.key]
+    return paths
+
+
+def modification_times(paths: list[str]) -> dict[str, int | None]:
+    """Each path's mtime in nanoseconds, None when it cannot be stat'ed (blocking)."""
+    times: dict[str, int | None] = {}
+    for path in paths:
+        try:
+            times[path] = os.stat(path).st_mtime_ns
+        except OSError:
+            times[path] = None
+    return times
+
+
+def github_secret(config: WebConfig) -> tuple[bytes | None, str]:
+    """The webhook secret (None when none is configured or it resolves empty), and why empty."""
+    hook = config.webhooks.github if config.webhooks is not None else None
+    if hook is None:
+        return None, ""
+    value, why = resolve_secret(hook.secret)
+    return value.encode("utf-8") or None, why
 
 
 @dataclass(eq=False, slots=True)
@@ -82,6 +126,9 @@ class _Prepared:
     new_servers: list[tuple[Listener, list[asyncio.Server]]]
     """Servers to start at commit, replacing the listener's current ones."""
     mode: int | None
+    config: WebConfig | None = None
+    mtimes: dict[str, int | None] = field(default_factory=dict)
+    """The watched files' modification times, taken before they were read."""
 
 
 class WebSection:
@@ -92,6 +139,9 @@ class WebSection:
         self.holder = Holder()
         self.listeners: dict[tuple[str, str, int], Listener] = {}
         self._runner: web.AppRunner | None = None
+        self._config: WebConfig | None = None
+        self._mtimes: dict[str, int | None] = {}
+        self._checker: asyncio.Task[None] | None = None
 
     def urls(self) -> list[str]:
         """Where the API answers now (real ports when the configuration said 0)."""
@@ -119,9 +169,20 @@ class WebSection:
         web_config = desired.web
         if web_config is None or not web_config.listen:
             return _Prepared(None, {}, [], [], None)
+        mtimes = await asyncio.to_thread(modification_times, watched_files(web_config))
         tokens = resolve_tokens(web_config, desired.problem)
         context: ssl.SSLContext | None = None
         problems: list[Problem] = []
+        secret, why = github_secret(web_config)
+        if web_config.webhooks is not None and web_config.webhooks.github is not None:
+            if secret is None:
+                problems.append(
+                    desired.problem(
+                        ("web", "webhooks", "github", "secret"),
+                        f"the GitHub webhook secret resolves empty ({why}); "
+                        "refusing to accept unsigned pushes",
+                    )
+                )
         if web_config.tls is not None:
             try:
                 context = await asyncio.to_thread(server_context, web_config.tls)
@@ -151,11 +212,13 @@ class WebSection:
             fresh.append(listener)
             listeners[address.key] = listener
         prepared = _Prepared(
-            Settings(tuple(tokens), web_config.metrics_public),
+            Settings(tuple(tokens), web_config.metrics_public, secret),
             listeners,
             fresh,
             [],
             web_config.mode,
+            web_config,
+            mtimes,
         )
         if problems:
             await self.discard(prepared)
@@ -181,6 +244,9 @@ class WebSection:
     def commit(self, prepared: Any, desired: DesiredState) -> None:
         assert isinstance(prepared, _Prepared)
         self.holder.settings = prepared.settings or Settings()
+        self._config, self._mtimes = prepared.config, prepared.mtimes
+        if self._config is not None and self._checker is None:
+            self._checker = asyncio.ensure_future(self._check_files_forever())
         kept = set(prepared.listeners.values())
         for key, listener in self.listeners.items():
             successor = prepared.listeners.get(key)
@@ -215,8 +281,81 @@ class WebSection:
         for listener in prepared.fresh:
             listener.close()
 
+    async def _check_files_forever(self) -> None:
+        while True:
+            await asyncio.sleep(FILE_CHECK_INTERVAL)
+            try:
+                await self.check_files()
+            except Exception:
+                logger.exception("Re-reading the web section's files failed; please report this")
+
+    async def check_files(self) -> None:
+        """Read tokens, secret and certificate again if a file's modification time changed."""
+        config = self._config
+        if config is None:
+            return
+        mtimes = await asyncio.to_thread(modification_times, watched_files(config))
+        if config is not self._config or mtimes == self._mtimes:
+            return  # a revision committed meanwhile (it read the files), or nothing changed
+        changed = {path for path, mtime in mtimes.items() if self._mtimes.get(path) != mtime}
+        self._mtimes = mtimes
+        logger.info("Web: %s changed; reading it again", ", ".join(sorted(changed)))
+        settings = self.holder.settings
+        tokens, problems = await asyncio.to_thread(reread_tokens, config, settings.tokens)
+        secret, why = await asyncio.to_thread(github_secret, config)
+        if secret is None and settings.github_secret is not None:
+            problems.append(f"the GitHub webhook secret resolves empty ({why}); keeping the old")
+            secret = settings.github_secret
+        for problem in problems:
+            logger.error("Web: %s", problem)
+        if config is not self._config or settings is not self.holder.settings:
+            return
+        self.holder.settings = dataclasses.replace(
+            settings, tokens=tuple(tokens), github_secret=secret
+        )
+        if config.tls is not None and changed & {config.tls.cert, config.tls.key}:
+            await self._reload_certificate(config, config.tls)
+
+    async def _reload_certificate(self, config: WebConfig, tls: TlsFiles) -> None:
+        try:
+            context = await asyncio.to_thread(server_context, tls)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            logger.error(
+                "Web: cannot load the certificate %s and key %s (%s); keeping the loaded ones",
+                tls.cert,
+                tls.key,
+                exc,
+            )
+            return
+        server = await self._server()
+        swaps: list[tuple[Listener, list[asyncio.Server]]] = []
+        try:
+            for listener in self.listeners.values():
+                if listener.address.scheme == "https":
+                    servers = [await _create(server, sock, context) for sock in listener.sockets]
+                    swaps.append((listener, servers))
+        finally:
+            if config is not self._config:  # a revision committed meanwhile: it wins
+                for _, servers in swaps:
+                    for new in servers:
+                        new.close()
+                swaps = []
+        for listener, servers in swaps:
+            old, listener.servers = listener.servers, servers
+            for new in servers:
+                await new.start_serving()
+            for retired in old:
+                retired.close()  # stops accepting; open connections go on
+        if swaps:
+            logger.info("Web: serving the certificate %s read again", tls.cert)
+
     async def close(self) -> None:
         """Stop listening and let open requests finish (the daemon is stopping)."""
+        if self._checker is not None:
+            self._checker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checker
+            self._checker = None
         for listener in self.listeners.values():
             listener.close()
         self.listeners = {}

@@ -42,6 +42,14 @@ class DaemonApi(Protocol):
 
     def unsubscribe(self, subscription: Any) -> None: ...
 
+    def git_origin(self) -> tuple[str, str | None] | None:
+        """(URL, full ref name or None for the default branch) of the followed git repository."""
+        ...
+
+    def nudge(self, revision: str) -> None:
+        """The origin has ``revision``: fetch until it is visible."""
+        ...
+
 
 class Event(Protocol):
     @property
