@@ -38,7 +38,8 @@ field (``*/90`` in the minute field is an error rather than a silent
 
 Day-of-month specials: ``L`` (last day of the month), ``L-n`` (n days before
 the last day, n 1-30; no fire in a month too short for it), ``LW`` (last
-weekday, Monday to Friday, of the month) and ``nW`` (the weekday nearest to
+weekday, Monday to Friday, of the month), ``L-nW`` (the weekday nearest
+day ``L-n``) and ``nW`` (the weekday nearest to
 day n, never crossing into another month: ``1W`` on a Saturday fires on
 Monday the 3rd, ``31W`` on a Sunday fires on Friday the 29th; no fire in a
 month that has no day n).  Day-of-week specials: ``nL`` (the last weekday n
@@ -115,6 +116,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
@@ -277,7 +279,7 @@ class _Spec:
         hours: int,
         dom_bits: int,
         dom_last: tuple[int, ...],
-        dom_lw: bool,
+        dom_lw: tuple[int, ...],
         dom_w: tuple[int, ...],
         months: int,
         dow_bits: int,
@@ -311,18 +313,17 @@ class _Spec:
                     dom |= 1 << (nd - off)
         if self.dom_lw or self.dom_w:
             wd_last = _weekday(y, m, nd)
-            if self.dom_lw:
-                dom |= 1 << (nd - (1 if wd_last == 6 else 2 if wd_last == 0 else 0))
-            for n in self.dom_w:
-                if n <= nd:
-                    wd = (wd_last - (nd - n)) % 7
-                    if wd == 6:  # Saturday: Friday before, or Monday after the 1st
-                        d = n - 1 if n > 1 else n + 2
-                    elif wd == 0:  # Sunday: Monday after, or Friday before the last
-                        d = n + 1 if n < nd else n - 2
-                    else:
-                        d = n
-                    dom |= 1 << d
+            wanted = [nd - off for off in self.dom_lw if nd - off >= 1]
+            wanted.extend(n for n in self.dom_w if n <= nd)
+            for n in wanted:  # the weekday nearest day n, never leaving the month
+                wd = (wd_last - (nd - n)) % 7
+                if wd == 6:  # Saturday: Friday before, or Monday after the 1st
+                    d = n - 1 if n > 1 else n + 2
+                elif wd == 0:  # Sunday: Monday after, or Friday before the last
+                    d = n + 1 if n < nd else n - 2
+                else:
+                    d = n
+                dom |= 1 << d
         if self.dow_all:
             dow = _ALL_DAYS
         else:
@@ -718,16 +719,24 @@ def _plain_field(text: str, f: _Field) -> tuple[int, str, bool]:
     return bits, ",".join(canons), whole
 
 
-def _dom_field(text: str) -> tuple[int, tuple[int, ...], bool, tuple[int, ...], str]:
-    """Parse day-of-month: (plain bits, L offsets, LW, W days, canonical text)."""
+_LAST_DOW: Final = re.compile(r"[0-9A-KM-Z]+L")  # nL: one weekday (number or name), then L
+_L_FORMS: Final = (
+    "the accepted L forms are L (the last day), L-n (n days before it, n 1-30), "
+    "LW (the last weekday), L-nW (the weekday nearest L-n) in day-of-month, "
+    "and nL (the last weekday n, e.g. 5L) in day-of-week"
+)
+
+
+def _dom_field(text: str) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], str]:
+    """Parse day-of-month: (plain bits, L offsets, L-nW offsets, W days, canonical text)."""
     if text == "*" or text == "?":
-        return _ALL_DAYS, (), False, (), "*"
+        return _ALL_DAYS, (), (), (), "*"
     hit = _DOM.lookup.get(text)
     if hit is not None:
-        return 1 << hit[0], (), False, (), hit[1]
+        return 1 << hit[0], (), (), (), hit[1]
     bits = 0
     last: list[int] = []
-    lw = False
+    lw: list[int] = []
     wdays: list[int] = []
     canons = []
     for item in text.split(","):
@@ -740,27 +749,33 @@ def _dom_field(text: str) -> tuple[int, tuple[int, ...], bool, tuple[int, ...], 
             last.append(0)
             canons.append("L")
         elif up == "LW":
-            lw = True
+            lw.append(0)
             canons.append("LW")
         elif up.startswith("L-"):
-            n = up[2:]
+            n = up[2:].removesuffix("W")
             if not _is_num(n) or not 1 <= int(n) <= 30:
-                raise ScheduleError(f"'L-n' needs n in 1-30, got day-of-month {item!r}")
-            last.append(int(n))
-            canons.append(f"L-{int(n)}")
+                raise ScheduleError(
+                    f"invalid day-of-month {item!r}: 'L-n' and 'L-nW' need n in 1-30; {_L_FORMS}"
+                )
+            if up.endswith("W"):
+                lw.append(int(n))
+                canons.append(f"L-{int(n)}W")
+            else:
+                last.append(int(n))
+                canons.append(f"L-{int(n)}")
+        elif "L" in up:
+            raise ScheduleError(f"invalid day-of-month {item!r}: {_L_FORMS}")
         elif up.endswith("W"):
             n = up[:-1]
             if not _is_num(n) or not 1 <= int(n) <= 31:
                 raise ScheduleError(f"'W' needs a day of month 1-31, got {item!r}")
             wdays.append(int(n))
             canons.append(f"{int(n)}W")
-        elif "L" in up:
-            raise ScheduleError(f"invalid day-of-month {item!r}: write 'L', 'L-n' or 'LW'")
         else:
             b, c, _ = _item(item, _DOM)
             bits |= b
             canons.append(c)
-    return bits, tuple(last), lw, tuple(wdays), ",".join(canons)
+    return bits, tuple(last), tuple(lw), tuple(wdays), ",".join(canons)
 
 
 def _dow_field(text: str) -> tuple[int, int, tuple[tuple[int, int], ...], str]:
@@ -782,6 +797,8 @@ def _dow_field(text: str) -> tuple[int, int, tuple[tuple[int, int], ...], str]:
             raise ScheduleError(_ONLY_IN_DAYS["?"] + f", got day-of-week {text!r}")
         if up.startswith("L") and len(up) > 1 and not up.endswith("L"):
             up = up[1:] + "L"  # yacron's crontab package spells the last Friday "L5"
+        if up != "L" and "L" in up and not _LAST_DOW.fullmatch(up):
+            raise ScheduleError(f"invalid day-of-week {item!r}: {_L_FORMS}")
         if up.endswith("L"):
             if up == "L":
                 raise ScheduleError(
@@ -812,19 +829,17 @@ def _check_fires(
     months: int,
     dom_bits: int,
     dom_last: tuple[int, ...],
-    dom_lw: bool,
+    dom_lw: tuple[int, ...],
     dom_w: tuple[int, ...],
     dom: str,
 ) -> None:
     """Raise when no allowed month has a day the day-of-month field can match."""
-    if dom_lw:
-        return
     for m in range(1, 13):
         if months >> m & 1:
             nd = _MAX_MONTH_DAYS[m]
             if dom_bits & _FULL_DAYS[nd]:
                 return
-            if any(nd - off >= 1 for off in dom_last) or any(n <= nd for n in dom_w):
+            if any(nd - off >= 1 for off in (*dom_last, *dom_lw)) or any(n <= nd for n in dom_w):
                 return
     names = ", ".join(_MONTH_FULL[m - 1] for m in range(1, 13) if months >> m & 1)
     raise ScheduleError(f"never fires: day-of-month {dom} does not exist in {names}")

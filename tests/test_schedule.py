@@ -247,11 +247,17 @@ def test_wrong_spec_type() -> None:
         ("0 0 32W * *", "'W' needs a day of month 1-31, got '32W'"),
         ("0 0 W * *", "'W' needs a day of month 1-31, got 'W'"),
         ("0 0 xW * *", "'W' needs a day of month 1-31"),
-        ("0 0 L-0 * *", "'L-n' needs n in 1-30"),
-        ("0 0 L-31 * *", "'L-n' needs n in 1-30"),
-        ("0 0 L-x * *", "'L-n' needs n in 1-30"),
-        ("0 0 5L * *", "invalid day-of-month '5L': write 'L', 'L-n' or 'LW'"),
-        ("0 0 L/2 * *", "write 'L', 'L-n' or 'LW'"),
+        ("0 0 L-0 * *", "'L-n' and 'L-nW' need n in 1-30"),
+        ("0 0 L-31 * *", "'L-n' and 'L-nW' need n in 1-30"),
+        ("0 0 L-31W * *", "'L-n' and 'L-nW' need n in 1-30"),
+        ("0 0 L-x * *", "'L-n' and 'L-nW' need n in 1-30"),
+        ("0 0 5L * *", "invalid day-of-month '5L': the accepted L forms are L (the last day)"),
+        ("0 0 L/2 * *", "invalid day-of-month 'L/2': the accepted L forms are"),
+        ("0 0 15-L * *", "invalid day-of-month '15-L': the accepted L forms are"),
+        ("0 0 LW-1 * *", "invalid day-of-month 'LW-1': the accepted L forms are"),
+        ("0 0 * * 5L-6", "invalid day-of-week '5L-6': the accepted L forms are"),
+        ("0 0 * * 1-5L", "invalid day-of-week '1-5L': the accepted L forms are"),
+        ("0 0 * * 5LL", "invalid day-of-week '5LL': the accepted L forms are"),
         ("0 0 * * L", "'L' in day-of-week needs a weekday before it"),
         ("0 0 * * 8L", "day-of-week 8 is out of range 0-7"),
         ("0 0 * * 1#6", "'#' needs a week number 1-5 after it, got '1#6'"),
@@ -522,6 +528,22 @@ def test_l_minus_n() -> None:
         "2028-02-01T00:00:00+00:00",
         "2032-02-01T00:00:00+00:00",
     ]
+
+
+def test_l_minus_n_weekday() -> None:
+    # L-1W: the weekday nearest the second-last day.  Jan 2026: day 30 is a Friday;
+    # Feb 2026: day 27 Fri; May 2026: day 30 Sat -> Fri 29; Aug 2026: day 30 Sun -> Mon 31
+    assert seq("0 0 L-1W * *", "2026-01-01T00:00:00", 8)[:5] == [
+        "2026-01-30T00:00:00+00:00",
+        "2026-02-27T00:00:00+00:00",
+        "2026-03-30T00:00:00+00:00",
+        "2026-04-29T00:00:00+00:00",
+        "2026-05-29T00:00:00+00:00",
+    ]
+    assert nxt("0 0 L-1W 8 *", "2026-01-01T00:00:00") == "2026-08-31T00:00:00+00:00"
+    # L-27W in a 28-day February is day 1: a Sunday in Feb 2026 -> Monday the 2nd
+    assert nxt("0 0 L-27W 2 *", "2026-01-01T00:00:00") == "2026-02-02T00:00:00+00:00"
+    assert parse_schedule("0 0 l-3w,LW * *").text == "0 0 0 L-3W,LW * * *"
 
 
 def test_last_weekday_of_month() -> None:

@@ -127,7 +127,7 @@ class Expr:
     hours: set[int]
     dom_text: str
     dom: set[int]
-    dom_specials: tuple[tuple[str, int], ...]  # ("L", n) for L-n, ("LW", 0), ("W", n)
+    dom_specials: tuple[tuple[str, int], ...]  # ("L", n) L-n, ("LW", 0), ("L-W", n), ("W", n)
     months: set[int]
     dow_text: str
     dow: set[int]  # 0 = Sunday
@@ -146,7 +146,7 @@ def dom_field(draw: st.DrawFn, specials: bool) -> tuple[str, set[int], tuple[tup
     parts = [] if text == "*" else [text]
     sp: list[tuple[str, int]] = []
     for _ in range(draw(st.integers(1, 2))):
-        kind = draw(st.sampled_from(["L", "L-", "LW", "W"]))
+        kind = draw(st.sampled_from(["L", "L-", "LW", "L-W", "W"]))
         if kind == "L":
             parts.append("L")
             sp.append(("L", 0))
@@ -157,6 +157,10 @@ def dom_field(draw: st.DrawFn, specials: bool) -> tuple[str, set[int], tuple[tup
         elif kind == "LW":
             parts.append("LW")
             sp.append(("LW", 0))
+        elif kind == "L-W":
+            n = draw(st.integers(1, 30))
+            parts.append(f"L-{n}W")
+            sp.append(("L-W", n))
         else:
             n = draw(st.integers(1, 31))
             parts.append(f"{n}W")
@@ -249,6 +253,8 @@ def dom_matches(e: Expr, d: date) -> bool:
                 x -= 1
             if d.day == x:
                 return True
+        if kind == "L-W" and last - n >= 1:  # the nearest weekday to day last-n, as nW
+            kind, n = "W", last - n
         if kind == "W" and n <= last:
             wd = date(d.year, d.month, n).weekday()
             if wd == 5:

@@ -41,6 +41,14 @@ def cmd_next(path: str, count: int, after_text: str | None) -> int:
     except ValueError:
         print(f"cronstable next: --after {after_text!r} is not an ISO 8601 time", file=sys.stderr)
         return EXIT_USAGE
+    if not 1970 <= after.astimezone(UTC).year <= 2099:
+        # schedules cover 1970-2099: an --after outside would be silently moved
+        print(
+            f"cronstable next: --after {after_text!r} is outside 1970-2099, "
+            "the years schedules cover",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     loaded = load_or_report(path, "next")
     if loaded is None:
         return EXIT_INVALID
