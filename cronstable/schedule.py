@@ -90,10 +90,12 @@ Daylight saving time: Vixie cron's rule
 =======================================
 
 Fires are computed in the wall clock of ``tz``.  A schedule is a *wildcard*
-schedule (:attr:`Schedule.is_wildcard`) when its minute or hour field has an
-item that covers the whole range from its minimum: ``*``, ``*/n``,
-``MIN/n``, ``MIN-MAX`` or ``MIN-MAX/n`` (e.g. ``0-59/5``, ``0-23/2``; so every
-field Vixie cron sees as starting with ``*`` is one, such as ``*/5,7``).
+schedule (:attr:`Schedule.is_wildcard`) when the text of its minute or hour
+field starts with ``*``, exactly Vixie cron's test (``*``, ``*/n``,
+``*/5,7``).  A field that covers the whole range without starting with ``*``
+(``0-59``, ``0/5``, ``0-23/2``, ``7,*/5``) does not make a wildcard: in
+America/New_York on 2016-03-13, ``0 0,30 0-23/2 * * * *`` is fixed, so its
+02:00 slot (in the gap) fires at 03:00-04:00, as in Vixie cron and Cronos.
 Every other schedule is *fixed*.
 
 * A wildcard schedule follows real time.  A wall time that does not exist
@@ -849,8 +851,8 @@ def _compile(fields: list[str]) -> Schedule:
     """Compile the 7 fields S M H DOM MON DOW YEAR."""
     s_text, m_text, h_text, dom_text, mon_text, dow_text, y_text = fields
     seconds, s_c, _ = _plain_field(s_text, _SECOND)
-    minutes, m_c, m_whole = _plain_field(m_text, _MINUTE)
-    hours, h_c, h_whole = _plain_field(h_text, _HOUR)
+    minutes, m_c, _ = _plain_field(m_text, _MINUTE)
+    hours, h_c, _ = _plain_field(h_text, _HOUR)
     dom_bits, dom_last, dom_lw, dom_w, dom_c = _dom_field(dom_text)
     months, mon_c, _ = _plain_field(mon_text, _MONTH)
     dow_bits, dow_last, dow_nth, dow_c = _dow_field(dow_text)
@@ -875,7 +877,9 @@ def _compile(fields: list[str]) -> Schedule:
         dom_restricted and dow_restricted,
     )
     text = f"{s_c} {m_c} {h_c} {dom_c} {mon_c} {dow_c} {y_c}"
-    return Schedule(text, False, seconds != 1, m_whole or h_whole, spec)
+    # Vixie cron's test: the minute or hour field as WRITTEN starts with '*' (0-59 or 0/5 do not)
+    wildcard = m_text.startswith("*") or h_text.startswith("*")
+    return Schedule(text, False, seconds != 1, wildcard, spec)
 
 
 _REBOOT: Final = Schedule("@reboot", True, False, False, None)
