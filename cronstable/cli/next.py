@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from cronstable.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from cronstable.cli.validate import load_or_report
 from cronstable.config import DesiredState
+from cronstable.schedule import uses_h
 
 
 def parse_after(text: str | None) -> datetime:
@@ -52,6 +53,11 @@ def cmd_next(path: str, count: int, after_text: str | None) -> int:
     loaded = load_or_report(path, "next")
     if loaded is None:
         return EXIT_INVALID
+    for job in loaded[1].jobs.values():
+        written = job.config.schedule
+        if isinstance(written, str) and uses_h(written):
+            # on stderr: stdout stays one `name<TAB>time` line per fire
+            print(f"# {job.name}: {written} resolves to {job.schedule.text}", file=sys.stderr)
     for name, when in next_fires(loaded[1], after, count):
         print(f"{name}\t{when}")
     return EXIT_OK

@@ -639,9 +639,19 @@ class _Loader:
         if resolved is None:
             return None
         environment, env_files = resolved
-        schedule = parse_schedule(schedule_source(config.schedule))
+        schedule = parse_schedule(schedule_source(config.schedule), config.name)
         zone: tzinfo
-        if config.timezone is not None:
+        if schedule.zone is not None:
+            if "timezone" in entry.raw:  # a prefix overrides defaults, not the job itself
+                self.problem(
+                    entry.file,
+                    ("jobs", entry.index, "schedule"),
+                    f"the schedule's CRON_TZ={schedule.zone} prefix and the job's own "
+                    "timezone both set the zone; keep one",
+                )
+                return None
+            zone = ZoneInfo(schedule.zone)
+        elif config.timezone is not None:
             zone = ZoneInfo(config.timezone)
         elif config.utc:
             zone = UTC
