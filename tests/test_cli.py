@@ -40,7 +40,7 @@ def test_version() -> None:
 def test_validate_example_repository() -> None:
     result = cli("validate", str(EXAMPLE))
     assert result.returncode == 0, result.stderr
-    assert "valid, 8 jobs" in result.stdout
+    assert "valid, 10 jobs" in result.stdout
 
 
 def test_validate_reports_every_problem_with_location(tmp_path: Path) -> None:

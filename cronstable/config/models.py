@@ -527,6 +527,8 @@ class JobConfig(JobSettings):
         examples=["pg_dump app > /backups/app.sql", ["rsync", "-a", "/src", "/dst"]]
     )
     """A string runs through `shell -c`; a list is executed directly."""
+    stdin: OptText = Field(None, examples=["line one\nline two\n"])
+    """Text fed to the command's standard input (a crontab's `%`); unset: /dev/null."""
     schedule: ScheduleSpec = Field(
         examples=[
             "*/5 * * * *",

@@ -245,7 +245,7 @@ class JobProcess:
             transport, protocol = await loop.subprocess_exec(
                 lambda: _Protocol(loop),
                 *command_argv(config),
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL if config.stdin is None else subprocess.PIPE,
                 stdout=subprocess.PIPE if config.capture_stdout else None,
                 stderr=subprocess.PIPE if config.capture_stderr else None,
                 env=env,
@@ -262,6 +262,10 @@ class JobProcess:
             return
         pid = transport.get_pid()
         self.pid = pid
+        if config.stdin is not None and protocol.stdin is not None:
+            # buffered by the transport and flushed before the pipe closes (EOF)
+            protocol.stdin.write(config.stdin.encode())
+            protocol.stdin.close()
         logger.debug("job %s: started, pid %d, attempt %d", self.name, pid, self.attempt)
         if config.priority is not None:
             self._set_priority(pid, config.priority)
