@@ -79,3 +79,21 @@ def test_import_warns_for_a_crontab_without_a_zone_and_refuses_a_broken_one(
     bad = cli("import", "crontab", "crontab", cwd=tmp_path)
     assert bad.returncode == 1 and bad.stdout == ""
     assert "crontab:2:1: jobs[0].schedule: 'CRON_TZ=UTC 61 1 * * *': minute 61" in bad.stderr
+
+
+def test_diff_shows_what_h_resolves_to(tmp_path: Path) -> None:
+    old = tmp_path / "old"
+    new = tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    (old / "c.yaml").write_text("jobs: []\n")
+    (new / "c.yaml").write_text("jobs: [{name: spread, command: 'true', schedule: 'H H * * *'}]\n")
+    from cronstable.schedule import parse_schedule
+
+    resolved = parse_schedule("H H * * *", "spread").text
+    for fmt in ("text", "json", "markdown"):
+        result = cli("diff", str(old), str(new), "--format", fmt, cwd=tmp_path)
+        assert result.returncode == 1, result.stderr
+        assert f"H H * * * (resolved: {resolved})" in result.stdout, fmt
+    shown = cli("next", str(new), cwd=tmp_path)
+    assert f"# spread: H H * * * resolves to {resolved}" in shown.stderr
