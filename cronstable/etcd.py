@@ -640,7 +640,7 @@ class EtcdClient:
         """Close the client (and its own session); running watches end."""
         self._closed = True
         for stream in list(self._streams):
-            stream.close()
+            _drop_connection(stream)
         session, self._session = self._session, None
         if session is not None and self._owns_session:
             await session.close()
@@ -905,6 +905,7 @@ class EtcdClient:
                                     next_revision = max(next_revision, event.revision + 1)
                     finally:
                         self._streams.discard(response)
+                        _drop_connection(response)
                 raise EtcdUnavailable(f"etcd {what}: the stream ended")
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
                 if self._closed:
@@ -983,3 +984,12 @@ class _Lines:
                 except ValueError as exc:
                     raise EtcdError("etcd sent a watch message that is not JSON") from exc
         return messages
+
+
+def _drop_connection(response: aiohttp.ClientResponse) -> None:
+    """End a watch stream's connection at once: it is never reused, and a TLS one closed
+    politely would wait for the server's close_notify past the loop's end (a leaked socket)."""
+    connection = response.connection
+    if connection is not None and connection.transport is not None:
+        connection.transport.abort()
+    response.close()

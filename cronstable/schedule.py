@@ -38,7 +38,8 @@ field (``*/90`` in the minute field is an error rather than a silent
 
 Day-of-month specials: ``L`` (last day of the month), ``L-n`` (n days before
 the last day, n 1-30; no fire in a month too short for it), ``LW`` (last
-weekday, Monday to Friday, of the month) and ``nW`` (the weekday nearest to
+weekday, Monday to Friday, of the month), ``L-nW`` (the weekday nearest
+day ``L-n``) and ``nW`` (the weekday nearest to
 day n, never crossing into another month: ``1W`` on a Saturday fires on
 Monday the 3rd, ``31W`` on a Sunday fires on Friday the 29th; no fire in a
 month that has no day n).  Day-of-week specials: ``nL`` (the last weekday n
@@ -89,10 +90,12 @@ Daylight saving time: Vixie cron's rule
 =======================================
 
 Fires are computed in the wall clock of ``tz``.  A schedule is a *wildcard*
-schedule (:attr:`Schedule.is_wildcard`) when its minute or hour field has an
-item that covers the whole range from its minimum: ``*``, ``*/n``,
-``MIN/n``, ``MIN-MAX`` or ``MIN-MAX/n`` (e.g. ``0-59/5``, ``0-23/2``; so every
-field Vixie cron sees as starting with ``*`` is one, such as ``*/5,7``).
+schedule (:attr:`Schedule.is_wildcard`) when the text of its minute or hour
+field starts with ``*``, exactly Vixie cron's test (``*``, ``*/n``,
+``*/5,7``).  A field that covers the whole range without starting with ``*``
+(``0-59``, ``0/5``, ``0-23/2``, ``7,*/5``) does not make a wildcard: in
+America/New_York on 2016-03-13, ``0 0,30 0-23/2 * * * *`` is fixed, so its
+02:00 slot (in the gap) fires at 03:00-04:00, as in Vixie cron and Cronos.
 Every other schedule is *fixed*.
 
 * A wildcard schedule follows real time.  A wall time that does not exist
@@ -113,14 +116,18 @@ and gives up after 2099, so it always terminates, also in zones with
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
+import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from typing import Final, NamedTuple
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-__all__ = ["Schedule", "ScheduleError", "parse_schedule"]
+__all__ = ["Schedule", "ScheduleError", "name_hash", "parse_schedule", "uses_h"]
 
 
 class ScheduleError(ValueError):
@@ -277,7 +284,7 @@ class _Spec:
         hours: int,
         dom_bits: int,
         dom_last: tuple[int, ...],
-        dom_lw: bool,
+        dom_lw: tuple[int, ...],
         dom_w: tuple[int, ...],
         months: int,
         dow_bits: int,
@@ -311,18 +318,17 @@ class _Spec:
                     dom |= 1 << (nd - off)
         if self.dom_lw or self.dom_w:
             wd_last = _weekday(y, m, nd)
-            if self.dom_lw:
-                dom |= 1 << (nd - (1 if wd_last == 6 else 2 if wd_last == 0 else 0))
-            for n in self.dom_w:
-                if n <= nd:
-                    wd = (wd_last - (nd - n)) % 7
-                    if wd == 6:  # Saturday: Friday before, or Monday after the 1st
-                        d = n - 1 if n > 1 else n + 2
-                    elif wd == 0:  # Sunday: Monday after, or Friday before the last
-                        d = n + 1 if n < nd else n - 2
-                    else:
-                        d = n
-                    dom |= 1 << d
+            wanted = [nd - off for off in self.dom_lw if nd - off >= 1]
+            wanted.extend(n for n in self.dom_w if n <= nd)
+            for n in wanted:  # the weekday nearest day n, never leaving the month
+                wd = (wd_last - (nd - n)) % 7
+                if wd == 6:  # Saturday: Friday before, or Monday after the 1st
+                    d = n - 1 if n > 1 else n + 2
+                elif wd == 0:  # Sunday: Monday after, or Friday before the last
+                    d = n + 1 if n < nd else n - 2
+                else:
+                    d = n
+                dom |= 1 << d
         if self.dow_all:
             dow = _ALL_DAYS
         else:
@@ -417,6 +423,7 @@ _EPOCH_ORDINAL: Final = date(1970, 1, 1).toordinal()
 # offsets are within +-1 day.
 _MIN_T: Final = (datetime(1969, 12, 30, tzinfo=_UTC) - _EPOCH) // _SEC
 _MAX_T: Final = (datetime(2100, 1, 2, tzinfo=_UTC) - _EPOCH) // _SEC
+_END_T: Final = (datetime(2100, 1, 1, tzinfo=_UTC) - _EPOCH) // _SEC  # @every stops here
 
 _Wall = tuple[int, int, int, int, int, int]
 
@@ -481,6 +488,10 @@ class Schedule:
     has_seconds: bool = field(compare=False)
     is_wildcard: bool = field(compare=False)
     _spec: _Spec | None = field(compare=False, repr=False)
+    zone: str | None = field(default=None, compare=False)
+    """The zone of a ``CRON_TZ=``/``TZ=`` prefix (it is also in :attr:`text`)."""
+    interval: int = field(default=0, compare=False)
+    """Seconds between fires of an ``@every`` schedule (0 for the others)."""
 
     def __str__(self) -> str:
         return self.text
@@ -494,6 +505,12 @@ class Schedule:
         """
         if after.tzinfo is None or after.utcoffset() is None:
             raise ValueError("after must be a timezone-aware datetime")
+        if self.interval:  # @every: the epoch plus whole multiples, in real time
+            t = (after - _EPOCH) // _SEC
+            fire = max(t // self.interval + 1, 0) * self.interval
+            if fire >= _END_T:
+                return None
+            return datetime.fromtimestamp(fire, tz)
         spec = self._spec
         if spec is None:
             return None
@@ -590,6 +607,19 @@ _ALIASES: Final = {
     "@hourly": "0 * * * *",
     "@reboot": "",
 }
+_FULL_NAMES: Final = {
+    n.upper(): n.upper()
+    for n in (
+        *_MONTH_FULL,
+        "Sunday",
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+    )
+}
 _MAPPING_KEYS: Final = ("second", "minute", "hour", "dayOfMonth", "month", "dayOfWeek", "year")
 _ONLY_IN_DAYS: Final = {
     "L": "'L' is only allowed in day-of-month and day-of-week",
@@ -621,6 +651,9 @@ def _value(tok: str, f: _Field) -> tuple[int, str]:
         v2 = f.names.get(up)
         if v2 is not None:
             return v2, up
+        full = _FULL_NAMES.get(up)  # cronexpr's full names: friday, january
+        if full is not None and full[:3] in f.names:
+            return f.names[full[:3]], full[:3]
     if not alpha or up in ("L", "W", "LW"):
         for ch, msg in _ONLY_IN_DAYS.items():
             if ch in up:
@@ -651,8 +684,7 @@ def _item(item: str, f: _Field) -> tuple[int, str, bool]:
         step = int(step_text)
         if step < 1:
             raise ScheduleError(f"step must be at least 1, got {f.name} {item!r}")
-        if step > f.span:
-            raise ScheduleError(f"{f.name} step {step} is out of range 1-{f.span}")
+        # a step larger than the field keeps the first value only, as Vixie cron reads it
     if base == "*":
         lo, hi, canon, whole = f.lo, f.hi, "*", True
     elif "-" in base:
@@ -718,16 +750,24 @@ def _plain_field(text: str, f: _Field) -> tuple[int, str, bool]:
     return bits, ",".join(canons), whole
 
 
-def _dom_field(text: str) -> tuple[int, tuple[int, ...], bool, tuple[int, ...], str]:
-    """Parse day-of-month: (plain bits, L offsets, LW, W days, canonical text)."""
+_LAST_DOW: Final = re.compile(r"[0-9A-KM-Z]+L")  # nL: one weekday (number or name), then L
+_L_FORMS: Final = (
+    "the accepted L forms are L (the last day), L-n (n days before it, n 1-30), "
+    "LW (the last weekday), L-nW (the weekday nearest L-n) in day-of-month, "
+    "and nL (the last weekday n, e.g. 5L) in day-of-week"
+)
+
+
+def _dom_field(text: str) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], str]:
+    """Parse day-of-month: (plain bits, L offsets, L-nW offsets, W days, canonical text)."""
     if text == "*" or text == "?":
-        return _ALL_DAYS, (), False, (), "*"
+        return _ALL_DAYS, (), (), (), "*"
     hit = _DOM.lookup.get(text)
     if hit is not None:
-        return 1 << hit[0], (), False, (), hit[1]
+        return 1 << hit[0], (), (), (), hit[1]
     bits = 0
     last: list[int] = []
-    lw = False
+    lw: list[int] = []
     wdays: list[int] = []
     canons = []
     for item in text.split(","):
@@ -740,27 +780,33 @@ def _dom_field(text: str) -> tuple[int, tuple[int, ...], bool, tuple[int, ...], 
             last.append(0)
             canons.append("L")
         elif up == "LW":
-            lw = True
+            lw.append(0)
             canons.append("LW")
         elif up.startswith("L-"):
-            n = up[2:]
+            n = up[2:].removesuffix("W")
             if not _is_num(n) or not 1 <= int(n) <= 30:
-                raise ScheduleError(f"'L-n' needs n in 1-30, got day-of-month {item!r}")
-            last.append(int(n))
-            canons.append(f"L-{int(n)}")
+                raise ScheduleError(
+                    f"invalid day-of-month {item!r}: 'L-n' and 'L-nW' need n in 1-30; {_L_FORMS}"
+                )
+            if up.endswith("W"):
+                lw.append(int(n))
+                canons.append(f"L-{int(n)}W")
+            else:
+                last.append(int(n))
+                canons.append(f"L-{int(n)}")
+        elif "L" in up:
+            raise ScheduleError(f"invalid day-of-month {item!r}: {_L_FORMS}")
         elif up.endswith("W"):
             n = up[:-1]
             if not _is_num(n) or not 1 <= int(n) <= 31:
                 raise ScheduleError(f"'W' needs a day of month 1-31, got {item!r}")
             wdays.append(int(n))
             canons.append(f"{int(n)}W")
-        elif "L" in up:
-            raise ScheduleError(f"invalid day-of-month {item!r}: write 'L', 'L-n' or 'LW'")
         else:
             b, c, _ = _item(item, _DOM)
             bits |= b
             canons.append(c)
-    return bits, tuple(last), lw, tuple(wdays), ",".join(canons)
+    return bits, tuple(last), tuple(lw), tuple(wdays), ",".join(canons)
 
 
 def _dow_field(text: str) -> tuple[int, int, tuple[tuple[int, int], ...], str]:
@@ -782,6 +828,8 @@ def _dow_field(text: str) -> tuple[int, int, tuple[tuple[int, int], ...], str]:
             raise ScheduleError(_ONLY_IN_DAYS["?"] + f", got day-of-week {text!r}")
         if up.startswith("L") and len(up) > 1 and not up.endswith("L"):
             up = up[1:] + "L"  # yacron's crontab package spells the last Friday "L5"
+        if up != "L" and "L" in up and not _LAST_DOW.fullmatch(up):
+            raise ScheduleError(f"invalid day-of-week {item!r}: {_L_FORMS}")
         if up.endswith("L"):
             if up == "L":
                 raise ScheduleError(
@@ -812,36 +860,97 @@ def _check_fires(
     months: int,
     dom_bits: int,
     dom_last: tuple[int, ...],
-    dom_lw: bool,
+    dom_lw: tuple[int, ...],
     dom_w: tuple[int, ...],
     dom: str,
 ) -> None:
     """Raise when no allowed month has a day the day-of-month field can match."""
-    if dom_lw:
-        return
     for m in range(1, 13):
         if months >> m & 1:
             nd = _MAX_MONTH_DAYS[m]
             if dom_bits & _FULL_DAYS[nd]:
                 return
-            if any(nd - off >= 1 for off in dom_last) or any(n <= nd for n in dom_w):
+            if any(nd - off >= 1 for off in (*dom_last, *dom_lw)) or any(n <= nd for n in dom_w):
                 return
     names = ", ".join(_MONTH_FULL[m - 1] for m in range(1, 13) if months >> m & 1)
     raise ScheduleError(f"never fires: day-of-month {dom} does not exist in {names}")
 
 
-def _compile(fields: list[str]) -> Schedule:
-    """Compile the 7 fields S M H DOM MON DOW YEAR."""
+_H_ITEM: Final = re.compile(r"H(?:\((\d+)-(\d+)\))?(?:/(\d+))?")
+# The range a bare H picks from: the field's, but days 1-28 (Jenkins': every month has them)
+# and weekdays 0-6 (7 is Sunday again).
+_H_RANGE: Final = {"day-of-month": (1, 28), "day-of-week": (0, 6)}
+
+
+def name_hash(name: str) -> int:
+    """The number ``H`` is drawn from: the first 8 bytes of sha256(name), big-endian."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
+
+
+def uses_h(spec: str) -> bool:
+    """True when a schedule string has a Jenkins ``H`` item (its text depends on the name)."""
+    return any(item.startswith("H") for part in spec.split() for item in part.split(","))
+
+
+def _resolve_h(text: str, f: _Field, h: int | None) -> str:
+    """Jenkins' H items of one field, replaced by the values hashed from the job name.
+
+    ``H`` over [a, b] is a + h mod (b - a + 1); with ``/n`` the first value is
+    a + (that value - a) mod n, and the item covers every n-th value from it to b.
+    """
+    if not text.startswith("H") and ",H" not in text:
+        return text
+    out = []
+    for item in text.split(","):
+        if not item.startswith("H"):
+            out.append(item)
+            continue
+        m = _H_ITEM.fullmatch(item)
+        if m is None:
+            raise ScheduleError(
+                f"invalid {f.name} {item!r}: write H, H(a-b), H/n or H(a-b)/n (Jenkins' forms)"
+            )
+        if f is _YEAR:
+            raise ScheduleError("'H' is not allowed in year")
+        if h is None:
+            raise ScheduleError(f"'H' in {f.name} needs the job's name to hash (here it has none)")
+        if m[1] is not None:
+            a, b = int(m[1]), int(m[2])
+            if not f.lo <= a <= b <= f.hi:
+                raise ScheduleError(
+                    f"invalid {f.name} {item!r}: H(a-b) needs {f.lo} <= a <= b <= {f.hi}"
+                )
+        else:
+            a, b = _H_RANGE.get(f.name, (f.lo, f.hi))
+        v = a + h % (b - a + 1)
+        if m[3] is None:
+            out.append(str(v))
+            continue
+        n = int(m[3])
+        if n < 1:
+            raise ScheduleError(f"step must be at least 1, got {f.name} {item!r}")
+        out.append(f"{a + (v - a) % n}-{b}/{n}")
+    return ",".join(out)
+
+
+def _compile(written: list[str], h: int | None = None) -> Schedule:
+    """Compile the 7 fields S M H DOM MON DOW YEAR (H items hashed from ``h``)."""
+    fields = [
+        _resolve_h(text, f, h)
+        for text, f in zip(
+            written, (_SECOND, _MINUTE, _HOUR, _DOM, _MONTH, _DOW, _YEAR), strict=True
+        )
+    ]
     s_text, m_text, h_text, dom_text, mon_text, dow_text, y_text = fields
     seconds, s_c, _ = _plain_field(s_text, _SECOND)
-    minutes, m_c, m_whole = _plain_field(m_text, _MINUTE)
-    hours, h_c, h_whole = _plain_field(h_text, _HOUR)
+    minutes, m_c, _ = _plain_field(m_text, _MINUTE)
+    hours, h_c, _ = _plain_field(h_text, _HOUR)
     dom_bits, dom_last, dom_lw, dom_w, dom_c = _dom_field(dom_text)
     months, mon_c, _ = _plain_field(mon_text, _MONTH)
     dow_bits, dow_last, dow_nth, dow_c = _dow_field(dow_text)
     years, y_c, _ = _plain_field(y_text, _YEAR)
-    dom_restricted = not dom_text.startswith(("*", "?"))
-    dow_restricted = not dow_text.startswith(("*", "?"))
+    dom_restricted = not written[3].startswith(("*", "?"))
+    dow_restricted = not written[5].startswith(("*", "?"))
     if dom_restricted and not dow_restricted:
         _check_fires(months, dom_bits, dom_last, dom_lw, dom_w, dom_c)
     spec = _Spec(
@@ -860,22 +969,74 @@ def _compile(fields: list[str]) -> Schedule:
         dom_restricted and dow_restricted,
     )
     text = f"{s_c} {m_c} {h_c} {dom_c} {mon_c} {dow_c} {y_c}"
-    return Schedule(text, False, seconds != 1, m_whole or h_whole, spec)
+    # Vixie cron's test: the minute or hour field as WRITTEN starts with '*' (0-59 or 0/5
+    # do not); H/n spreads a wildcard, so it counts too
+    wildcard = written[1].startswith(("*", "H/")) or written[2].startswith(("*", "H/"))
+    return Schedule(text, False, seconds != 1, wildcard, spec)
 
 
 _REBOOT: Final = Schedule("@reboot", True, False, False, None)
+_DURATION_PART: Final = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(ms|h|m|s)")
+_UNIT_SECONDS: Final = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+
+
+def _every(text: str) -> Schedule:
+    """``@every DURATION`` (robfig/cron, dkron): Go's duration syntax, whole seconds."""
+    total = 0.0
+    pos = 0
+    for m in _DURATION_PART.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m[1]) * _UNIT_SECONDS[m[2]]
+        pos = m.end()
+    if not text or pos != len(text):
+        raise ScheduleError(
+            f"invalid @every duration {text!r}: write numbers with units h, m, s or ms, "
+            "like 90s or 1h30m"
+        )
+    seconds = round(total)
+    if abs(total - seconds) > 1e-6 or seconds < 1:
+        raise ScheduleError(f"@every {text} must be a whole number of seconds, at least 1s")
+    h, rest = divmod(seconds, 3600)
+    mi, sec = divmod(rest, 60)
+    canon = "".join(f"{v}{u}" for v, u in ((h, "h"), (mi, "m"), (sec, "s")) if v)
+    return Schedule(f"@every {canon}", False, seconds % 60 != 0, True, None, interval=seconds)
+
+
+def _zone_prefix(spec: str) -> tuple[str | None, str]:
+    """Split a ``CRON_TZ=Zone``/``TZ=Zone`` prefix (robfig/cron, cronie) off a schedule."""
+    head, _, rest = spec.strip().partition(" ")
+    for prefix in ("CRON_TZ=", "TZ="):
+        if head.startswith(prefix):
+            zone = head[len(prefix) :]
+            try:
+                ZoneInfo(zone)
+            except (ZoneInfoNotFoundError, ValueError, OSError):
+                raise ScheduleError(f"unknown time zone {zone!r} in {head!r}") from None
+            if not rest.strip():
+                raise ScheduleError(f"{head!r} is followed by no schedule")
+            return zone, rest
+    return None, spec
 
 
 @functools.lru_cache(maxsize=16384)
-def _parse_text(spec: str) -> Schedule:
+def _parse_text(spec: str, h: int | None = None) -> Schedule:
+    zone, spec = _zone_prefix(spec)
+    if zone is not None:
+        inner = _parse_text(spec, h)
+        return dataclasses.replace(inner, text=f"CRON_TZ={zone} {inner.text}", zone=zone)
     fields = spec.split()
     n = len(fields)
     if n == 0:
         raise ScheduleError("empty schedule")
     if fields[0].startswith("@"):
         alias = fields[0].lower()
+        if alias == "@every":
+            if n != 2:
+                raise ScheduleError(f"@every takes one duration, like '@every 1h30m', got {spec!r}")
+            return _every(fields[1])
         if alias not in _ALIASES:
-            valid = ", ".join(sorted(_ALIASES))
+            valid = ", ".join(sorted([*_ALIASES, "@every"]))
             raise ScheduleError(f"unknown alias {fields[0]!r}; valid aliases are {valid}")
         if n > 1:
             raise ScheduleError(f"alias {alias} takes no other fields, got {spec.strip()!r}")
@@ -888,7 +1049,7 @@ def _parse_text(spec: str) -> Schedule:
         fields = ["0", *fields]
     elif n != 7:
         raise ScheduleError(f"expected 5, 6 or 7 fields, got {n}")
-    return _compile(fields)
+    return _compile(fields, h)
 
 
 def _mapping_text(spec: Mapping[str, str | int]) -> str:
@@ -918,13 +1079,16 @@ def _mapping_text(spec: Mapping[str, str | int]) -> str:
     return " ".join(parts)
 
 
-def parse_schedule(spec: str | Mapping[str, str | int]) -> Schedule:
+def parse_schedule(spec: str | Mapping[str, str | int], name: str | None = None) -> Schedule:
     """Parse a cron expression, an ``@alias`` or a yacron-style mapping.
 
-    Raises :class:`ScheduleError` with a human message.  Parses are cached.
+    ``name`` is the job's name, which Jenkins' ``H`` items are hashed from
+    (without it an ``H`` is an error).  Raises :class:`ScheduleError` with a
+    human message.  Parses are cached.
     """
-    if isinstance(spec, str):
-        return _parse_text(spec)
     if isinstance(spec, Mapping):
-        return _parse_text(_mapping_text(spec))
+        spec = _mapping_text(spec)
+    if isinstance(spec, str):
+        h = name_hash(name) if name is not None and "H" in spec else None
+        return _parse_text(spec, h)
     raise ScheduleError(f"a schedule must be a string or a mapping, got {type(spec).__name__}")

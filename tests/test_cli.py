@@ -40,7 +40,7 @@ def test_version() -> None:
 def test_validate_example_repository() -> None:
     result = cli("validate", str(EXAMPLE))
     assert result.returncode == 0, result.stderr
-    assert "valid, 8 jobs" in result.stdout
+    assert "valid, 10 jobs" in result.stdout
 
 
 def test_validate_reports_every_problem_with_location(tmp_path: Path) -> None:
@@ -161,6 +161,22 @@ def test_next_after_with_offset_and_bad_after(tmp_path: Path) -> None:
     bad = cli("next", str(config), "--after", "yesterday")
     assert bad.returncode == 2
     assert "not an ISO 8601 time" in bad.stderr
+
+
+def test_next_after_outside_the_schedule_years_is_an_error(tmp_path: Path) -> None:
+    config = write(
+        tmp_path / "c.yaml", "jobs: [{name: x, command: 'true', schedule: '0 * * * *'}]\n"
+    )
+    for after in ("1969-12-31T23:00:00Z", "1900-06-01T00:00:00", "2100-01-01T00:00:00"):
+        bad = cli("next", str(config), "--after", after)
+        assert bad.returncode == 2, after
+        assert bad.stdout == ""
+        assert "is outside 1970-2099" in bad.stderr
+    # the edges still answer
+    assert cli("next", str(config), "--after", "1970-01-01T00:00:00Z").stdout == (
+        "x\t1970-01-01T01:00:00+00:00\n"
+    )
+    assert cli("next", str(config), "--after", "2099-12-31T23:00:00Z").stdout == ""
 
 
 def test_schema_command_prints_the_committed_schema() -> None:

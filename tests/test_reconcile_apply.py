@@ -193,3 +193,21 @@ async def test_the_loaders_warnings_are_logged_with_their_place(
         "value and fromEnvVar are both set; only value is used "
         "(the first set of value, fromFile, fromEnvVar wins)"
     ]
+
+
+async def test_the_first_revision_loading_a_crontab_names_it_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    applier, _, _ = make()
+    files = {"c.yaml": GOOD.encode(), "team.crontab": b"CRON_TZ=UTC\n0 1 * * * true\n"}
+    first = Snapshot(content_revision(files), "test", files)
+    files2 = {**files, "team.crontab": b"CRON_TZ=UTC\n0 2 * * * true\n"}
+    second = Snapshot(content_revision(files2), "test", files2)
+    with caplog.at_level("WARNING", logger="cronstable.reconcile.apply"):
+        assert (await applier.reconcile(first)).outcome == "applied"
+        assert (await applier.reconcile(second)).outcome == "applied"
+    notices = [r.getMessage() for r in caplog.records if "crontab file" in r.getMessage()]
+    assert notices == [
+        f"Revision {first.revision} loads the crontab file team.crontab as configuration "
+        "(crontab and *.crontab files are loaded like YAML; a leading _ in its name opts it out)"
+    ]

@@ -6,7 +6,7 @@ Transitions used (checked with zoneinfo offsets, not with the engine):
   Australia/Lord_Howe 2026-04-05 02:00 +11 -> 01:30 +10:30; 2026-10-04 02:00 +10:30 -> 02:30 +11
   Pacific/Apia 2011-12-29 24:00 -10 -> 2011-12-31 00:00 +14 (Dec 30 skipped)
 
-Wildcard schedules (minute or hour covering its whole range) follow real time;
+Wildcard schedules (minute or hour text starting with '*', Vixie's test) follow real time;
 fixed schedules fire once per wall-clock slot: a gap slot at the first instant
 after the gap, a repeated slot at its first occurrence.
 Instants are compared as ISO strings with their offsets, which also tells the
@@ -39,6 +39,27 @@ def fires(expr: str, after: str, tz: ZoneInfo, count: int) -> list[str]:
 def nxt(expr: str, after: str, tz: ZoneInfo) -> str | None:
     f = parse_schedule(expr).next_fire(datetime.fromisoformat(after), tz)
     return None if f is None else f.isoformat()
+
+
+# --------------------------------------------------------------------------
+# Vixie's wildcard test is on the text (issue 11's example)
+# --------------------------------------------------------------------------
+
+
+def test_whole_range_without_star_is_fixed_as_in_vixie_and_cronos() -> None:
+    # New York springs forward on 2016-03-13 at 02:00.  Vixie cron and Cronos fire
+    # the 02:00 slot of `0 0,30 0-23/2 * * * *` at 03:00 EDT: the hour field does not
+    # start with '*', so the schedule is fixed and its gap slot runs after the gap.
+    assert fires("0 0,30 0-23/2 * * * *", "2016-03-13T01:00:00-05:00", NY, 3) == [
+        "2016-03-13T03:00:00-04:00",
+        "2016-03-13T04:00:00-04:00",
+        "2016-03-13T04:30:00-04:00",
+    ]
+    # written with '*', the same hours are a wildcard: the gap slots do not fire
+    assert fires("0 0,30 */2 * * * *", "2016-03-13T01:00:00-05:00", NY, 2) == [
+        "2016-03-13T04:00:00-04:00",
+        "2016-03-13T04:30:00-04:00",
+    ]
 
 
 # --------------------------------------------------------------------------

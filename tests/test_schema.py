@@ -89,6 +89,8 @@ def test_example_repository_loads() -> None:
         "data-month-end-close",
         "payments-settlement",
         "payments-ledger-check",
+        "ops-load-sample",
+        "jobs-ops.crontab-07997826",
     }
     settlement = state.jobs["payments-settlement"]
     # environment wins over env_file; the env file is read relative to the job file

@@ -245,6 +245,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("schema", help="print the JSON Schema of configuration files")
 
+    p = sub.add_parser("import", help="convert another cron's file to cronstable YAML")
+    p.add_argument("kind", choices=["crontab"], metavar="KIND", help="crontab")
+    p.add_argument("file", metavar="FILE", help="the crontab to convert")
+    p.add_argument(
+        "--schema",
+        default="cronstable.schema.json",
+        metavar="PATH",
+        help="the $schema of the modeline written first (default cronstable.schema.json)",
+    )
+
     p = sub.add_parser(
         "diff",
         parents=[limit_options],
@@ -313,6 +323,10 @@ def run_cli(argv: list[str]) -> int:
         from cronstable.cli.schema import cmd_schema
 
         return cmd_schema()
+    if command == "import":
+        from cronstable.cli.import_crontab import cmd_import_crontab
+
+        return cmd_import_crontab(args.file, args.schema)
     if command == "diff":
         from cronstable.cli.diff import cmd_diff
 

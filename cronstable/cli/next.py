@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from cronstable.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from cronstable.cli.validate import load_or_report
 from cronstable.config import DesiredState
+from cronstable.schedule import uses_h
 
 
 def parse_after(text: str | None) -> datetime:
@@ -41,9 +42,22 @@ def cmd_next(path: str, count: int, after_text: str | None) -> int:
     except ValueError:
         print(f"cronstable next: --after {after_text!r} is not an ISO 8601 time", file=sys.stderr)
         return EXIT_USAGE
+    if not 1970 <= after.astimezone(UTC).year <= 2099:
+        # schedules cover 1970-2099: an --after outside would be silently moved
+        print(
+            f"cronstable next: --after {after_text!r} is outside 1970-2099, "
+            "the years schedules cover",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     loaded = load_or_report(path, "next")
     if loaded is None:
         return EXIT_INVALID
+    for job in loaded[1].jobs.values():
+        written = job.config.schedule
+        if isinstance(written, str) and uses_h(written):
+            # on stderr: stdout stays one `name<TAB>time` line per fire
+            print(f"# {job.name}: {written} resolves to {job.schedule.text}", file=sys.stderr)
     for name, when in next_fires(loaded[1], after, count):
         print(f"{name}\t{when}")
     return EXIT_OK

@@ -58,10 +58,11 @@ def state_from_published(data: Any, label: str) -> DesiredState:
             canonical = dict(entry["config"])
             environment = canonical.pop("environment", None) or {}
             config = JobConfig.model_validate(canonical)
+            schedule = parse_schedule(canonical["schedule"], name)
             jobs[name] = Job(
                 config=config,
-                schedule=parse_schedule(canonical["schedule"]),
-                timezone=job_zone(config),
+                schedule=schedule,
+                timezone=job_zone(config, schedule.zone),
                 environment={str(k): str(v) for k, v in environment.items()},
                 file="",
                 line=0,

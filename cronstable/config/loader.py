@@ -7,7 +7,8 @@ key path.
 
 How a configuration is read (yacron's rules, with the differences noted):
 
-* the entry is a file, or a directory whose ``*.yaml``/``*.yml`` files are all
+* the entry is a file, or a directory whose ``*.yaml``/``*.yml`` files and
+  crontabs (``crontab``, ``*.crontab``: :mod:`cronstable.config.crontab`) are all
   loaded, recursively, in path order, skipping names starting with ``_`` or ``.``;
 * ``include`` names files or directories relative to the including file; they
   are processed first, their jobs are added with their own defaults, and their
@@ -40,6 +41,7 @@ from pydantic import BaseModel, ValidationError
 from yaml.nodes import Node
 
 from cronstable.config import yamlread
+from cronstable.config.crontab import Crontab, base_defaults, is_crontab_name, parse_crontab
 from cronstable.config.desired import DesiredState, Job
 from cronstable.config.envfile import EnvFileError, parse_env_file
 from cronstable.config.errors_map import clean_loc, describe, known_keys, suggest
@@ -243,6 +245,7 @@ class _Loader:
         self._docs: dict[str, dict[str, Any] | None] = {}
         self._nodes: dict[str, Node | None] = {}
         self._results: dict[str, _FileResult] = {}
+        self._crontabs: dict[str, Crontab] = {}
         self._stack: list[str] = []
         self._reached: dict[str, list[str]] = {}
         self._sections: dict[str, tuple[str, Any]] = {}
@@ -272,6 +275,9 @@ class _Loader:
         self.problems.append(Problem(self.shown(file), line, column, path, message))
 
     def position(self, file: str, path: KeyPath) -> tuple[int, int] | None:
+        crontab = self._crontabs.get(file)
+        if crontab is not None:
+            return crontab.locate(path)
         return yamlread.locate(self._nodes.get(file), path)
 
     def validation_problems(
@@ -328,6 +334,8 @@ class _Loader:
         self.read_order.append(path)
         digest = hashlib.sha256(data).digest()
         self._digests[path] = digest
+        if is_crontab_name(path):
+            return self._crontab(path, data)
         parsed = self.cache.document(digest) if self.cache is not None else None
         if parsed is not None and parsed.size > self._nodes_left:
             raise self._too_many_nodes(path, None, None)
@@ -358,6 +366,53 @@ class _Loader:
                 self.problem(path, (), f"unknown key {key!r}{hint}", at=(key,))
         return doc
 
+    def _crontab(self, path: str, data: bytes) -> dict[str, Any]:
+        """A crontab read as the YAML document it stands for."""
+        crontab = parse_crontab(path, data)
+        self._crontabs[path] = crontab
+        self._nodes[path] = None  # problems are located through the crontab's positions
+        for p in crontab.problems:
+            self.problems.append(Problem(self.shown(path), p.line, p.column, p.key, p.message))
+        doc = crontab.document()
+        self._docs[path] = doc
+        return doc
+
+    def crontab_warnings(self, entries: list[_JobEntry], jobs: dict[str, Job]) -> None:
+        """Once per crontab: lines read in UTC for want of a zone; MAILTO that cannot send."""
+        unzoned: dict[str, int] = {}
+        unsent: dict[str, int] = {}
+        for entry in entries:
+            crontab = self._crontabs.get(entry.file)
+            name = entry.raw.get("name")
+            job = jobs.get(name) if isinstance(name, str) else None
+            if crontab is None or job is None or job.file != entry.file:
+                continue
+            zone_keys = any("timezone" in x.data or "utc" in x.data for x in entry.layers[1:])
+            if not crontab.zoned[entry.index] and not zone_keys:
+                unzoned.setdefault(entry.file, entry.index)
+            mail = job.config.on_failure.report.mail
+            if crontab.mail[entry.index] and (mail.from_ is None or mail.smtp_host is None):
+                unsent.setdefault(entry.file, entry.index)
+        for file, index in unzoned.items():
+            self._warn_at_job(
+                file,
+                index,
+                "no time zone is set, so its lines are read in UTC; add a CRON_TZ=Zone line "
+                "or include defaults that set timezone",
+            )
+        for file, index in unsent.items():
+            self._warn_at_job(
+                file,
+                index,
+                "MAILTO sets mail.to, but no mail.from and mail.smtpHost reach these jobs "
+                "(set them in included defaults): no mail is sent",
+            )
+
+    def _warn_at_job(self, file: str, index: int, message: str) -> None:
+        position = self.position(file, ("jobs", index))
+        line, column = position if position else (None, None)
+        self.warnings.append(Problem(self.shown(file), line, column, (), message))
+
     def load_entry(self, entry: str) -> list[_JobEntry]:
         if entry == "" or self.tree.is_dir(entry):
             self.listed.append(entry)
@@ -370,7 +425,7 @@ class _Loader:
                         None,
                         None,
                         (),
-                        "no configuration files (*.yaml, *.yml) found; "
+                        "no configuration files (*.yaml, *.yml, crontab, *.crontab) found; "
                         "to run no jobs, commit a file with `jobs: []`",
                     )
                 )
@@ -423,7 +478,14 @@ class _Loader:
                     self.problem(path, ("jobs", index), "a job must be a mapping")
                     continue
                 own = _Layer(path, ("jobs", index), raw)
-                result.jobs.append(_JobEntry(path, index, raw, [*result.defaults_layers, own]))
+                base = (
+                    [_Layer(path, ("<crontab>",), base_defaults())]
+                    if path in self._crontabs
+                    else []
+                )
+                result.jobs.append(
+                    _JobEntry(path, index, raw, [*base, *result.defaults_layers, own])
+                )
         elif jobs is not None:
             self.problem(path, ("jobs",), "expected a list of jobs")
         return result.jobs
@@ -670,8 +732,17 @@ class _Loader:
         if resolved is None:
             return None
         environment, env_files = resolved
-        schedule = parse_schedule(schedule_source(config.schedule))
-        zone = job_zone(config)
+        schedule = parse_schedule(schedule_source(config.schedule), config.name)
+        # a CRON_TZ= prefix overrides the zone defaults give, not the job's own
+        if schedule.zone is not None and "timezone" in entry.raw:
+            self.problem(
+                entry.file,
+                ("jobs", entry.index, "schedule"),
+                f"the schedule's CRON_TZ={schedule.zone} prefix and the job's own "
+                "timezone both set the zone; keep one",
+            )
+            return None
+        zone = job_zone(config, schedule.zone)
         position = self.position(entry.file, ("jobs", entry.index))
         job = Job(
             config=config,
@@ -751,6 +822,7 @@ def load(
         with _gc_paused():
             entries = loader.load_entry(entry)
             jobs = loader.build_jobs(entries)
+            loader.crontab_warnings(entries, jobs)
         finished = True
     except _Abort:
         pass
@@ -771,8 +843,11 @@ def load(
     )
 
 
-def job_zone(config: JobConfig) -> tzinfo:
-    """The zone a job's schedule is read in: its timezone, UTC with utc, else local."""
+def job_zone(config: JobConfig, prefix: str | None = None) -> tzinfo:
+    """The zone a job's schedule is read in: the schedule's ``CRON_TZ=`` prefix, else
+    its timezone, UTC with utc, else local."""
+    if prefix is not None:
+        return ZoneInfo(prefix)
     if config.timezone is not None:
         return ZoneInfo(config.timezone)
     if config.utc:

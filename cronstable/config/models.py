@@ -26,6 +26,7 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -679,10 +680,22 @@ class JobConfig(JobSettings):
         examples=["pg_dump app > /backups/app.sql", ["rsync", "-a", "/src", "/dst"]]
     )
     """A string runs through `shell -c`; a list is executed directly."""
+    stdin: OptText = Field(None, examples=["line one\nline two\n"])
+    """Text fed to the command's standard input (a crontab's `%`); unset: /dev/null."""
     schedule: ScheduleSpec = Field(
-        examples=["*/5 * * * *", "0 3 * * mon-fri", "*/10 * * * * * *", "@daily", {"minute": "*/2"}]
+        examples=[
+            "*/5 * * * *",
+            "0 3 * * mon-fri",
+            "*/10 * * * * * *",
+            "@daily",
+            "@every 90s",
+            "H H(0-5) * * *",
+            {"minute": "*/2"},
+        ]
     )
-    """Cron expression (5 fields; 6 add a year; 7 are second..year), an @alias, or a mapping."""
+    """Cron expression (5 fields; 6 add a year; 7 are second..year), an @alias,
+    `@every 1h30m`, or a mapping; `H` items are hashed from the job's name, and a
+    `CRON_TZ=Zone ` prefix sets the zone."""
 
     @field_validator("name")
     @classmethod
@@ -697,9 +710,12 @@ class JobConfig(JobSettings):
 
     @field_validator("schedule")
     @classmethod
-    def _schedule_parses(cls, spec: str | ScheduleFields) -> str | ScheduleFields:
+    def _schedule_parses(
+        cls, spec: str | ScheduleFields, info: ValidationInfo
+    ) -> str | ScheduleFields:
+        name = info.data.get("name")  # validated before schedule: H items hash it
         try:
-            parse_schedule(schedule_source(spec))
+            parse_schedule(schedule_source(spec), name if isinstance(name, str) else None)
         except ScheduleError as exc:
             shown = f"{spec!r}: " if isinstance(spec, str) else ""
             raise PydanticCustomError(

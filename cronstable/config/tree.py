@@ -40,11 +40,13 @@ def normalize(base_dir: str, name: str) -> str:
 
 
 def is_loadable_name(path: str) -> bool:
-    """True for ``*.yaml``/``*.yml`` whose own name and every parent avoid ``_`` and ``.``."""
+    """True for ``*.yaml``/``*.yml`` and crontabs (``crontab``, ``*.crontab``) whose own
+    name and every parent avoid ``_`` and ``.``."""
     parts = path.split("/")
     if any(p.startswith(("_", ".")) for p in parts):
         return False
-    return parts[-1].endswith(YAML_SUFFIXES)
+    name = parts[-1]
+    return name.endswith(YAML_SUFFIXES) or name == "crontab" or name.endswith(".crontab")
 
 
 class ConfigTree(Protocol):
@@ -61,8 +63,9 @@ class ConfigTree(Protocol):
     def config_files_below(self, path: str) -> list[str]:
         """The configuration files directory ``path`` loads, recursively, in path order.
 
-        That is every ``*.yaml``/``*.yml`` below it whose name, and the name of
-        every directory between, starts with neither ``_`` nor ``.``.
+        That is every ``*.yaml``/``*.yml``, ``crontab`` and ``*.crontab`` below it
+        whose name, and the name of every directory between, starts with neither
+        ``_`` nor ``.``.
         """
         ...
 

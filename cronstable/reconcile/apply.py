@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from cronstable import logconfig
 from cronstable.config import ConfigError, DesiredState, Limits, LoadCache, Problem, load
+from cronstable.config.crontab import is_crontab_name
 from cronstable.logs import LogOverrides
 from cronstable.metrics import DaemonMetrics
 from cronstable.reconcile.plan import Plan, plan
@@ -153,6 +154,19 @@ class Applier:
         self.applied_state: DesiredState | None = None
         self.cache = LoadCache()
         self._lock = asyncio.Lock()
+        self._crontabs_seen: set[str] = set()
+
+    def _announce_crontabs(self, revision: str, desired: DesiredState) -> None:
+        """Upgrade notice: crontab files did not load before; say so the first time each does."""
+        for path in desired.files:
+            if is_crontab_name(path) and path not in self._crontabs_seen:
+                self._crontabs_seen.add(path)
+                logger.warning(
+                    "Revision %s loads the crontab file %s as configuration (crontab and "
+                    "*.crontab files are loaded like YAML; a leading _ in its name opts it out)",
+                    revision,
+                    path,
+                )
 
     def _load(self, snapshot: Snapshot) -> DesiredState:
         return load(snapshot.tree(), snapshot.entry, cache=self.cache, limits=self.limits)
@@ -195,6 +209,7 @@ class Applier:
             return self._rejected(snapshot, started, [_internal(exc)], None)
         for warning in desired.warnings:
             logger.warning("Revision %s: %s", snapshot.revision, warning)
+        self._announce_crontabs(snapshot.revision, desired)
         applied_revision = self.status.applied.revision if self.status.applied else None
         the_plan = plan(
             desired,

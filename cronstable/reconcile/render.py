@@ -8,6 +8,7 @@ from typing import Any
 
 from cronstable.config.desired import Job
 from cronstable.reconcile.plan import FieldChange, JobChange, Plan
+from cronstable.schedule import uses_h
 
 FIRES_SHOWN = 3
 
@@ -28,11 +29,21 @@ def _short(value: Any, limit: int = 80) -> str:
 
 
 def _schedule_line(change: JobChange) -> str:
-    """The schedule as written (a mapping schedule shows in its canonical text)."""
+    """The schedule as written (a mapping schedule shows in its canonical text); one
+    with Jenkins' H items shows what they resolve to for this job's name."""
     job = change.new or change.old
     assert job is not None
+    return schedule_shown(job)
+
+
+def schedule_shown(job: Job) -> str:
+    """``H H * * *`` → ``H H * * * (resolved: 0 17 4 * * * *)``; other schedules as written."""
     written = job.config.schedule
-    return written if isinstance(written, str) else job.schedule.text
+    if not isinstance(written, str):
+        return job.schedule.text
+    if uses_h(written):
+        return f"{written} (resolved: {job.schedule.text})"
+    return written
 
 
 # ------------------------------------------------------------------------ JSON

@@ -117,9 +117,13 @@ async def spawn(
     env: Mapping[str, str],
     capture: Sequence[int],
     reader_limit: int,
+    stdin: bytes | None = None,
     **popen_kwargs: Any,
 ) -> tuple[Child, dict[int, asyncio.StreamReader]]:
-    """Start ``argv`` in a session of its own, stdin from /dev/null; readers of ``capture``.
+    """Start ``argv`` in a session of its own; readers of ``capture``.
+
+    ``stdin`` is written to the child's standard input, which is then closed (EOF);
+    without it the child reads /dev/null.
 
     ``capture`` names the descriptors (1, 2) to pipe; the others are inherited.
     Raises what :class:`subprocess.Popen` raises when the command cannot start.
@@ -129,7 +133,7 @@ async def spawn(
     # is reported by Popen on the spot (its error pipe)
     popen = subprocess.Popen(  # noqa: ASYNC220
         list(argv),
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
         stdout=subprocess.PIPE if 1 in capture else None,
         stderr=subprocess.PIPE if 2 in capture else None,
         env=dict(env),
@@ -138,6 +142,12 @@ async def spawn(
         **popen_kwargs,
     )
     child = Child(popen, loop)
+    if stdin is not None and popen.stdin is not None:
+        # buffered by the transport and flushed before the pipe closes; a child that
+        # exits without reading it breaks the pipe, which asyncio only logs in debug mode
+        writer, _ = await loop.connect_write_pipe(asyncio.Protocol, popen.stdin)
+        writer.write(stdin)
+        writer.close()
     readers: dict[int, asyncio.StreamReader] = {}
     for fd, pipe in ((1, popen.stdout), (2, popen.stderr)):
         if pipe is None:

@@ -254,6 +254,7 @@ class JobProcess:
                     fd for fd, on in ((1, config.capture_stdout), (2, config.capture_stderr)) if on
                 ],
                 reader_limit=CHUNK_SIZE,
+                stdin=None if config.stdin is None else config.stdin.encode(),
                 **kwargs,
             )
         except (OSError, ValueError, UnicodeEncodeError, subprocess.SubprocessError) as exc:
