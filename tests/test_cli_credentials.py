@@ -187,3 +187,23 @@ def test_usage_errors_do_not_print_the_password(why: str, tmp_path: Path) -> Non
     assert result.returncode == 2, shown
     assert "error:" in result.stderr, shown
     assert SECRET not in result.stdout + result.stderr, shown
+
+
+@pytest.mark.parametrize("odd", ["/", "?", "#"])
+@pytest.mark.parametrize("scheme", ["git+https", "git", "etcd", "https"])
+def test_a_password_with_an_unencoded_slash_question_mark_or_hash_is_refused(
+    odd: str, scheme: str, tmp_path: Path
+) -> None:
+    # parsed as a URL, the host would end at that character: before, pieces of the
+    # password reached messages ('unknown git source option(s) SECRET@…',
+    # 'https://deploy:pa hung up') where redact could not tell them apart
+    spec = f"{scheme}://deploy:pa{odd}{SECRET}@127.0.0.1:{free_port()}/cron/"
+    for args in (["validate", spec], ["run", "--cache-dir", str(tmp_path), spec]):
+        result = cli(*args, cache=tmp_path)
+        shown = f"cronstable {' '.join(args)}\n{result.stdout}{result.stderr}"
+        assert result.returncode != 0, shown
+        assert SECRET not in result.stdout + result.stderr, shown
+        assert "pa" + odd not in result.stdout + result.stderr, shown
+        assert f"{scheme}://deploy:***@127.0.0.1:" in result.stderr, shown
+        if scheme != "https":
+            assert "percent-encode them (%2F, %3F, %23)" in result.stderr, shown
