@@ -108,6 +108,7 @@ class BuiltLogging:
                 self.configurator.configure_logger(name, loggers[name])
             handle_existing = logging.config._handle_existing_loggers  # type: ignore[attr-defined]
             handle_existing(existing, children, self.disable_existing)
+            _keep_own_loggers()
             root = config.get("root")
             if root:
                 self.configurator.configure_root(root)
@@ -125,6 +126,26 @@ class BuiltLogging:
         root = config.get("root")
         if root:
             self.configurator.configure_root(root, True)
+
+
+OWN_LOGGERS = "cronstable"
+"""The daemon's own logger tree: a section never disables it (see :func:`_keep_own_loggers`)."""
+
+
+def _keep_own_loggers() -> None:
+    """Enable the daemon's own loggers again after ``disable_existing_loggers``.
+
+    That flag (true unless the section says otherwise, as in ``dictConfig`` and
+    yacron) disables every logger created before the section, and the daemon's are
+    all created at import: it would go silent, down to revisions rejected and jobs
+    failed.  Only ``disabled`` is undone; levels, handlers and ``propagate`` set under
+    ``loggers:`` still apply, so a section quiets them with a level instead.
+    """
+    for name, logger in logging.root.manager.loggerDict.items():
+        if isinstance(logger, logging.Logger) and (
+            name == OWN_LOGGERS or name.startswith(OWN_LOGGERS + ".")
+        ):
+            logger.disabled = False
 
 
 def build(config: dict[str, Any]) -> BuiltLogging:

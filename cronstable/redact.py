@@ -15,9 +15,14 @@ What it masks, in every ``scheme://…`` it finds:
 * the value of a query parameter whose name says it holds a secret
   (``token``, ``access_token``, ``password``, ``secret``, ``api_key``, …).
 
-Limits: a password containing ``/``, ``?``, ``#``, a quote or whitespace must be
-percent-encoded in the URL (it could not be parsed otherwise); an unencoded one
-is masked only up to that character.
+A password holding an unencoded ``/``, ``?`` or ``#`` cannot be parsed as one
+(the URL's host would end there), but it is still masked: ``USER:`` followed by
+such a character and then an ``@`` is taken as a userinfo running to the last
+``@`` of the word (``git+https://u:pa/ss@host/x`` → ``git+https://u:***@host/x``;
+a URL with a port and an ``@`` in its path is masked too, wrongly but safely).
+:func:`loose_password` finds such specs so that sources can refuse them.
+Limits: a quote or whitespace in a password ends the word; it is masked only
+up to there.
 """
 
 from __future__ import annotations
@@ -29,6 +34,12 @@ MASK = "***"
 # scheme://userinfo@ : the userinfo runs up to the last "@" before the host part ends
 _USERINFO = re.compile(
     r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*)://(?P<userinfo>(?:[^/?#@\s'\"<>]*@)+)"
+)
+# USER:PASS@ where PASS holds "/", "?" or "#" before any "@": the userinfo runs to the
+# last "@" of the word (the standard pattern above stops at the "/")
+_LOOSE = re.compile(
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*)://(?P<user>[^/?#@:\s'\"<>]*):"
+    r"[^@\s'\"<>]*[/?#][^\s'\"<>]*@"
 )
 _PARAM = re.compile(r"(?P<lead>[?&;](?P<name>[A-Za-z0-9_.-]+)=)(?P<value>[^&#;\s'\"<>]*)")
 _SECRET_NAME = re.compile(
@@ -56,9 +67,16 @@ def _mask_param(match: re.Match[str]) -> str:
     return match[0]
 
 
+def loose_password(spec: str) -> bool:
+    """Whether ``spec`` holds a ``USER:PASSWORD@`` whose password has an unencoded
+    ``/``, ``?`` or ``#``: no URL parser reads it as a password (see the module doc)."""
+    return "://" in spec and _LOOSE.search(spec) is not None
+
+
 def redact(text: str) -> str:
     """``text`` with the credentials of every URL-like spec in it masked as ``***``."""
     if "://" in text:
+        text = _LOOSE.sub(lambda m: f"{m['scheme']}://{m['user']}:{MASK}@", text)
         text = _USERINFO.sub(_mask_userinfo, text)
     if "=" in text:
         text = _PARAM.sub(_mask_param, text)

@@ -164,3 +164,46 @@ def test_the_daemon_does_not_log_the_password(remote: tuple[str, Path], tmp_path
     output = "".join(lines)
     assert "Stopped" in output
     assert SECRET not in output
+
+
+USAGE_ERRORS = {
+    "a spec where the command goes": ["{spec}"],
+    "a second spec to run": ["run", "{spec}", "{spec}"],
+    "a spec after diff's two sides": ["diff", "a", "b", "{spec}"],
+    "a spec given to schema": ["schema", "{spec}"],
+    "a spec as the value of a choice": ["--log-format", "{spec}", "run"],
+    "a spec as a limit": ["validate", "--max-yaml-nodes", "{spec}"],
+    "a spec as a count": ["next", "-n", "{spec}"],
+}
+
+
+@pytest.mark.parametrize("why", list(USAGE_ERRORS))
+def test_usage_errors_do_not_print_the_password(why: str, tmp_path: Path) -> None:
+    # argparse quotes what it could not place; those messages go through redact too
+    spec = f"git+https://deploy:{SECRET}@127.0.0.1:1/cron.git"
+    args = [arg.format(spec=spec) for arg in USAGE_ERRORS[why]]
+    result = cli(*args, cache=tmp_path)
+    shown = f"{why}: cronstable {' '.join(args)}\n{result.stdout}{result.stderr}"
+    assert result.returncode == 2, shown
+    assert "error:" in result.stderr, shown
+    assert SECRET not in result.stdout + result.stderr, shown
+
+
+@pytest.mark.parametrize("odd", ["/", "?", "#"])
+@pytest.mark.parametrize("scheme", ["git+https", "git", "etcd", "https"])
+def test_a_password_with_an_unencoded_slash_question_mark_or_hash_is_refused(
+    odd: str, scheme: str, tmp_path: Path
+) -> None:
+    # parsed as a URL, the host would end at that character: before, pieces of the
+    # password reached messages ('unknown git source option(s) SECRET@…',
+    # 'https://deploy:pa hung up') where redact could not tell them apart
+    spec = f"{scheme}://deploy:pa{odd}{SECRET}@127.0.0.1:{free_port()}/cron/"
+    for args in (["validate", spec], ["run", "--cache-dir", str(tmp_path), spec]):
+        result = cli(*args, cache=tmp_path)
+        shown = f"cronstable {' '.join(args)}\n{result.stdout}{result.stderr}"
+        assert result.returncode != 0, shown
+        assert SECRET not in result.stdout + result.stderr, shown
+        assert "pa" + odd not in result.stdout + result.stderr, shown
+        assert f"{scheme}://deploy:***@127.0.0.1:" in result.stderr, shown
+        if scheme != "https":
+            assert "percent-encode them (%2F, %3F, %23)" in result.stderr, shown

@@ -55,6 +55,18 @@ def test_cannot_start_names_the_source_once(tmp_path: Path) -> None:
     assert f"none was applied with the cache directory {tmp_path}" in line
 
 
+@pytest.mark.parametrize("command", ["validate", "next", "job-set-id", "diff"])
+def test_an_unreachable_etcd_says_why_and_nothing_about_a_cache(command: str) -> None:
+    # one-shot commands have no cache: "no snapshot is cached" only puzzled
+    spec = f"etcd://127.0.0.1:{free_port()}/cron/"
+    args = [command, spec] + ([str(REPO / "examples" / "gitops-repo")] if command == "diff" else [])
+    result = cli(*args)
+    assert result.returncode == 2 if command == "diff" else result.returncode != 0
+    assert result.stderr.startswith(f"cronstable {command}: {spec}: "), result.stderr
+    assert "cannot connect to 127.0.0.1" in result.stderr
+    assert "cache" not in result.stderr, result.stderr
+
+
 def test_diff_of_an_unreachable_remote_says_why_and_nothing_about_a_cache(tmp_path: Path) -> None:
     spec = f"git://127.0.0.1:{free_port()}/cron.git"
     result = cli("diff", spec, str(REPO / "examples" / "gitops-repo"))

@@ -370,7 +370,8 @@ def test_malformed_yaml_location_is_exact() -> None:
     exc = error("a: 1\nb: [x, y\nc: 3\n")
     assert (
         exc.message
-        == "invalid YAML: while parsing a flow sequence, did not find expected ',' or ']'"
+        == "invalid YAML: while parsing a flow sequence, did not find expected ',' or ']' "
+        "(the '[' opened at 2:4)"
     )
     assert (exc.line, exc.column) == (3, 2)
 
@@ -432,6 +433,23 @@ def test_an_unclosed_quote_or_bracket_is_reported_where_it_opens(
     exc = error(text)
     assert exc.message == f"invalid YAML: the {what} opened here is never closed"
     assert (exc.line, exc.column) == opened
+
+
+@pytest.mark.parametrize(
+    ("text", "found", "opened"),
+    [
+        ("jobs:\n  - {name: a, command: x\n  - name: b\n", (3, 9), "the '{' opened at 2:5"),
+        ("a: [1, 2\nb: 3\n", (2, 2), "the '[' opened at 1:4"),
+    ],
+)
+def test_a_bracket_closed_too_late_names_where_it_opens(
+    text: str, found: tuple[int, int], opened: str
+) -> None:
+    # the parser stops mid-file, where it noticed; the mistake is usually where the
+    # bracket opens, so the message says where that is
+    exc = error(text)
+    assert (exc.line, exc.column) == found
+    assert exc.message.endswith(f" ({opened})"), exc.message
 
 
 def test_yaml_error_is_an_exception_with_message() -> None:

@@ -246,6 +246,36 @@ async def test_without_overrides_the_section_sets_level_and_format(
     assert log.read_text().splitlines()[-1] == "WARNING cronstable.test: plain text"
 
 
+@pytest.mark.asyncio
+async def test_the_daemons_own_loggers_survive_disable_existing_loggers(
+    tmp_path: Path, saved_logging: None
+) -> None:
+    # dictConfig's default (disable_existing_loggers: true, as in yacron) would disable
+    # every logger made before the section, cronstable's own among them: the daemon
+    # went silent, not even logging that the revision was applied or a job failed.
+    log = tmp_path / "cron.log"
+    text = file_logging(log).replace("  disable_existing_loggers: false\n", "")
+    text = text.replace(
+        "root: {level: INFO", "loggers: {cronstable.quiet: {level: ERROR}}\n  root: {level: INFO"
+    )
+    own = logging.getLogger("cronstable.reconcile.apply")
+    quiet = logging.getLogger("cronstable.quiet")
+    other = logging.getLogger("somelibrary.module")
+    applier, _ = make()
+    assert (await applier.reconcile(snap(text))).outcome == "applied"
+    assert not own.disabled
+    assert other.disabled  # other libraries' loggers: as the section says
+    own.info("still here")
+    quiet.warning("under the level the section gives it")
+    quiet.error("at it")
+    logging.getLogger().handlers[0].flush()
+    lines = log.read_text().splitlines()
+    assert "INFO cronstable.reconcile.apply: still here" in lines
+    assert "ERROR cronstable.quiet: at it" in lines
+    assert not any("under the level" in line for line in lines)
+    assert any("INFO cronstable.reconcile.apply: Revision " in line for line in lines)
+
+
 def test_build_resolves_a_handler_targeting_another(tmp_path: Path) -> None:
     built = logconfig.build(
         {

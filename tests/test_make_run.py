@@ -34,8 +34,18 @@ def test_make_run_runs_the_daemon_until_ctrl_c(tmp_path: Path) -> None:
     shim = bin_dir / "cronstable"
     shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m cronstable "$@"\n')
     shim.chmod(0o755)
+    # the example as it is, but its HTTP API on a free port: 8080 may be taken on this
+    # machine (another daemon, a `make run` in another terminal), which would only make
+    # the daemon refuse the revision and exit 1, as it does for any port in use
+    example = tmp_path / "gitops-repo"
+    shutil.copytree(REPO / "examples" / "gitops-repo", example)
+    root_file = example / "cronstable.yaml"
+    text = root_file.read_text()
+    assert "- http://127.0.0.1:8080\n" in text
+    root_file.write_text(text.replace("- http://127.0.0.1:8080\n", "- http://127.0.0.1:0\n"))
     make = subprocess.Popen(
-        ["make", "--no-print-directory", "-o", ".venv/.installed-stamp", "run", f"BIN={bin_dir}"],
+        ["make", "--no-print-directory", "-o", ".venv/.installed-stamp", "run"]
+        + [f"BIN={bin_dir}", f"EXAMPLE={example}"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -73,6 +83,7 @@ def test_make_run_runs_the_daemon_until_ctrl_c(tmp_path: Path) -> None:
     assert make.stdout is not None
     make.stdout.close()
     output = "".join(lines)
-    assert "cronstable run examples/gitops-repo" in output
+    assert f"cronstable run {example}" in output
+    assert "INFO cronstable.web.section: HTTP API listening on http://127.0.0.1:" in output
     assert "INFO cronstable.runtime.daemon: Stopped" in output
     assert status == 0, output  # make exits 0 only when the daemon did

@@ -21,6 +21,14 @@ from cronstable.redact import redact
         # a password with an unencoded "@": everything up to the last "@" of the host part
         ("git+https://u:p@ss@host/x.git", "git+https://u:***@host/x.git"),
         ("git+https://u:p%40ss@host/x.git", "git+https://u:***@host/x.git"),
+        # a password with an unencoded "/", "?" or "#" (no URL parser reads it as one):
+        # still masked, up to the last "@" of the word
+        ("git+https://u:pa/ss@host/x.git", "git+https://u:***@host/x.git"),
+        ("git+https://u:pa?ss@host/x.git", "git+https://u:***@host/x.git"),
+        ("git+https://u:pa#ss@host/x.git", "git+https://u:***@host/x.git"),
+        ("'etcd://u:a/b#c?d@h:1/p/' failed", "'etcd://u:***@h:1/p/' failed"),
+        # an "@" in a ref after a normal password does not swallow the host
+        ("git+https://u:p@h/x.git?ref=a@b", "git+https://u:***@h/x.git?ref=a@b"),
         # https://TOKEN@host: the user name is the secret
         ("https://ghp_abcdef@github.com/o/r.git", "https://***@github.com/o/r.git"),
         ("git+http://tok@h/r", "git+http://***@h/r"),
@@ -82,3 +90,22 @@ def test_a_password_in_a_url_inside_any_text_is_masked(
 def test_redact_is_idempotent(text: str) -> None:
     once = redact(text)
     assert redact(once) == once
+
+
+@given(
+    scheme=st.sampled_from(SCHEMES),
+    user=st.text(string.ascii_letters + string.digits + "-._", min_size=1, max_size=12),
+    head=st.text(SAFE.replace("'", "") + ":/?#", max_size=12),  # an "@" first: see below
+    odd=st.sampled_from("/?#"),
+    tail=st.text(SAFE.replace("'", "") + "@:/?#", max_size=12),
+    host=st.from_regex(r"[a-z0-9.-]{1,20}(:[0-9]{1,5})?", fullmatch=True),
+    path=st.from_regex(r"(/[A-Za-z0-9._-]{0,10}){1,3}", fullmatch=True),
+)
+def test_a_password_with_an_unencoded_slash_question_mark_or_hash_is_masked(
+    scheme: str, user: str, head: str, odd: str, tail: str, host: str, path: str
+) -> None:
+    # (USER:PA@SS/WORD@HOST reads as a password PA then a host SS: an "@" before the
+    # first "/", "?" or "#" is the end of the userinfo, as for "ref=a@b" after a host)
+    password = head + odd + tail
+    text = f"{scheme}://{user}:{password}@{host}{path}"
+    assert redact(text) == f"{scheme}://{user}:***@{host}{path}"

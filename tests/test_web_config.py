@@ -63,8 +63,8 @@ web:
             "c.yaml:3:3: web.socketMode: 'rw' is not an octal file mode like '0660'",
         ),
         (
-            "  listen: []\n  authToken: {value: a, fromEnvVar: B}\n",
-            "c.yaml:3:3: web.authToken: give exactly one of value, fromFile or fromEnvVar",
+            "  listen: []\n  authToken: {}\n",
+            "c.yaml:3:3: web.authToken: give one of value, fromFile or fromEnvVar",
         ),
         (
             "  listen: []\n  authToken: {fromFile: token.txt}\n",
@@ -85,3 +85,24 @@ web:
 )
 def test_web_section_problems(body: str, expected: str) -> None:
     assert problems("web:\n" + body) == [expected]
+
+
+def test_a_token_with_several_sources_warns_and_the_first_set_wins() -> None:
+    # the seeds' and yacron's precedence, as for every other secret (issue 7, item 12)
+    text = """\
+web:
+  listen: []
+  authToken: {fromFile: /run/t, fromEnvVar: T}
+  authTokens:
+    - {name: ci, scopes: [read], value: v, fromFile: /run/ci, fromEnvVar: CI}
+    - {name: ok, scopes: [read], fromEnvVar: OK}
+"""
+    state = load(MemoryTree({"c.yaml": text.encode()}), "c.yaml")
+    assert [str(w) for w in state.warnings] == [
+        "c.yaml:3:3: web.authToken: fromFile and fromEnvVar are both set; only fromFile "
+        "is used (the first set of value, fromFile, fromEnvVar wins)",
+        "c.yaml:5:7: web.authTokens[0]: value, fromFile and fromEnvVar are all set; only "
+        "value is used (the first set of value, fromFile, fromEnvVar wins)",
+    ]
+    assert state.web is not None and state.web.auth_token is not None
+    assert state.web.auth_token.chosen() == ("fromFile", "/run/t")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from cronstable import __version__
 from cronstable.platform import DEFAULT_CONFIG_PATH
@@ -31,6 +31,16 @@ _FORMS = (
 
 if TYPE_CHECKING:
     from cronstable.config.limits import Limits
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors go through :func:`redact`: argparse quotes
+    the argument it could not place, and that argument may be a spec with a password."""
+
+    def error(self, message: str) -> NoReturn:
+        from cronstable.redact import redact
+
+        super().error(redact(message))
 
 
 def _size(text: str) -> int:
@@ -51,9 +61,9 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _limit_options() -> argparse.ArgumentParser:
+def _limit_options() -> _Parser:
     """--max-file-bytes, --max-revision-bytes, --max-yaml-nodes (run, validate, diff)."""
-    options = argparse.ArgumentParser(add_help=False)
+    options = _Parser(add_help=False)
     group = options.add_argument_group("input limits (a revision past one is refused)")
     group.add_argument(
         "--max-file-bytes",
@@ -111,9 +121,9 @@ def _timeout(text: str) -> float:
     return value
 
 
-def _client_options() -> argparse.ArgumentParser:
+def _client_options() -> _Parser:
     """--url, --token-file, --json, --timeout, --cacert (the commands that ask a daemon)."""
-    options = argparse.ArgumentParser(add_help=False)
+    options = _Parser(add_help=False)
     group = options.add_argument_group("daemon")
     group.add_argument(
         "--url",
@@ -147,7 +157,7 @@ def _client_options() -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="cronstable",
         description="A GitOps cron daemon: schedules from a watched repository.",
     )
@@ -184,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     # the daemon's options are also accepted after "run" (cronstable run -c PATH -l DEBUG)
-    daemon_options = argparse.ArgumentParser(add_help=False)
+    daemon_options = _Parser(add_help=False)
     daemon_options.add_argument(
         "-c", "--config", metavar="PATH", default=argparse.SUPPRESS, help="configuration path"
     )

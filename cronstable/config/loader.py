@@ -51,6 +51,7 @@ from cronstable.config.models import (
     JobConfig,
     JobDefaults,
     LoggingConfig,
+    SecretSource,
     WebConfig,
     report_moments,
     schedule_source,
@@ -547,6 +548,7 @@ class _Loader:
             self._section_positions(path, (key,), doc[key])
             if isinstance(section, WebConfig):
                 self.web = section
+                self._token_warnings(path, section)
             elif isinstance(section, LoggingConfig):
                 self.logging = section
 
@@ -636,16 +638,35 @@ class _Loader:
             given = secret.set_keys()
             if len(given) < 2:
                 continue
-            both = (
-                " and ".join(given) + " are both"
-                if len(given) == 2
-                else "value, fromFile and fromEnvVar are all"
-            )
-            message = (
-                f"{both} set; only {given[0]} is used "
-                "(the first set of value, fromFile, fromEnvVar wins)"
-            )
-            self._warn(entry, key, message)
+            source = _attribute(entry.layers, key)
+            layer, path = source if source is not None else (entry.layers[-1], key)
+            self._several_sources(layer.file, (*layer.prefix, *path), given)
+
+    def _token_warnings(self, file: str, web: WebConfig) -> None:
+        """The web section's tokens are secrets too: the same warning as for a job's."""
+        tokens: list[tuple[KeyPath, SecretSource]] = [
+            (("web", "authTokens", index), token) for index, token in enumerate(web.auth_tokens)
+        ]
+        if web.auth_token is not None:
+            tokens.insert(0, (("web", "authToken"), web.auth_token))
+        for where, token in tokens:
+            given = token.set_keys()
+            if len(given) > 1:
+                self._several_sources(file, where, given)
+
+    def _several_sources(self, file: str, where: KeyPath, given: list[str]) -> None:
+        position = self.position(file, where)
+        line, column = position if position else (None, None)
+        both = (
+            " and ".join(given) + " are both"
+            if len(given) == 2
+            else "value, fromFile and fromEnvVar are all"
+        )
+        message = (
+            f"{both} set; only {given[0]} is used "
+            "(the first set of value, fromFile, fromEnvVar wins)"
+        )
+        self.warnings.append(Problem(self.shown(file), line, column, where, message))
 
     @staticmethod
     def _batches(entries: list[_JobEntry]) -> Iterator[list[_JobEntry]]:

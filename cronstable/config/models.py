@@ -774,8 +774,9 @@ def _socket_mode(value: str | None) -> str | None:
     return text
 
 
-class TokenSource(Model):
-    """An API token: exactly one of value, fromFile or fromEnvVar.
+class TokenSource(SecretSource):
+    """An API token: value, else fromFile, else fromEnvVar (the first one set wins; the
+    loader warns when more than one is set, as for every secret).
 
     A token that resolves empty (an empty file, an unset variable) rejects the
     revision: the API never falls back to answering without one."""
@@ -794,12 +795,9 @@ class TokenSource(Model):
         return None if value is None else _absolute_path(value)
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> TokenSource:
-        given = [self.value, self.from_file, self.from_env_var]
-        if sum(v is not None for v in given) != 1:
-            raise PydanticCustomError(
-                "token_source", "give exactly one of value, fromFile or fromEnvVar"
-            )
+    def _at_least_one(self) -> TokenSource:
+        if not self.set_keys():
+            raise PydanticCustomError("token_source", "give one of value, fromFile or fromEnvVar")
         return self
 
 

@@ -393,6 +393,11 @@ def parse(data: bytes | str, budget: int | None = None) -> Document:
         problem = getattr(exc, "problem", None) or str(exc)
         context = getattr(exc, "context", None)
         message = f"{context}, {problem}" if context else str(problem)
+        opened = getattr(exc, "context_mark", None)
+        if str(context) in _OPENERS and opened is not None:
+            # reported where the parser stopped; the mistake is often where it opened
+            what = _OPENERS[str(context)]
+            message += f" ({what} opened at {opened.line + 1}:{opened.column + 1})"
         raise YamlError(f"invalid YAML: {message}", *where) from exc
     except RecursionError as exc:
         raise YamlError("the document nests too deeply", None, None) from exc

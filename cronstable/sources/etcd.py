@@ -260,9 +260,13 @@ class EtcdSource(Source):
         except EtcdError as exc:
             if cached is None:
                 await self._client.close()
+                # the cause says why etcd cannot be read: what a caller without a cache
+                # (validate, diff, next) reports; the daemon also learns there is no cache
+                unreadable = SourceError(f"{self.description}: {exc}")
+                unreadable.__cause__ = exc
                 raise SourceError(
                     f"{self.description}: etcd cannot be read and no snapshot is cached: {exc}"
-                ) from exc
+                ) from unreadable
             snapshot = cached[0]
             logger.warning(
                 "%s: etcd cannot be read (%s); starting from the cached last good revision %s",

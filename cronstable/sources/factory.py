@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
-from cronstable.redact import redact
+from cronstable.redact import loose_password, redact
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
 
@@ -165,6 +165,13 @@ def open_source(
     A bad spec raises :class:`SourceError` whose message does not repeat the spec
     (the caller names it, through :func:`~cronstable.redact.redact`).
     """
+    if loose_password(spec):
+        # parsed, the host would end at that character and pieces of the password
+        # would reach messages in places redact cannot tell apart
+        raise SourceError(
+            "the password in USER:PASSWORD@ holds an unencoded '/', '?' or '#': "
+            "percent-encode them (%2F, %3F, %23)"
+        )
     cache = cache_dir or default_cache_dir()
     scheme = urlsplit(spec).scheme
     if scheme in GIT_SCHEMES:
