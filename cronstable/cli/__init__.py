@@ -89,6 +89,24 @@ def limits_from(args: argparse.Namespace) -> Limits:
     return Limits(**given)
 
 
+NODE_NAME_ENV = "CRONSTABLE_NODE_NAME"
+_NODE_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _node_name(text: str) -> str:
+    if not text or len(text) > 253 or not set(text) <= _NODE_NAME_CHARS or text[0] in ".-":
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a node name (letters, digits, '.', '_', '-'; at most 253)"
+        )
+    return text
+
+
+def _default_node_name() -> str:
+    import socket
+
+    return os.environ.get(NODE_NAME_ENV) or socket.gethostname()
+
+
 def _settle_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -174,6 +192,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(default /var/cache/cronstable as root, else $XDG_CACHE_HOME/cronstable)",
     )
 
+    p.add_argument(
+        "--node-name",
+        type=_node_name,
+        default=None,
+        metavar="NAME",
+        help=f"this node's name in a cluster (default ${NODE_NAME_ENV}, else the hostname); "
+        "unique among the daemons that follow one configuration",
+    )
     p.add_argument(
         "--settle",
         type=_settle_seconds,
@@ -284,4 +310,17 @@ def run_cli(argv: list[str]) -> int:
         getattr(args, "cache_dir", None),
         limits_from(args),
         settle=getattr(args, "settle", None),
+        node_name=_node_name_of(args, parser),
     )
+
+
+def _node_name_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
+    given: str | None = getattr(args, "node_name", None)
+    if given is not None:
+        return given
+    name = _default_node_name()
+    try:
+        return _node_name(name)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"{exc}: give --node-name or set {NODE_NAME_ENV}")
+        raise  # parser.error exits
