@@ -114,6 +114,8 @@ class FilesystemLeadership(Leadership):
             raise LeadershipError(f"{self.path}: {exc.strerror or exc}") from exc
 
     def _round_locked(self) -> Observation:
+        for sub in ("members", "duplicates"):
+            (self.path / sub).mkdir(exist_ok=True)
         now = time.time()
         expires = now + self.ttl
         member = _read(self._member_file)
