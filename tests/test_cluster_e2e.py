@@ -211,7 +211,11 @@ def test_a_store_outage_stands_leader_jobs_down_and_others_keep_running(
         if down.timestamp() + TTL < w.timestamp() < up.timestamp()
     ]
     assert {n for n, _ in window} == set(NODES)  # no leader known: anywhere, never skipped
-    every = [n for n, w in runs(cluster.out / "EveryNode") if w.timestamp() > down.timestamp() + TTL and w < up]
+    every = [
+        n
+        for n, w in runs(cluster.out / "EveryNode")
+        if w.timestamp() > down.timestamp() + TTL and w < up
+    ]
     assert set(every) == set(NODES)
     assert doubles(lead) == []
     for node in cluster.nodes.values():

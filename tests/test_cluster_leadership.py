@@ -31,7 +31,9 @@ async def make(
     """A factory of leaderships of one cluster (one etcd prefix, or one shared directory)."""
     if request.param == "etcd":
         server: EtcdServer = request.getfixturevalue("shared_etcd_server")
-        settings: dict[str, object] = {"etcd": {"endpoints": [server.endpoint], "prefix": etcd_prefix}}
+        settings: dict[str, object] = {
+            "etcd": {"endpoints": [server.endpoint], "prefix": etcd_prefix}
+        }
     else:
         shared = tmp_path / "shared"
         shared.mkdir()
