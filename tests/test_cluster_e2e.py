@@ -80,12 +80,13 @@ class Cluster:
         self.out.mkdir()
         self.config = root / "config"
         self.config.mkdir()
+        line = "$CRONSTABLE_NODE_NAME $CRONSTABLE_SCHEDULED_TIME"
         jobs = "".join(
             f"""
               - name: {policy.lower()}
                 schedule: "* * * * * * *"
                 clusterPolicy: {policy}
-                command: echo "$CRONSTABLE_NODE_NAME $CRONSTABLE_SCHEDULED_TIME" >> {self.out / policy}
+                command: echo "{line}" >> {self.out / policy}
             """
             for policy in ("Leader", "PreferLeader", "EveryNode")
         )
@@ -166,7 +167,7 @@ def test_three_daemons_one_leader_and_kill_9_failovers(cluster: Cluster) -> None
         victim.proc.wait(5)
         killed = datetime.now(UTC)
         cluster.start(leader)  # it comes back under the same name (and may lead again)
-        wait_for(lambda: any(w > killed for _, w in runs(lead)), timeout=5 * TTL)
+        wait_for(lambda at=killed: any(w > at for _, w in runs(lead)), timeout=5 * TTL)
         first = min(w for n, w in runs(lead) if w > killed)
         takeovers.append((first - killed).total_seconds())
     time.sleep(1.5)

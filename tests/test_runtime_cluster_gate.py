@@ -39,7 +39,7 @@ class Gate:
 
 @pytest.mark.asyncio
 async def test_the_gate_holds_back_fires_and_retries_and_counts_them(
-    harness: Callable[..., Harness],
+    harness: Callable[..., Harness],  # noqa: F811
 ) -> None:
     h = harness(jobs(TABLE))
     h.behaviour["lead"] = (1.0, 1)
@@ -58,7 +58,9 @@ async def test_the_gate_holds_back_fires_and_retries_and_counts_them(
 
 
 @pytest.mark.asyncio
-async def test_leadership_is_released_before_the_drain(harness: Callable[..., Harness]) -> None:
+async def test_leadership_is_released_before_the_drain(
+    harness: Callable[..., Harness],  # noqa: F811
+) -> None:
     h = harness(jobs('jobs: [{name: long, command: "true", schedule: "*/10 * * * * * *"}]'))
     h.behaviour["long"] = (100.0, 0)
     gate = Gate()
