@@ -73,6 +73,9 @@ ROUTES: tuple[Route, ...] = (
           "Running runs, then the last finished ones with captured output.", "runs",
           (200, 404)),
     Route("GET", "/openapi.json", "read", "This API as an OpenAPI 3.1 document.", "openapi"),
+    Route("GET", "/cluster", "read",
+          "Members, leader, lease and this node's role ({enabled: false} without election).",
+          "cluster"),
 )  # fmt: skip
 
 
@@ -146,6 +149,9 @@ class Api:
     async def reload(self, request: web.Request) -> web.StreamResponse:
         self.daemon.reload()
         return web.json_response({"reload": "requested"}, status=202)
+
+    async def cluster(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(self.daemon.cluster_view())
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:
         body, content_type = self.daemon.metrics_text()
