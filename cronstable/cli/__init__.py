@@ -101,12 +101,6 @@ def _node_name(text: str) -> str:
     return text
 
 
-def _default_node_name() -> str:
-    import socket
-
-    return os.environ.get(NODE_NAME_ENV) or socket.gethostname()
-
-
 def _settle_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -318,9 +312,14 @@ def _node_name_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     given: str | None = getattr(args, "node_name", None)
     if given is not None:
         return given
-    name = _default_node_name()
-    try:
-        return _node_name(name)
-    except argparse.ArgumentTypeError as exc:
-        parser.error(f"{exc}: give --node-name or set {NODE_NAME_ENV}")
-        raise  # parser.error exits
+    name = os.environ.get(NODE_NAME_ENV)
+    if name:
+        try:
+            return _node_name(name)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"{NODE_NAME_ENV}: {exc}")
+    # a hostname with other characters still names the node (a cluster needs it unique)
+    import socket
+
+    host = "".join(c if c in _NODE_NAME_CHARS else "-" for c in socket.gethostname())
+    return host.lstrip(".-") or "localhost"
