@@ -48,6 +48,7 @@ import base64
 import enum
 import json
 import logging
+import os
 import random
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -235,6 +236,29 @@ def _os_reason(exc: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- data
+
+
+def login_from_environment() -> tuple[str | None, str | None]:
+    """etcd's (username, password) from the daemon's environment (:data:`LOGIN_HINT`);
+    (None, None) without one.  :class:`EtcdError` when it is incomplete or unreadable;
+    the password is never in a message."""
+    username = os.environ.get(ENV_USERNAME) or None
+    password = os.environ.get(ENV_PASSWORD) or None
+    password_file = os.environ.get(ENV_PASSWORD_FILE) or None
+    if password is not None and password_file is not None:
+        raise EtcdError(f"set {ENV_PASSWORD} or {ENV_PASSWORD_FILE}, not both")
+    if password_file is not None:
+        try:
+            with open(password_file, encoding="utf-8") as file:
+                password = file.read().strip()
+        except OSError as exc:
+            raise EtcdError(f"cannot read {ENV_PASSWORD_FILE}: {exc.strerror or exc}") from exc
+    if (username is None) != (password is None):
+        raise EtcdError(
+            f"etcd authentication needs both {ENV_USERNAME} and {ENV_PASSWORD} "
+            f"(or {ENV_PASSWORD_FILE})"
+        )
+    return username, password
 
 
 class EventType(enum.Enum):

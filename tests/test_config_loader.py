@@ -622,11 +622,37 @@ def test_bom_config_file_loads() -> None:
     assert state.jobs["a"].line == 2
 
 
-def test_unknown_sections_cluster_and_state() -> None:
+def test_cluster_section_is_checked_and_state_is_unknown() -> None:
     assert lines({"c.yaml": "cluster: {}\nstate: {}\njobs: []\n"}) == [
-        "c.yaml:1:1: unknown key 'cluster'",
+        "c.yaml:1:1: cluster: missing required key 'backend'",
         "c.yaml:2:1: unknown key 'state'",
     ]
+
+
+def test_cluster_section_errors_name_the_key() -> None:
+    assert lines({"c.yaml": "cluster:\n  backend: etcd\n  leaseTtl: 1\njobs: []\n"}) == [
+        "c.yaml:3:3: cluster.leaseTtl: must be at least 2, got 1"
+    ]
+    assert lines({"c.yaml": "cluster:\n  backend: etcd\n"}) == [
+        "c.yaml:1:1: cluster: backend etcd needs its etcd: settings"
+    ]
+    text = "cluster:\n  backend: etcd\n  etcd: {endpoints: [ftp://x]}\n"
+    assert lines({"c.yaml": text}) == [
+        "c.yaml:3:22: cluster.etcd.endpoints[0]: 'ftp://x' is not http://HOST:PORT or "
+        "https://HOST:PORT"
+    ]
+
+
+def test_cluster_section_loads() -> None:
+    text = (
+        "cluster:\n  backend: filesystem\n  leaseTtl: 3\n  distribution: spread\n"
+        "  filesystem: {path: /mnt/shared}\njobs: []\n"
+    )
+    state = ok({"c.yaml": text})
+    assert state.cluster is not None
+    assert (state.cluster.lease_ttl, state.cluster.distribution) == (3, "spread")
+    assert state.cluster.elect_leader
+    assert state.problem(("cluster", "filesystem", "path"), "x").line == 5
 
 
 def test_all_errors_are_reported_at_once() -> None:

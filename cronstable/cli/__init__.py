@@ -101,6 +101,18 @@ def limits_from(args: argparse.Namespace) -> Limits:
     return Limits(**given)
 
 
+NODE_NAME_ENV = "CRONSTABLE_NODE_NAME"
+_NODE_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _node_name(text: str) -> str:
+    if not text or len(text) > 253 or not set(text) <= _NODE_NAME_CHARS or text[0] in ".-":
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a node name (letters, digits, '.', '_', '-'; at most 253)"
+        )
+    return text
+
+
 def _settle_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -231,6 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(default /var/cache/cronstable as root, else $XDG_CACHE_HOME/cronstable)",
     )
 
+    p.add_argument(
+        "--node-name",
+        type=_node_name,
+        default=None,
+        metavar="NAME",
+        help=f"this node's name in a cluster (default ${NODE_NAME_ENV}, else the hostname); "
+        "unique among the daemons that follow one configuration",
+    )
     p.add_argument(
         "--settle",
         type=_settle_seconds,
@@ -386,4 +406,22 @@ def run_cli(argv: list[str]) -> int:
         getattr(args, "cache_dir", None),
         limits_from(args),
         settle=getattr(args, "settle", None),
+        node_name=_node_name_of(args, parser),
     )
+
+
+def _node_name_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
+    given: str | None = getattr(args, "node_name", None)
+    if given is not None:
+        return given
+    name = os.environ.get(NODE_NAME_ENV)
+    if name:
+        try:
+            return _node_name(name)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"{NODE_NAME_ENV}: {exc}")
+    # a hostname with other characters still names the node (a cluster needs it unique)
+    import socket
+
+    host = "".join(c if c in _NODE_NAME_CHARS else "-" for c in socket.gethostname())
+    return host.lstrip(".-") or "localhost"

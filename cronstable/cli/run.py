@@ -16,6 +16,7 @@ def cmd_run(
     limits: Limits = DEFAULT_LIMITS,
     *,
     settle: float | None = None,
+    node_name: str = "localhost",
 ) -> int:
     """``log_level``/``log_format``: None when not given (INFO and text, which the
     configuration's ``logging`` section may change); given, they win over it."""
@@ -41,10 +42,15 @@ def cmd_run(
         return 2
 
     async def main() -> int:
+        from cronstable.cluster.section import ClusterSection
         from cronstable.web.section import WebSection
 
         overrides = LogOverrides(level=log_level, format=log_format)
         daemon = Daemon(source, log_overrides=overrides, limits=limits)
+        cluster = ClusterSection(node_name, daemon.metrics.registry)
+        daemon.add_section(cluster)
+        daemon.scheduler.gate = cluster
+        daemon.control.cluster = lambda: cluster.view(iter(daemon.scheduler.jobs.values()))
         daemon.add_section(WebSection(daemon.control))
         return await daemon.run()
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import tzinfo
 
-from cronstable.config.models import JobConfig, LoggingConfig, WebConfig
+from cronstable.config.models import ClusterConfig, JobConfig, LoggingConfig, WebConfig
 from cronstable.errors import KeyPath, Problem
 from cronstable.schedule import Schedule
 
@@ -52,8 +52,10 @@ class DesiredState:
     """What is accepted but probably not meant (a secret with two sources): located
     like problems; ``validate`` prints them and the daemon logs them."""
     positions: Mapping[KeyPath, Position] = field(default_factory=dict)
-    """Where the ``web`` and ``logging`` sections and every key and list item in them
+    """Where the ``web``, ``logging`` and ``cluster`` sections and every key and list item in them
     are written, for errors found after loading (binding a listener, building a handler)."""
+    cluster: ClusterConfig | None = None
+    """Leader election between the nodes (None: every job runs on every node)."""
 
     def problem(self, key: KeyPath, message: str) -> Problem:
         """A problem about a section's value, at the nearest of ``key``'s positions."""

@@ -47,6 +47,7 @@ from cronstable.config.envfile import EnvFileError, parse_env_file
 from cronstable.config.errors_map import clean_loc, describe, known_keys, suggest
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.config.models import (
+    ClusterConfig,
     ConfigFile,
     JobConfig,
     JobDefaults,
@@ -252,6 +253,7 @@ class _Loader:
         self._sections: dict[str, tuple[str, Any]] = {}
         self.web: WebConfig | None = None
         self.logging: LoggingConfig | None = None
+        self.cluster: ClusterConfig | None = None
 
     # ------------------------------------------------------------ problems
 
@@ -529,7 +531,12 @@ class _Loader:
                     result.defaults_layers.extend(included_result.defaults_layers)
 
     def _sections_of(self, path: str, doc: dict[str, Any]) -> None:
-        for key, model in (("web", WebConfig), ("logging", LoggingConfig)):
+        sections: tuple[tuple[str, type[BaseModel]], ...] = (
+            ("web", WebConfig),
+            ("logging", LoggingConfig),
+            ("cluster", ClusterConfig),
+        )
+        for key, model in sections:
             if key not in doc or doc[key] is None:
                 continue
             first = self._sections.get(key)
@@ -551,6 +558,8 @@ class _Loader:
                 self._token_warnings(path, section)
             elif isinstance(section, LoggingConfig):
                 self.logging = section
+            elif isinstance(section, ClusterConfig):
+                self.cluster = section
 
     def _section_positions(self, file: str, key: KeyPath, value: Any) -> None:
         """Record where a section and every key and list item in it are written."""
@@ -856,6 +865,7 @@ def load(
         jobs=jobs,
         web=loader.web,
         logging=loader.logging,
+        cluster=loader.cluster,
         job_set_id=job_set_id(job.digest for job in jobs.values()),
         files=tuple(loader.read_order),
         directories=tuple(dict.fromkeys(loader.listed)),

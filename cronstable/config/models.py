@@ -951,6 +951,85 @@ class LoggingConfig(Model):
         return self.model_dump(by_alias=True, exclude_unset=True) | {"version": 1}
 
 
+def _etcd_endpoint(value: Any) -> str:
+    text = to_text(value).rstrip("/")
+    if not re.match(r"^https?://[^/\s]+$", text):
+        raise PydanticCustomError(
+            "etcd_endpoint",
+            "{got} is not http://HOST:PORT or https://HOST:PORT",
+            {"got": repr(text)},
+        )
+    return text
+
+
+class ClusterEtcd(Model):
+    """The etcd cluster that holds the leadership (a login comes from the daemon's
+    environment: CRONSTABLE_ETCD_USERNAME with CRONSTABLE_ETCD_PASSWORD or _PASSWORD_FILE)."""
+
+    endpoints: Annotated[
+        list[Annotated[str, BeforeValidator(_etcd_endpoint)]],
+        BeforeValidator(to_list, json_schema_input_type=list[str] | str | None),
+    ] = Field(min_length=1, examples=[["http://127.0.0.1:2379"]])
+    """Client URLs of etcd, tried in order when one does not answer."""
+    prefix: Text = "/cronstable/"
+    """Key prefix of the leader and membership keys; one per cluster."""
+    ca_file: AbsolutePath | None = Field(None, alias="caFile")
+    """CA bundle (PEM) that signs etcd's certificate, for https:// endpoints."""
+    cert_file: AbsolutePath | None = Field(None, alias="certFile")
+    """Client certificate (PEM), when etcd requires one."""
+    key_file: AbsolutePath | None = Field(None, alias="keyFile")
+    """Key of the client certificate (PEM)."""
+
+    @model_validator(mode="after")
+    def _tls_keys(self) -> ClusterEtcd:
+        tls = self.ca_file is not None or self.cert_file is not None
+        if tls and not any(e.startswith("https://") for e in self.endpoints):
+            raise PydanticCustomError("tls", "caFile/certFile are set but no endpoint is https://")
+        if self.key_file is not None and self.cert_file is None:
+            raise PydanticCustomError("tls", "keyFile needs certFile")
+        return self
+
+
+class ClusterFilesystem(Model):
+    """A directory every node mounts (NFS, CephFS); host clocks must agree within 1 s."""
+
+    path: AbsolutePath
+    """Absolute path of the shared directory (it must exist)."""
+
+
+class ClusterConfig(Model):
+    """Leader election among the nodes that follow this configuration."""
+
+    backend: Literal["etcd", "filesystem"]
+    """Where the leadership is kept."""
+    elect_leader: Flag = Field(True, alias="electLeader")
+    """Elect a leader; false runs every job on every node, whatever its clusterPolicy."""
+    lease_ttl: Int = Field(10, alias="leaseTtl", ge=2, le=3600)
+    """Seconds a node's lease lasts without renewal: a dead leader is replaced after
+    about this long."""
+    distribution: Literal["single-leader", "spread"] = "single-leader"
+    """single-leader: the leader runs every Leader job; spread: each Leader job runs on
+    one live member, chosen by rendezvous hashing of the job name."""
+    etcd: ClusterEtcd | None = None
+    filesystem: ClusterFilesystem | None = None
+
+    @model_validator(mode="after")
+    def _backend_settings(self) -> ClusterConfig:
+        for name in ("etcd", "filesystem"):
+            given = getattr(self, name) is not None
+            if name == self.backend and not given:
+                raise PydanticCustomError(
+                    "cluster_backend", "backend {name} needs its {name}: settings", {"name": name}
+                )
+            if name != self.backend and given:
+                raise PydanticCustomError(
+                    "cluster_backend",
+                    "{name}: is set but the backend is {backend}",
+                    {"name": name, "backend": self.backend},
+                )
+        return self
+
+
 class ConfigFile(Model):
     """One configuration file."""
 
@@ -966,3 +1045,5 @@ class ConfigFile(Model):
     """Files or directories loaded before this one, relative to it."""
     web: WebConfig | None = None
     logging: LoggingConfig | None = None
+    cluster: ClusterConfig | None = None
+    """Leader election between the daemons that follow this configuration."""

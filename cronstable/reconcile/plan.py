@@ -15,7 +15,7 @@ from cronstable.config.desired import DesiredState, Job
 from cronstable.published import hide_secrets
 
 JobChangeKind = Literal["added", "removed", "changed"]
-SECTIONS = ("web", "logging")
+SECTIONS = ("web", "logging", "cluster")
 
 
 @dataclass(frozen=True, slots=True)

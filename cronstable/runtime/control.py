@@ -70,6 +70,8 @@ class DaemonControl:
         self.metrics = metrics
         self._reload = reload
         self._now = now
+        self.cluster: Callable[[], dict[str, Any]] | None = None
+        """What ``GET /cluster`` shows (set by whoever adds the cluster section)."""
 
     # ------------------------------------------------------------ reading
 
@@ -174,6 +176,13 @@ class DaemonControl:
             return None
         applied = self.applier.status.applied
         return {"revision": applied.revision if applied else None} | published_config(state)
+
+    def cluster_view(self) -> dict[str, Any]:
+        """Members, leader, lease and this node's role; ``{"enabled": false}`` without
+        leader election."""
+        if self.cluster is None:
+            return {"enabled": False}
+        return self.cluster()
 
     def metrics_text(self) -> tuple[bytes, str]:
         """Prometheus exposition and its content type."""

@@ -39,11 +39,14 @@ class _SchedulerCollector(Collector):
             "cronstable_fires_skipped",
             "Scheduled fires that did not start a run, by reason: missed (found too late: "
             "clock jump, suspend, stall) or forbid (a run was still going, concurrencyPolicy "
-            "Forbid).",
+            "Forbid); with leader election, the cluster gate's reasons (not_leader, "
+            "not_owner, leadership_unknown, node_name_conflict).",
             labels=["reason"],
         )
         skipped.add_metric(["missed"], stats.missed)
         skipped.add_metric(["forbid"], stats.skipped_forbid)
+        for reason, count in sorted(stats.skipped_cluster.items()):
+            skipped.add_metric([reason], count)
         yield skipped
 
 

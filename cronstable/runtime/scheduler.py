@@ -108,6 +108,19 @@ Spawner = Callable[[Job, datetime, int], Run]
 """(job, scheduled time, attempt) → a run not yet started."""
 
 
+class ClusterGate(Protocol):
+    """May this node start a job now (clusterPolicy)?  The scheduler knows nothing more
+    of a cluster (:class:`cronstable.cluster.section.ClusterSection` is the one)."""
+
+    def allows(self, job: Job) -> str | None:
+        """None to start; otherwise why not (``not_leader``, ``leadership_unknown`` …)."""
+        ...
+
+    async def release(self) -> None:
+        """Give up this node's leadership (called once scheduling stopped, before the drain)."""
+        ...
+
+
 class StartRefused(Exception):
     """A start on request that concurrencyPolicy (or a shutdown) refuses; says why."""
 
@@ -134,6 +147,8 @@ class SchedulerStats:
     """Jobs planned anew after the wall clock stepped back."""
     replaced: int = 0
     retries: int = 0
+    skipped_cluster: dict[str, int] = field(default_factory=dict)
+    """Fires and retries the cluster gate held back, by reason."""
 
 
 @dataclass(eq=False, slots=True)
@@ -197,6 +212,8 @@ class Scheduler:
         """Told of every run's start and end (metrics, run history)."""
         self.report_listeners: list[ReportListener] = []
         """Told what to report: the moments of finished runs, missed fires (reporting)."""
+        self.gate: ClusterGate | None = None
+        """Asked before every scheduled fire and retry; None lets all run."""
 
     # ------------------------------------------------------------ the job table
 
@@ -378,6 +395,12 @@ class Scheduler:
             last_wall, last_mono = now, mono
             self._service(now)
             await self.clock.sleep_until(self._soonest(), self._wake)
+        if self.gate is not None:
+            # before the drain, which may last long: another node takes over meanwhile
+            try:
+                await self.gate.release()
+            except Exception:
+                logger.exception("Releasing the cluster leadership failed")
         await self._drain()
 
     def _stepped_back(self, now: datetime, step: float) -> None:
@@ -496,9 +519,34 @@ class Scheduler:
 
     # ------------------------------------------------------------ runs
 
+    def _held_back(self, job: Job, scheduled: datetime, what: str) -> bool:
+        """Whether the cluster gate refuses ``job`` here now (logged at DEBUG, counted)."""
+        if self.gate is None:
+            return False
+        try:
+            reason = self.gate.allows(job)
+        except Exception:  # a gate that cannot answer fails closed
+            logger.exception("Job %s: the cluster gate failed; please report this", job.name)
+            reason = "gate_error"
+        if reason is None:
+            return False
+        self.stats.skipped_cluster[reason] = self.stats.skipped_cluster.get(reason, 0) + 1
+        logger.debug(
+            "Job %s: %s at %s not started here (clusterPolicy %s: %s)",
+            job.name,
+            what,
+            scheduled.isoformat(),
+            job.config.cluster_policy,
+            reason,
+            extra={"job": job.name, "scheduled_time": scheduled.isoformat()},
+        )
+        return True
+
     def _fire(self, slot: _Slot, scheduled: datetime) -> None:
         """A scheduled fire (or catch-up) of ``slot``'s job."""
         job = slot.job
+        if self._held_back(job, scheduled, "fire"):
+            return
         policy = job.config.concurrency_policy
         active = [inst for inst in slot.running if not inst.replaced]
         waits: list[asyncio.Future[None]] = []
@@ -680,6 +728,8 @@ class Scheduler:
     ) -> None:
         await self.clock.sleep(delay)
         if state.cancelled or self._stopping or self._slots.get(slot.job.name) is not slot:
+            return
+        if self._held_back(slot.job, scheduled, f"retry {state.count}"):
             return
         active = [inst for inst in slot.running if not inst.replaced]
         waits: list[asyncio.Future[None]] = []

@@ -73,14 +73,12 @@ from typing import Any
 
 from cronstable.config.limits import DEFAULT_LIMITS, OPTION_REVISION_BYTES, Limits, size_text
 from cronstable.etcd import (
-    ENV_PASSWORD,
-    ENV_PASSWORD_FILE,
-    ENV_USERNAME,
     EtcdClient,
     EtcdCompacted,
     EtcdError,
     KeyValue,
     key_bytes,
+    login_from_environment,
     show_key,
 )
 from cronstable.snapshot import Snapshot, content_revision
@@ -157,22 +155,10 @@ def etcd_credentials() -> tuple[str | None, str | None]:
     ``CRONSTABLE_ETCD_USERNAME`` with ``CRONSTABLE_ETCD_PASSWORD`` or
     ``CRONSTABLE_ETCD_PASSWORD_FILE`` (the file's content, stripped).
     """
-    username = os.environ.get(ENV_USERNAME) or None
-    password = os.environ.get(ENV_PASSWORD) or None
-    password_file = os.environ.get(ENV_PASSWORD_FILE) or None
-    if password is not None and password_file is not None:
-        raise SourceError(f"set {ENV_PASSWORD} or {ENV_PASSWORD_FILE}, not both")
-    if password_file is not None:
-        try:
-            password = Path(password_file).read_text().strip()
-        except OSError as exc:
-            raise SourceError(f"cannot read {ENV_PASSWORD_FILE}: {exc.strerror or exc}") from exc
-    if (username is None) != (password is None):
-        raise SourceError(
-            f"etcd authentication needs both {ENV_USERNAME} and {ENV_PASSWORD} "
-            f"(or {ENV_PASSWORD_FILE})"
-        )
-    return username, password
+    try:
+        return login_from_environment()
+    except EtcdError as exc:
+        raise SourceError(str(exc)) from exc
 
 
 class EtcdSource(Source):

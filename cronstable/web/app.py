@@ -92,6 +92,9 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/webhooks/github", None,
           "A GitHub push (signed with the webhook secret) makes the source fetch now.",
           "github", (200, 202, 400, 401, 404, 408, 413, 415)),
+    Route("GET", "/cluster", "read",
+          "Members, leader, lease and this node's role ({enabled: false} without election).",
+          "cluster"),
 )  # fmt: skip
 
 
@@ -167,6 +170,9 @@ class Api:
     async def reload(self, request: web.Request) -> web.StreamResponse:
         self.daemon.reload()
         return web.json_response({"reload": "requested"}, status=202)
+
+    async def cluster(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(self.daemon.cluster_view())
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:
         body, content_type = self.daemon.metrics_text()

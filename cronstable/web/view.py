@@ -24,6 +24,10 @@ class DaemonApi(Protocol):
 
     def metrics_text(self) -> tuple[bytes, str]: ...
 
+    def cluster_view(self) -> dict[str, Any]:
+        """The leadership as this node sees it (``{"enabled": false}`` without election)."""
+        ...
+
     def start(self, name: str) -> tuple[str | None, str]:
         """(the new run's id, "") or (None, why concurrencyPolicy refused); KeyError."""
         ...

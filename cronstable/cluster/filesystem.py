@@ -1,0 +1,206 @@
+"""Leadership on a shared directory (an NFS or CephFS mount every node sees).
+
+Files in the directory (each written whole to a temporary file, then renamed)::
+
+    leader.json                     {"version": 1, "node", "instance", "fence", "expires"}
+    members/<node name>.json        {"version": 1, "instance", "jobSetId", "expires"}
+    duplicates/<node name>.<id>     written by a second live daemon with a taken name
+    .lock                           a POSIX record lock, held only during a round
+
+A round takes ``.lock`` (``lockf``, which NFS forwards to its lock manager and
+which the kernel drops when the holder dies), then renews or takes the leader
+file and writes its membership file, each with ``expires`` = wall time + ttl.
+A node takes the leader file over only once it expired more than
+:data:`CLOCK_SKEW` seconds ago, and the fencing counter in it grows with each
+new holder (it stays when the holder releases, so it never goes back).
+
+Host clocks must agree within :data:`CLOCK_SKEW` (1 s): that is what lets a
+wall-clock expiry written by one host be trusted by another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from cronstable.cluster.base import (
+    Leadership,
+    LeadershipError,
+    LeadershipStats,
+    Member,
+    Observation,
+)
+
+CLOCK_SKEW = 1.0
+"""Seconds host clocks may disagree; a contender waits this long past an expiry."""
+FORMAT_VERSION = 1
+LOCK_POLL = 0.02
+
+
+class FilesystemLeadership(Leadership):
+    backend = "filesystem"
+
+    def __init__(
+        self,
+        node_name: str,
+        *,
+        ttl: float,
+        path: str | Path,
+        instance: str | None = None,
+        stats: LeadershipStats | None = None,
+    ) -> None:
+        super().__init__(node_name, ttl=ttl, instance=instance, stats=stats)
+        self.path = Path(path)
+        self._leader_file = self.path / "leader.json"
+        self._member_file = self.path / "members" / f"{node_name}.json"
+
+    def __repr__(self) -> str:
+        return f"FilesystemLeadership({self.node_name!r}, {str(self.path)!r})"
+
+    async def check(self) -> None:
+        await asyncio.to_thread(self._check)
+
+    def _check(self) -> None:
+        if not self.path.is_dir():
+            raise LeadershipError(f"{self.path} is not a directory")
+        try:
+            for sub in ("members", "duplicates"):
+                (self.path / sub).mkdir(exist_ok=True)
+            with self._locked(self.ttl / 2):
+                pass
+        except OSError as exc:
+            raise LeadershipError(f"{self.path}: {exc.strerror or exc}") from exc
+
+    async def round(self) -> Observation:
+        return await asyncio.to_thread(self._round)
+
+    async def release(self) -> None:
+        await asyncio.to_thread(self._release)
+
+    # ------------------------------------------------------------ blocking work
+
+    @contextlib.contextmanager
+    def _locked(self, timeout: float) -> Iterator[None]:
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                    if time.monotonic() >= deadline:
+                        raise LeadershipError(f"{self.path}/.lock is held too long") from None
+                    time.sleep(LOCK_POLL)
+            yield
+        finally:
+            os.close(fd)  # drops the lock
+
+    def _round(self) -> Observation:
+        try:
+            with self._locked(self.interval):
+                return self._round_locked()
+        except OSError as exc:
+            raise LeadershipError(f"{self.path}: {exc.strerror or exc}") from exc
+
+    def _round_locked(self) -> Observation:
+        for sub in ("members", "duplicates"):
+            (self.path / sub).mkdir(exist_ok=True)
+        now = time.time()
+        expires = now + self.ttl
+        member = _read(self._member_file)
+        duplicate = (
+            member is not None and member.get("instance") != self.instance and _live(member, now)
+        )
+        if duplicate:
+            _write(
+                self.path / "duplicates" / f"{self.node_name}.{self.instance}",
+                {"version": FORMAT_VERSION, "expires": expires},
+            )
+        else:
+            _write(
+                self._member_file,
+                {
+                    "version": FORMAT_VERSION,
+                    "instance": self.instance,
+                    "jobSetId": self.job_set_id,
+                    "expires": expires,
+                },
+            )
+        held = _read(self._leader_file) or {}
+        fence: int | None = None
+        mine = held.get("instance") == self.instance and held.get("node") == self.node_name
+        if not duplicate and (mine or not _live(held, now - CLOCK_SKEW)):
+            counter = int(held.get("fence", 0) or 0)
+            fence = counter if mine and _live(held, now) else counter + 1
+            held = {
+                "version": FORMAT_VERSION,
+                "node": self.node_name,
+                "instance": self.instance,
+                "fence": fence,
+                "expires": expires,
+            }
+            _write(self._leader_file, held)
+        leader = str(held["node"]) if _live(held, now) and "node" in held else None
+        members = []
+        for file in sorted((self.path / "members").glob("*.json")):
+            data = _read(file)
+            if data is not None and _live(data, now):
+                members.append(
+                    Member(file.stem, str(data.get("instance", "")), str(data.get("jobSetId", "")))
+                )
+        for file in (self.path / "duplicates").glob(f"{self.node_name}.*"):
+            data = _read(file)
+            if file.name != f"{self.node_name}.{self.instance}" and data and _live(data, now):
+                duplicate = True
+        return Observation(leader, None if duplicate else fence, tuple(members), duplicate)
+
+    def _release(self) -> None:
+        try:
+            with self._locked(self.interval):
+                held = _read(self._leader_file)
+                if held is not None and held.get("instance") == self.instance:
+                    _write(self._leader_file, held | {"expires": 0})  # the counter stays
+                member = _read(self._member_file)
+                if member is not None and member.get("instance") == self.instance:
+                    self._member_file.unlink(missing_ok=True)
+        except OSError as exc:
+            raise LeadershipError(f"{self.path}: {exc.strerror or exc}") from exc
+
+
+def _live(record: dict[str, Any], now: float) -> bool:
+    try:
+        return float(record.get("expires", 0)) > now
+    except (TypeError, ValueError):
+        return False
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return None  # a torn or foreign file counts as absent (it is replaced whole)
+    if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
+        return None
+    return data
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as out:
+        out.write(json.dumps(data).encode())
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,251 @@
+"""The ``cluster`` section of the Applier, and the gate the scheduler asks.
+
+* prepare: when the section changed, build the backend the revision names and
+  reach its store once (etcd answers, the shared directory is writable); a
+  store that cannot be used rejects the revision, naming the key.  An unchanged
+  section keeps the running backend (and its leadership).
+* commit: the new backend starts and the old one is stopped (its leadership
+  released); every revision's job-set id goes into this node's membership
+  record.
+* discard: close the prepared backend.
+
+Without a ``cluster`` section, or with ``electLeader: false``, the gate lets
+every job run (today's behaviour on one node).  The node's name comes from the
+command line (``--node-name``), never from the repository.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from cronstable.cluster.base import Leadership, LeadershipError, LeadershipStats
+from cronstable.cluster.factory import make_leadership
+from cronstable.cluster.gate import Seen, refusal
+from cronstable.cluster.hashing import owner
+from cronstable.config import ConfigError, DesiredState, Job
+from cronstable.config.models import ClusterConfig
+from cronstable.errors import KeyPath
+from cronstable.etcd import EtcdError, login_from_environment
+from cronstable.reconcile.plan import Plan
+from cronstable.redact import redact
+
+logger = logging.getLogger(__name__)
+
+_KEEP = object()
+"""prepare's answer for an unchanged section: the running backend stays."""
+
+
+def _store_key(config: ClusterConfig) -> KeyPath:
+    return (
+        ("cluster", "etcd", "endpoints")
+        if config.backend == "etcd"
+        else (
+            "cluster",
+            "filesystem",
+            "path",
+        )
+    )
+
+
+class ClusterSection:
+    """The cluster section and the :class:`~cronstable.runtime.scheduler.ClusterGate`."""
+
+    name = "cluster"
+
+    def __init__(self, node_name: str, registry: CollectorRegistry | None = None) -> None:
+        self.node_name = node_name
+        self.config: ClusterConfig | None = None
+        self.leadership: Leadership | None = None
+        self.stats = LeadershipStats()
+        self._stopping: set[asyncio.Task[None]] = set()
+        self._released = False
+        if registry is not None:
+            registry.register(_ClusterCollector(self))
+
+    # ------------------------------------------------------------ section
+
+    def affected(self, plan: Plan) -> bool:
+        return True  # every revision's job-set id goes into the membership record
+
+    async def prepare(self, desired: DesiredState) -> Any:
+        config = desired.cluster
+        if config == self.config or self._released:
+            return _KEEP  # unchanged, or the daemon is stopping: no new leadership
+        if config is None or not config.elect_leader:
+            return None
+        where = _store_key(config)
+        try:
+            login = login_from_environment() if config.backend == "etcd" else (None, None)
+            leadership = make_leadership(config, self.node_name, login=login, stats=self.stats)
+        except (EtcdError, ValueError) as exc:
+            raise ConfigError([desired.problem(where, redact(str(exc)))]) from exc
+        try:
+            await asyncio.wait_for(leadership.check(), timeout=max(2.0, float(config.lease_ttl)))
+        except (LeadershipError, TimeoutError) as exc:
+            await leadership.close()
+            reason = str(exc) or "no answer in time"
+            raise ConfigError(
+                [desired.problem(where, f"cannot use the {config.backend} store: {redact(reason)}")]
+            ) from exc
+        return leadership
+
+    def commit(self, prepared: Any, desired: DesiredState) -> None:
+        if prepared is not _KEEP:
+            old, self.leadership = self.leadership, prepared
+            self.config = desired.cluster
+            if old is not None:
+                self._stop_later(old)
+            if isinstance(prepared, Leadership):
+                prepared.job_set_id = desired.job_set_id
+                prepared.start()
+                logger.info(
+                    "Cluster: node %s joins through %r (leaseTtl %s s, %s)",
+                    self.node_name,
+                    prepared,
+                    prepared.ttl,
+                    desired.cluster.distribution if desired.cluster else "",
+                )
+            elif old is not None:
+                logger.info("Cluster: leader election is off; every job runs on this node")
+        if self.leadership is not None:
+            self.leadership.job_set_id = desired.job_set_id
+
+    async def discard(self, prepared: Any) -> None:
+        if isinstance(prepared, Leadership):
+            await prepared.close()
+
+    def _stop_later(self, leadership: Leadership) -> None:
+        task = asyncio.ensure_future(leadership.stop())
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
+    async def close(self) -> None:
+        await self.release()
+        if self._stopping:
+            await asyncio.gather(*self._stopping, return_exceptions=True)
+
+    # ------------------------------------------------------------ the gate
+
+    def allows(self, job: Job) -> str | None:
+        """None when ``job`` may start on this node now; else why not."""
+        config = self.config
+        if config is None or not config.elect_leader:
+            return None
+        return refusal(job.config.cluster_policy, job.name, config.distribution, self.seen())
+
+    def seen(self) -> Seen:
+        lead = self.leadership
+        if lead is None or not lead.known():
+            return Seen(self.node_name, False, None, False, ())
+        return Seen(
+            self.node_name,
+            True,
+            lead.leader(),
+            lead.is_leader(),
+            tuple(m.name for m in lead.members()),
+            lead.conflict(),
+        )
+
+    async def release(self) -> None:
+        """Give up the leadership now (before the shutdown drain): Leader jobs stop here."""
+        self._released = True
+        lead = self.leadership
+        if lead is not None:
+            await lead.stop()
+
+    # ------------------------------------------------------------ visibility
+
+    def view(self, jobs: Iterator[Job] | None = None) -> dict[str, Any]:
+        """What ``GET /cluster`` shows."""
+        config = self.config
+        if config is None or not config.elect_leader:
+            return {"enabled": False, "node": self.node_name}
+        lead = self.leadership
+        seen = self.seen()
+        members = lead.members() if lead is not None else ()
+        mine = next((m.job_set_id for m in members if m.name == self.node_name), None)
+        data: dict[str, Any] = {
+            "enabled": True,
+            "node": self.node_name,
+            "backend": config.backend,
+            "distribution": config.distribution,
+            "leaseTtl": config.lease_ttl,
+            "known": seen.known,
+            "role": "unknown" if not seen.known else "leader" if seen.is_leader else "follower",
+            "leader": seen.leader,
+            "fence": lead.fence() if lead is not None else None,
+            "leaseValidFor": lead.lease_valid_for() if lead is not None else None,
+            "unknownReason": lead.unknown_reason() if lead is not None else "not started",
+            "nodeNameConflict": seen.conflict,
+            "members": [
+                {
+                    "name": m.name,
+                    "instance": m.instance,
+                    "jobSetId": m.job_set_id,
+                    "sameJobSet": mine is None or m.job_set_id == mine,
+                }
+                for m in members
+            ],
+        }
+        if config.distribution == "spread" and jobs is not None and seen.known:
+            data["ownedJobs"] = sorted(
+                job.name
+                for job in jobs
+                if job.config.cluster_policy != "EveryNode"
+                and owner(job.name, seen.members) == self.node_name
+            )
+        return data
+
+
+class _ClusterCollector(Collector):
+    def __init__(self, section: ClusterSection) -> None:
+        self.section = section
+
+    def collect(self) -> Iterator[Metric]:
+        section = self.section
+        enabled = section.config is not None and section.config.elect_leader
+        yield GaugeMetricFamily(
+            "cronstable_cluster_enabled",
+            "1 when leader election is configured.",
+            value=int(enabled),
+        )
+        lead = section.leadership
+        seen = section.seen()
+        yield GaugeMetricFamily(
+            "cronstable_cluster_is_leader",
+            "1 while this node is the leader.",
+            value=int(seen.is_leader),
+        )
+        yield GaugeMetricFamily(
+            "cronstable_cluster_leadership_known",
+            "1 while this node trusts its view of the leadership (its lease is renewed).",
+            value=int(seen.known),
+        )
+        yield CounterMetricFamily(
+            "cronstable_cluster_leader_transitions",
+            "Times this node became or stopped being the leader.",
+            value=section.stats.transitions,
+        )
+        yield CounterMetricFamily(
+            "cronstable_cluster_lease_renew_failures",
+            "Rounds with the leadership store that failed.",
+            value=section.stats.renew_failures,
+        )
+        members = lead.members() if lead is not None else ()
+        yield GaugeMetricFamily(
+            "cronstable_cluster_members", "Live members this node sees.", value=len(members)
+        )
+        mine = next((m.job_set_id for m in members if m.name == section.node_name), None)
+        yield GaugeMetricFamily(
+            "cronstable_cluster_members_other_job_set",
+            "Live members whose applied job-set id differs from this node's "
+            "(nodes on different revisions).",
+            value=sum(1 for m in members if mine is not None and m.job_set_id != mine),
+        )
