@@ -351,7 +351,7 @@ async def test_nothing_cached_and_etcd_down_is_a_source_error(
 ) -> None:
     etcd_server.stop()
     source = make_source(etcd_server, tmp_path)
-    with pytest.raises(SourceError, match="no snapshot is cached"):
+    with pytest.raises(SourceError, match="no earlier revision to start from instead"):
         await source.start()
     await source.close()
 

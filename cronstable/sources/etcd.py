@@ -251,7 +251,9 @@ class EtcdSource(Source):
                 unreadable = SourceError(f"{self.description}: {exc}")
                 unreadable.__cause__ = exc
                 raise SourceError(
-                    f"{self.description}: etcd cannot be read and no snapshot is cached: {exc}"
+                    f"{self.description}: {exc}; and there is no earlier revision to start "
+                    "from instead (none was applied with the cache directory "
+                    f"{self.cache_path.parent.parent})"
                 ) from unreadable
             snapshot = cached[0]
             logger.warning(
