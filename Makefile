@@ -11,8 +11,9 @@ EXAMPLE := examples/gitops-repo
 
 # Debian packages the test suite needs: a real etcd server (started by the test
 # fixtures on a free loopback port), git (its daemon and http-backend serve
-# test remotes) and faketime (libfaketime steps the daemon's wall clock).
-DEBIAN_PACKAGES := etcd-server git faketime
+# test remotes), faketime (libfaketime steps the daemon's wall clock) and chromium
+# (headless, it drives the dashboard).
+DEBIAN_PACKAGES := etcd-server git faketime chromium
 deps:
 	@missing=""; \
 	command -v etcd >/dev/null 2>&1 || missing="$$missing etcd-server"; \
