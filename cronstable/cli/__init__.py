@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
 from cronstable import __version__
@@ -113,24 +114,25 @@ def _node_name(text: str) -> str:
     return text
 
 
-def _settle_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value <= 60:
-        raise argparse.ArgumentTypeError("the settle time must be more than 0 and at most 60 s")
-    return value
+def _seconds(what: str, most: float) -> Callable[[str], float]:
+    """An argparse type: a number of seconds above 0 and at most ``most``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not 0 < value <= most:
+            raise argparse.ArgumentTypeError(
+                f"the {what} must be more than 0 and at most {most:g} s"
+            )
+        return value
+
+    return parse
 
 
-def _timeout(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError("the timeout must be more than 0 and at most 3600 s")
-    return value
+_settle_seconds = _seconds("settle time", 60)
+_timeout = _seconds("timeout", 3600)
 
 
 def _client_options() -> _Parser:
