@@ -27,11 +27,11 @@ PY = sys.executable
 SCHEDULED = datetime(2026, 3, 8, 7, 0, tzinfo=UTC)
 MiB = 1024 * 1024
 
-# Touches every byte of 200 MiB (b"x" * n writes them: really resident, unlike a
+# Touches every byte of argv[2] MiB (b"x" * n writes them: really resident, unlike a
 # calloc'd bytearray), burns 0.3 s of CPU, then writes a file saying it finished.
 HOG = (
     "import sys, time\n"
-    "block = b'x' * (200 * 1024 * 1024)\n"
+    "block = b'x' * (int(sys.argv[2]) * 1024 * 1024)\n"
     "t = time.process_time()\n"
     "while time.process_time() - t < 0.3: pass\n"
     "open(sys.argv[1], 'w').write('done')\n"
@@ -55,19 +55,27 @@ async def run(job: Job) -> RunResult:
     return await proc.wait()
 
 
-def hog_command(marker: Path) -> str:
+def hog_mib() -> int:
+    """What the hog allocates: 200 MiB above what this process ever held. Linux charges
+    a child, at its exec, the resident size it was forked with (up to this process's
+    peak, which depends on the tests run before), so only more than that is the hog's."""
+    return own_max_rss() // MiB + 200
+
+
+def hog_command(marker: Path, mib: int | None = None) -> str:
     # through the shell, and not as its last command: the hog is a descendant the
     # shell reaps, not the child itself
-    return f"{shlex.quote(PY)} -c {shlex.quote(HOG)} {shlex.quote(str(marker))}; true"
+    size = hog_mib() if mib is None else mib
+    return f"{shlex.quote(PY)} -c {shlex.quote(HOG)} {shlex.quote(str(marker))} {size}; true"
 
 
 @async_test
 async def test_cpu_and_max_rss_of_a_descendant_are_recorded(tmp_path: Path) -> None:
-    assert own_max_rss() < 150 * MiB  # or the child's count would start above 200 MiB
-    result = await run(make_job(hog_command(tmp_path / "done")))
+    size = hog_mib()
+    result = await run(make_job(hog_command(tmp_path / "done", size)))
     assert result.fail_reason is None
-    assert result.max_rss is not None and result.max_rss >= 200 * MiB
-    assert result.max_rss < 2000 * MiB  # bytes, not KiB counted as bytes twice
+    assert result.max_rss is not None and result.max_rss >= size * MiB
+    assert result.max_rss < (size + 1800) * MiB  # bytes, not KiB counted as bytes twice
     assert result.cpu_seconds is not None and result.cpu_seconds >= 0.3
 
 
@@ -84,8 +92,9 @@ async def test_a_small_run_uses_little() -> None:
 @async_test
 async def test_max_rss_over_the_limit_fails_the_run_and_kills_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "done"
-    assert own_max_rss() < 150 * MiB  # the limit is judged on the hog, not on the fork
-    job = make_job(hog_command(marker), monitor={"maxRss": "180M"})
+    size = hog_mib()
+    # above anything the fork can be charged, below what the hog holds
+    job = make_job(hog_command(marker, size), monitor={"maxRss": f"{size - 20}M"})
     result = await run(job)
     assert result.returncode == 0
     assert marker.read_text() == "done"  # ran to its end: nothing was killed
