@@ -88,6 +88,47 @@ def pidfd_open(pid: int) -> int | None:
     return fd
 
 
+# ------------------------------------------------------------- durable state
+
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id() -> str | None:
+    """This boot of the OS (Linux: a random UUID made at boot); None where there is none,
+    and then an ``@reboot`` job runs at every daemon start and no run is adopted."""
+    try:
+        with open(BOOT_ID_PATH, encoding="ascii") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/PID/stat`` field 22), so a
+    recorded pid can be told from a reused one; None for no such process (or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    # the command name (field 2) is in parentheses and may hold spaces or ")"
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[19])  # field 22 counted from 1, after pid and comm
+    except (IndexError, ValueError):
+        return None
+
+
+def default_state_dir() -> str:
+    """/var/lib/cronstable as root, $XDG_STATE_HOME/cronstable (~/.local/state) otherwise."""
+    if os.geteuid() == 0:
+        return "/var/lib/cronstable"
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(base, "cronstable")
+
+
 # ------------------------------------------------------------- the API's local socket
 
 ROOT_API_SOCKET = "/run/cronstable/api.sock"

@@ -158,13 +158,25 @@ class EtcdLeadership(Leadership):
             )
             if won.succeeded:
                 fence = won.revision
-        seen = await self._call(lambda etcd: etcd.range(self.prefix, prefix=True))
-        return self._observe(seen, fence, duplicate)
+        # one read of the leadership's own keys (never the whole prefix: durable state
+        # and cluster slots live under it too)
+        seen = await self._call(
+            lambda etcd: etcd.txn(
+                [],
+                [
+                    request_range(self.leader_key),
+                    request_range(self.prefix + "members/", prefix=True),
+                    request_range(f"{self.prefix}duplicates/{self.node_name}/", prefix=True),
+                ],
+            )
+        )
+        kvs = [kv for part in seen.responses if isinstance(part, RangeResult) for kv in part.kvs]
+        return self._observe(kvs, fence, duplicate)
 
-    def _observe(self, seen: RangeResult, fence: int | None, duplicate: bool) -> Observation:
+    def _observe(self, kvs: list[KeyValue], fence: int | None, duplicate: bool) -> Observation:
         leader: str | None = None
         members: list[Member] = []
-        for kv in seen.kvs:
+        for kv in kvs:
             key = kv.key.decode("utf-8", "replace")
             rest = key[len(self.prefix) :]
             data = _json(kv.value)

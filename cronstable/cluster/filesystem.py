@@ -26,6 +26,7 @@ import errno
 import fcntl
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,9 +90,22 @@ class FilesystemLeadership(Leadership):
 
     @contextlib.contextmanager
     def _locked(self, timeout: float) -> Iterator[None]:
+        # a POSIX record lock excludes other processes only: daemons in one process (tests)
+        # and a round still running in its thread after stop() also take the thread lock
+        deadline = time.monotonic() + timeout
+        local = _local_lock(self.path)
+        if not local.acquire(timeout=timeout):
+            raise LeadershipError(f"{self.path}/.lock is held too long")
+        try:
+            with self._lockf(deadline):
+                yield
+        finally:
+            local.release()
+
+    @contextlib.contextmanager
+    def _lockf(self, deadline: float) -> Iterator[None]:
         fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            deadline = time.monotonic() + timeout
             while True:
                 try:
                     fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -109,6 +123,8 @@ class FilesystemLeadership(Leadership):
     def _round(self) -> Observation:
         try:
             with self._locked(self.interval):
+                if self._stopped:  # a round that outlived stop() must not lead again
+                    raise LeadershipError("stopped")
                 return self._round_locked()
         except OSError as exc:
             raise LeadershipError(f"{self.path}: {exc.strerror or exc}") from exc
@@ -197,8 +213,19 @@ def _read(path: Path) -> dict[str, Any] | None:
     return data
 
 
+_LOCAL_LOCKS: dict[Path, threading.Lock] = {}
+_LOCAL_LOCKS_GUARD = threading.Lock()
+
+
+def _local_lock(path: Path) -> threading.Lock:
+    """The lock of the shared directory ``path`` within this process (one per directory)."""
+    with _LOCAL_LOCKS_GUARD:
+        return _LOCAL_LOCKS.setdefault(path.resolve(), threading.Lock())
+
+
 def _write(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # a name of its own per writer: two writers of one name would tear each other's file
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "wb") as out:
         out.write(json.dumps(data).encode())
         out.flush()

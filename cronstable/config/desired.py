@@ -6,7 +6,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import tzinfo
 
-from cronstable.config.models import ClusterConfig, JobConfig, LoggingConfig, WebConfig
+from cronstable.config.models import (
+    ClusterConfig,
+    JobConfig,
+    LoggingConfig,
+    StateConfig,
+    WebConfig,
+)
 from cronstable.errors import KeyPath, Problem
 from cronstable.schedule import Schedule
 
@@ -56,6 +62,8 @@ class DesiredState:
     are written, for errors found after loading (binding a listener, building a handler)."""
     cluster: ClusterConfig | None = None
     """Leader election between the nodes (None: every job runs on every node)."""
+    state: StateConfig | None = None
+    """Durable state (None: retries, last fires and run history live in memory only)."""
 
     def problem(self, key: KeyPath, message: str) -> Problem:
         """A problem about a section's value, at the nearest of ``key``'s positions."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import posixpath
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
@@ -53,6 +53,7 @@ from cronstable.config.models import (
     JobDefaults,
     LoggingConfig,
     SecretSource,
+    StateConfig,
     WebConfig,
     report_moments,
     schedule_source,
@@ -254,6 +255,7 @@ class _Loader:
         self.web: WebConfig | None = None
         self.logging: LoggingConfig | None = None
         self.cluster: ClusterConfig | None = None
+        self.state: StateConfig | None = None
 
     # ------------------------------------------------------------ problems
 
@@ -535,6 +537,7 @@ class _Loader:
             ("web", WebConfig),
             ("logging", LoggingConfig),
             ("cluster", ClusterConfig),
+            ("state", StateConfig),
         )
         for key, model in sections:
             if key not in doc or doc[key] is None:
@@ -560,6 +563,34 @@ class _Loader:
                 self.logging = section
             elif isinstance(section, ClusterConfig):
                 self.cluster = section
+            elif isinstance(section, StateConfig):
+                self.state = section
+
+    def store_needs(self, jobs: Mapping[str, Job]) -> None:
+        """What needs a shared store has one: ``state.backend: etcd`` the etcd of the
+        ``cluster`` section, ``concurrencyScope: cluster`` a ``cluster`` section."""
+        state = self._sections.get("state")
+        if self.state is not None and state is not None and self.state.backend == "etcd":
+            if self.cluster is None or self.cluster.etcd is None:
+                self.problem(
+                    state[0],
+                    ("state", "backend"),
+                    "backend etcd keeps the records in the etcd of the cluster section "
+                    "(cluster: {backend: etcd, etcd: {endpoints: [...]}}), and there is none",
+                )
+        if self.cluster is None:
+            for job in jobs.values():
+                if job.config.concurrency_scope == "cluster":
+                    self.problems.append(
+                        Problem(
+                            self.shown(job.file),
+                            job.line,
+                            None,
+                            ("concurrencyScope",),
+                            f"job {job.name!r}: concurrencyScope cluster needs a shared store: "
+                            "add a cluster section (etcd or filesystem)",
+                        )
+                    )
 
     def _section_positions(self, file: str, key: KeyPath, value: Any) -> None:
         """Record where a section and every key and list item in it are written."""
@@ -853,6 +884,7 @@ def load(
             entries = loader.load_entry(entry)
             jobs = loader.build_jobs(entries)
             loader.crontab_warnings(entries, jobs)
+            loader.store_needs(jobs)
         finished = True
     except _Abort:
         pass
@@ -866,6 +898,7 @@ def load(
         web=loader.web,
         logging=loader.logging,
         cluster=loader.cluster,
+        state=loader.state,
         job_set_id=job_set_id(job.digest for job in jobs.values()),
         files=tuple(loader.read_order),
         directories=tuple(dict.fromkeys(loader.listed)),

@@ -1030,6 +1030,20 @@ class ClusterConfig(Model):
         return self
 
 
+class StateConfig(Model):
+    """Durable state: pending retries, last fires, running runs, @reboot markers and run
+    history survive a restart of the daemon (kill -9 included)."""
+
+    backend: Literal["etcd", "filesystem"]
+    """Where the records are kept: ``filesystem`` in the node's ``--state-dir``, ``etcd``
+    under the prefix of ``cluster.etcd`` (which it needs)."""
+    on_store_unavailable: Literal["degrade", "fail-closed"] = Field(
+        "degrade", alias="onStoreUnavailable"
+    )
+    """When the store cannot be written before a launch that needs a record: ``degrade``
+    runs anyway as if stateless (and logs it); ``fail-closed`` skips that launch."""
+
+
 class ConfigFile(Model):
     """One configuration file."""
 
@@ -1047,3 +1061,5 @@ class ConfigFile(Model):
     logging: LoggingConfig | None = None
     cluster: ClusterConfig | None = None
     """Leader election between the daemons that follow this configuration."""
+    state: StateConfig | None = None
+    """Durable state kept across restarts of the daemon."""

@@ -15,7 +15,7 @@ from cronstable.config.desired import DesiredState, Job
 from cronstable.published import hide_secrets
 
 JobChangeKind = Literal["added", "removed", "changed"]
-SECTIONS = ("web", "logging", "cluster")
+SECTIONS = ("web", "logging", "cluster", "state")
 
 
 @dataclass(frozen=True, slots=True)

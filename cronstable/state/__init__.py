@@ -1,0 +1,1 @@
+"""Durable state: records that outlive the daemon process (:mod:`.base`)."""

@@ -1,0 +1,113 @@
+"""The durable state store: one base class, one module per backend.
+
+A store keeps small JSON records under ``/``-separated keys (each segment made
+with :func:`key`, so a job name may hold any character).  Every record carries
+``version`` (:data:`FORMAT_VERSION`); a record this version cannot read is
+treated as absent by its reader and settled.  Writes are atomic: a reader sees
+the old record or the new one, never half of one.  Every operation is bounded
+(:data:`OP_TIMEOUT`) and raises :class:`StateError` when the store cannot be
+used, so the caller decides what an outage means (``onStoreUnavailable``).
+
+Keys, under each node's own part of the store (``nodes/<node>/``)::
+
+    retries/<job>        the job's retry sequence: pending (attempt, notBefore) or settled
+    fires/<job>          the last fire handled, for catch-up across a restart
+    running/<run id>     a run going now: pid, process group, boot id, start ticks
+    reboot/<job>         the boot id and job digest an @reboot job last ran for
+    history/<job>        the last finished runs (output capped)
+
+and, for the cluster as a whole, ``cluster/reboot/<job>`` (a ``Leader`` @reboot
+job's digest, once per cluster).
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from typing import Any
+from urllib.parse import quote, unquote
+
+from cronstable.errors import CronstableError
+
+FORMAT_VERSION = 1
+OP_TIMEOUT = 5.0
+"""Seconds one store operation may take before it counts as failed."""
+
+Record = dict[str, Any]
+
+
+class StateError(CronstableError):
+    """The store cannot be used now (unreachable, refused, full); says why."""
+
+
+def _segment(text: str) -> str:
+    quoted = quote(text, safe="")
+    # never "." or "..", nor a hidden file name: a leading dot is quoted too
+    return "%2E" + quoted[1:] if quoted.startswith(".") else quoted
+
+
+def key(*segments: str) -> str:
+    """A store key from segments (each percent-quoted: ``/`` inside a name stays one segment,
+    and none is ``.`` or ``..``)."""
+    return "/".join(_segment(segment) for segment in segments)
+
+
+def segments(key_text: str) -> list[str]:
+    """The segments of a key (:func:`key` undone)."""
+    return [unquote(segment) for segment in key_text.split("/")]
+
+
+def node_key(node: str, *rest: str) -> str:
+    """A key in node ``node``'s part of the store."""
+    return key("nodes", node, *rest)
+
+
+def encode(record: Record) -> bytes:
+    return json.dumps({"version": FORMAT_VERSION, **record}, sort_keys=True).encode()
+
+
+def decode(data: bytes) -> Record | None:
+    """The record in ``data``; None when it is not one this version writes."""
+    try:
+        value = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(value, dict) or value.get("version") != FORMAT_VERSION:
+        return None
+    return value
+
+
+class StateStore(ABC):
+    """Records by key; see the module docstring."""
+
+    backend = "?"
+
+    @abstractmethod
+    async def check(self) -> None:
+        """Reach the store once and prove it writable (a revision naming an unusable store
+        is rejected).  Raises :class:`StateError` saying what is wrong."""
+
+    @abstractmethod
+    async def get(self, key: str) -> Record | None:
+        """The record at ``key``; None when there is none (or it is unreadable)."""
+
+    @abstractmethod
+    async def put(self, key: str, record: Record) -> None:
+        """Write ``record`` at ``key`` (atomically, replacing any)."""
+
+    @abstractmethod
+    async def create(self, key: str, record: Record) -> bool:
+        """Write ``record`` at ``key`` only if there is none; whether it was written."""
+
+    @abstractmethod
+    async def delete(self, key: str) -> bool:
+        """Remove the record at ``key``; whether there was one."""
+
+    @abstractmethod
+    async def list(self, prefix: str = "") -> dict[str, Record | None]:
+        """Every key under ``prefix`` (a key or a key ending in ``/``) with its record
+        (None for one this version cannot read), in key order."""
+
+    async def close(self) -> None:
+        """Free what the store holds open."""
+        return None

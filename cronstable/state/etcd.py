@@ -1,0 +1,109 @@
+"""The state store on etcd: records under ``<cluster.etcd.prefix>state/``.
+
+The same etcd (and login, TLS files, endpoint order) as the ``cluster`` section.
+Every operation goes to the endpoint that answered last and fails over to the
+next ones in order; each request is bounded by the client's timeout.  A record
+is one key, written in one put (atomic); :meth:`EtcdStore.create` is a
+transaction on the key's version (put-if-absent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from cronstable.etcd import (
+    EtcdClient,
+    EtcdError,
+    EtcdTLS,
+    EtcdUnavailable,
+    compare,
+    request_put,
+)
+from cronstable.state.base import OP_TIMEOUT, Record, StateError, StateStore, decode, encode
+
+_T = TypeVar("_T")
+
+
+class EtcdStore(StateStore):
+    backend = "etcd"
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        prefix: str = "/cronstable/",
+        tls: EtcdTLS | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        timeout: float = OP_TIMEOUT,
+    ) -> None:
+        if not endpoints:
+            raise ValueError("the etcd state store needs at least one endpoint")
+        base = prefix if prefix.endswith("/") else prefix + "/"
+        self.prefix = base + "state/"
+        self.clients = [
+            EtcdClient(
+                endpoint,
+                timeout=timeout,
+                username=username,
+                password=password,
+                tls=tls if endpoint.startswith("https://") else None,
+            )
+            for endpoint in endpoints
+        ]
+        self._current = 0
+
+    def __repr__(self) -> str:
+        return f"EtcdStore({[c.endpoint for c in self.clients]}, {self.prefix!r})"
+
+    async def _call(self, request: Callable[[EtcdClient], Awaitable[_T]]) -> _T:
+        """``request`` on the current endpoint, failing over to the next ones in order."""
+        last: EtcdError | None = None
+        for step in range(len(self.clients)):
+            index = (self._current + step) % len(self.clients)
+            try:
+                result = await request(self.clients[index])
+            except EtcdUnavailable as exc:
+                last = exc
+                continue
+            except EtcdError as exc:
+                raise StateError(str(exc)) from exc
+            self._current = index
+            return result
+        raise StateError(str(last)) from last
+
+    async def check(self) -> None:
+        probe = self.prefix + "probe"
+        await self._call(lambda etcd: etcd.put(probe, encode({})))
+        await self._call(lambda etcd: etcd.delete(probe))
+
+    async def get(self, key: str) -> Record | None:
+        found = await self._call(lambda etcd: etcd.range(self.prefix + key))
+        return decode(found.kvs[0].value) if found.kvs else None
+
+    async def put(self, key: str, record: Record) -> None:
+        data = encode(record)
+        await self._call(lambda etcd: etcd.put(self.prefix + key, data))
+
+    async def create(self, key: str, record: Record) -> bool:
+        full, data = self.prefix + key, encode(record)
+        done = await self._call(
+            lambda etcd: etcd.txn([compare(full, "version", "==", 0)], [request_put(full, data)])
+        )
+        return done.succeeded
+
+    async def delete(self, key: str) -> bool:
+        done = await self._call(lambda etcd: etcd.delete(self.prefix + key))
+        return done.deleted > 0
+
+    async def list(self, prefix: str = "") -> dict[str, Record | None]:
+        found = await self._call(lambda etcd: etcd.range(self.prefix + prefix, prefix=True))
+        return {
+            kv.key.decode("utf-8", "replace")[len(self.prefix) :]: decode(kv.value)
+            for kv in found.kvs
+        }
+
+    async def close(self) -> None:
+        for client in self.clients:
+            await client.close()

@@ -1,0 +1,37 @@
+"""The one place that names a concrete state store (imported lazily)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cronstable.config.models import ClusterConfig, StateConfig
+from cronstable.etcd import EtcdTLS
+from cronstable.state.base import StateStore
+
+
+def make_store(
+    config: StateConfig,
+    cluster: ClusterConfig | None,
+    state_dir: str | Path,
+    *,
+    login: tuple[str | None, str | None] = (None, None),
+) -> StateStore:
+    """The store ``config`` names: ``filesystem`` in ``state_dir``, ``etcd`` on the etcd of
+    the ``cluster`` section (the loader refuses a state on etcd without one).
+
+    ``login``: etcd's username and password, from the daemon's environment."""
+    if config.backend == "filesystem":
+        from cronstable.state.filesystem import FilesystemStore
+
+        return FilesystemStore(state_dir)
+    from cronstable.state.etcd import EtcdStore
+
+    etcd = cluster.etcd if cluster is not None else None
+    if etcd is None:
+        raise ValueError("state backend etcd needs the etcd settings of the cluster section")
+    tls = None
+    if etcd.ca_file is not None or etcd.cert_file is not None:
+        tls = EtcdTLS(ca=etcd.ca_file, cert=etcd.cert_file, key=etcd.key_file)
+    return EtcdStore(
+        etcd.endpoints, prefix=etcd.prefix, tls=tls, username=login[0], password=login[1]
+    )

@@ -1,0 +1,168 @@
+"""The state store in a directory: the node's ``--state-dir`` (one JSON file per record).
+
+``nodes/n1/retries/backup`` is ``<dir>/nodes/n1/retries/backup.json``.  A write goes
+to a temporary file beside the record (``.tmp-*``), is flushed to disk, then renamed
+over the record, and the directory is flushed too, so a crash or a power cut leaves
+the old record or the new one.  :meth:`FilesystemStore.create` links the temporary
+file to the record's name, which fails when one exists: put-if-absent without a lock.
+Directories are made 0700.  The blocking calls run in a thread, each bounded by
+:data:`~cronstable.state.base.OP_TIMEOUT`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from cronstable.state.base import OP_TIMEOUT, Record, StateError, StateStore, decode, encode
+
+_T = TypeVar("_T")
+SUFFIX = ".json"
+
+
+def _make_dirs(path: Path) -> None:
+    """``path`` and its missing parents, each 0700 (``mkdir(parents=True)`` gives the
+    parents the default mode)."""
+    missing: list[Path] = []
+    while not path.is_dir():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o700)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class FilesystemStore(StateStore):
+    backend = "filesystem"
+
+    def __init__(self, root: str | Path, *, timeout: float = OP_TIMEOUT) -> None:
+        self.root = Path(root)
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"FilesystemStore({str(self.root)!r})"
+
+    async def _run(self, what: str, call: Callable[[], _T]) -> _T:
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(call), timeout=self.timeout)
+        except TimeoutError as exc:
+            raise StateError(f"{what} in {self.root}: no answer in {self.timeout:g} s") from exc
+        except OSError as exc:
+            raise StateError(f"{what} in {self.root}: {exc.strerror or exc}") from exc
+
+    def _path(self, key: str) -> Path:
+        return self.root.joinpath(*key.split("/")).with_name(key.rsplit("/", 1)[-1] + SUFFIX)
+
+    # ------------------------------------------------------------ blocking halves
+
+    def _write_temp(self, path: Path, record: Record) -> str:
+        _make_dirs(path.parent)
+        fd, temp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(encode(record))
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+        return temp
+
+    def _put(self, key: str, record: Record) -> None:
+        path = self._path(key)
+        temp = self._write_temp(path, record)
+        try:
+            os.replace(temp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+        _fsync_dir(path.parent)
+
+    def _create(self, key: str, record: Record) -> bool:
+        path = self._path(key)
+        temp = self._write_temp(path, record)
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+        _fsync_dir(path.parent)
+        return True
+
+    def _get(self, key: str) -> Record | None:
+        try:
+            return decode(self._path(key).read_bytes())
+        except FileNotFoundError:
+            return None
+
+    def _delete(self, key: str) -> bool:
+        path = self._path(key)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        _fsync_dir(path.parent)
+        return True
+
+    def _list(self, prefix: str) -> dict[str, Record | None]:
+        found: dict[str, Record | None] = {}
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        start = self.root.joinpath(*base.split("/")) if base else self.root
+        if not start.is_dir():
+            return found
+        for directory, dirs, files in os.walk(start):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for name in files:
+                if name.startswith(".") or not name.endswith(SUFFIX):
+                    continue
+                path = Path(directory, name)
+                relative = path.relative_to(self.root).as_posix()[: -len(SUFFIX)]
+                if not relative.startswith(prefix):
+                    continue
+                try:
+                    found[relative] = decode(path.read_bytes())
+                except FileNotFoundError:
+                    continue  # removed while listed
+        return dict(sorted(found.items()))
+
+    def _check(self) -> None:
+        _make_dirs(self.root)
+        probe = self._write_temp(self.root / "probe", {})
+        os.unlink(probe)
+
+    # ------------------------------------------------------------ the store
+
+    async def check(self) -> None:
+        await self._run("cannot write records", self._check)
+
+    async def get(self, key: str) -> Record | None:
+        return await self._run(f"cannot read {key}", lambda: self._get(key))
+
+    async def put(self, key: str, record: Record) -> None:
+        await self._run(f"cannot write {key}", lambda: self._put(key, record))
+
+    async def create(self, key: str, record: Record) -> bool:
+        return await self._run(f"cannot write {key}", lambda: self._create(key, record))
+
+    async def delete(self, key: str) -> bool:
+        return await self._run(f"cannot remove {key}", lambda: self._delete(key))
+
+    async def list(self, prefix: str = "") -> dict[str, Record | None]:
+        return await self._run(f"cannot list {prefix or 'the records'}", lambda: self._list(prefix))

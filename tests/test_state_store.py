@@ -1,0 +1,132 @@
+"""State store contract tests, run against every backend: a directory and a real etcd."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from etcd_server import EtcdServer
+
+from cronstable.state.base import StateError, StateStore, key, node_key, segments
+from cronstable.state.etcd import EtcdStore
+from cronstable.state.filesystem import FilesystemStore
+
+pytestmark = [pytest.mark.timeout(60)]
+
+
+@pytest_asyncio.fixture(params=["filesystem", "etcd"])
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path, etcd_prefix: str
+) -> AsyncIterator[StateStore]:
+    made: StateStore
+    if request.param == "etcd":
+        server: EtcdServer = request.getfixturevalue("shared_etcd_server")
+        made = EtcdStore([server.endpoint], prefix=etcd_prefix)
+    else:
+        made = FilesystemStore(tmp_path / "state")
+    await made.check()
+    yield made
+    await made.close()
+
+
+def test_keys_quote_every_segment() -> None:
+    assert key("nodes", "a/b", "..") == "nodes/a%2Fb/%2E."
+    assert segments(key("nodes", "a/b", ".hidden", "x y")) == ["nodes", "a/b", ".hidden", "x y"]
+    assert node_key("n1", "retries", "job") == "nodes/n1/retries/job"
+
+
+@pytest.mark.asyncio
+async def test_put_get_delete(store: StateStore) -> None:
+    k = node_key("n1", "retries", "backup/nightly")
+    assert await store.get(k) is None
+    await store.put(k, {"status": "pending", "attempt": 2})
+    got = await store.get(k)
+    assert got is not None and got["status"] == "pending" and got["attempt"] == 2
+    assert got["version"] == 1
+    await store.put(k, {"status": "settled"})
+    got = await store.get(k)
+    assert got is not None and got["status"] == "settled" and "attempt" not in got
+    assert await store.delete(k) is True
+    assert await store.delete(k) is False
+    assert await store.get(k) is None
+
+
+@pytest.mark.asyncio
+async def test_create_is_put_if_absent(store: StateStore) -> None:
+    k = key("cluster", "reboot", "migrate")
+    assert await store.create(k, {"digest": "a"}) is True
+    assert await store.create(k, {"digest": "b"}) is False
+    got = await store.get(k)
+    assert got is not None and got["digest"] == "a"
+
+
+@pytest.mark.asyncio
+async def test_list_under_a_prefix_in_key_order(store: StateStore) -> None:
+    for job in ("b", "a", "c/d"):
+        await store.put(node_key("n1", "fires", job), {"job": job})
+    await store.put(node_key("n2", "fires", "a"), {"job": "other node"})
+    await store.put(node_key("n1", "retries", "a"), {"job": "a"})
+    listed = await store.list(node_key("n1", "fires") + "/")
+    assert list(listed) == [node_key("n1", "fires", j) for j in ("a", "b", "c/d")]
+    assert [r["job"] for r in listed.values() if r] == ["a", "b", "c/d"]
+    everything = await store.list()
+    assert node_key("n2", "fires", "a") in everything
+    assert await store.list("nodes/nobody/") == {}
+
+
+@pytest.mark.asyncio
+async def test_a_record_of_another_version_reads_as_none(store: StateStore) -> None:
+    k = node_key("n1", "fires", "x")
+    if isinstance(store, FilesystemStore):
+        path = store.root / "nodes" / "n1" / "fires" / "x.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text('{"version": 99}')
+    else:
+        assert isinstance(store, EtcdStore)
+        await store.clients[0].put(store.prefix + k, b"not json")
+    assert await store.get(k) is None
+    assert (await store.list(k)) == {k: None}
+
+
+@pytest.mark.asyncio
+async def test_a_directory_that_cannot_be_written_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        target = tmp_path / "file"
+        target.write_text("a file, not a directory")
+        store = FilesystemStore(target / "state")
+    else:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        store = FilesystemStore(locked / "state")
+    with pytest.raises(StateError, match="cannot write records"):
+        await store.check()
+
+
+@pytest.mark.asyncio
+async def test_an_etcd_that_does_not_answer_is_refused_in_time(tmp_path: Path) -> None:
+    from etcd_server import free_port
+
+    store = EtcdStore([f"http://127.0.0.1:{free_port()}"], timeout=1.0)
+    try:
+        with pytest.raises(StateError):
+            await store.check()
+        with pytest.raises(StateError):
+            await store.put("nodes/n1/fires/x", {})
+    finally:
+        await store.close()
+
+
+@pytest.mark.asyncio
+async def test_the_filesystem_store_leaves_no_temporary_files(tmp_path: Path) -> None:
+    store = FilesystemStore(tmp_path / "s")
+    await store.check()
+    for n in range(5):
+        await store.put(node_key("n1", "history", "j"), {"n": n})
+        await store.create(key("cluster", "reboot", "j"), {"n": n})
+    names = [p.name for p in (tmp_path / "s").rglob("*") if p.is_file()]
+    assert sorted(names) == ["j.json", "j.json"]
+    mode = (tmp_path / "s" / "nodes").stat().st_mode & 0o777
+    assert mode == 0o700
