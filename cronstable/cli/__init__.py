@@ -254,6 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
         "unique among the daemons that follow one configuration",
     )
     p.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        default=None,
+        help="where a state section with backend filesystem keeps this node's records "
+        "(default /var/lib/cronstable as root, else $XDG_STATE_HOME/cronstable)",
+    )
+    p.add_argument(
         "--settle",
         type=_settle_seconds,
         default=None,
@@ -409,6 +416,7 @@ def run_cli(argv: list[str]) -> int:
         limits_from(args),
         settle=getattr(args, "settle", None),
         node_name=_node_name_of(args, parser),
+        state_dir=getattr(args, "state_dir", None),
     )
 
 

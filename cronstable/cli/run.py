@@ -17,6 +17,7 @@ def cmd_run(
     *,
     settle: float | None = None,
     node_name: str = "localhost",
+    state_dir: str | None = None,
 ) -> int:
     """``log_level``/``log_format``: None when not given (INFO and text, which the
     configuration's ``logging`` section may change); given, they win over it."""
@@ -43,14 +44,26 @@ def cmd_run(
 
     async def main() -> int:
         from cronstable.cluster.section import ClusterSection
+        from cronstable.platform import default_state_dir
+        from cronstable.state.keeper import StateKeeper
+        from cronstable.state.section import StateSection
         from cronstable.web.section import WebSection
 
         overrides = LogOverrides(level=log_level, format=log_format)
         daemon = Daemon(source, log_overrides=overrides, limits=limits)
+        scheduler = daemon.scheduler
         cluster = ClusterSection(node_name, daemon.metrics.registry)
+        cluster.on_change = scheduler.wake
         daemon.add_section(cluster)
-        daemon.scheduler.gate = cluster
-        daemon.control.cluster = lambda: cluster.view(iter(daemon.scheduler.jobs.values()))
+        scheduler.gate = cluster
+        daemon.control.cluster = lambda: cluster.view(iter(scheduler.jobs.values()))
+        keeper = StateKeeper(node_name, scheduler, daemon.history, cluster_wide=cluster.one_run)
+        scheduler.guards.append(keeper)
+        scheduler.state = keeper
+        scheduler.run_listeners.append(keeper)
+        daemon.add_section(
+            StateSection(keeper, state_dir or default_state_dir(), daemon.metrics.registry)
+        )
         daemon.add_section(WebSection(daemon.control))
         return await daemon.run()
 

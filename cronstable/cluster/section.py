@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -66,6 +66,8 @@ class ClusterSection:
         self.stats = LeadershipStats()
         self._stopping: set[asyncio.Task[None]] = set()
         self._released = False
+        self.on_change: Callable[[], None] | None = None
+        """Called when what this node sees of the leadership changed (wakes the scheduler)."""
         if registry is not None:
             registry.register(_ClusterCollector(self))
 
@@ -104,6 +106,7 @@ class ClusterSection:
                 self._stop_later(old)
             if isinstance(prepared, Leadership):
                 prepared.job_set_id = desired.job_set_id
+                prepared.on_change = self.on_change
                 prepared.start()
                 logger.info(
                     "Cluster: node %s joins through %r (leaseTtl %s s, %s)",
@@ -139,6 +142,11 @@ class ClusterSection:
         if config is None or not config.elect_leader:
             return None
         return refusal(job.config.cluster_policy, job.name, config.distribution, self.seen())
+
+    def one_run(self, job: Job) -> bool:
+        """Whether ``job`` runs once per cluster (a ``Leader`` job under leader election)."""
+        config = self.config
+        return config is not None and config.elect_leader and job.config.cluster_policy == "Leader"
 
     def seen(self) -> Seen:
         lead = self.leadership

@@ -6,7 +6,9 @@
   :class:`FinishedRun`: logs, ``/status``, metric labels and report templates
   all use the same strings.  ``failed``, ``timed_out`` and ``spawn_failed`` are
   failures; ``replaced`` (concurrencyPolicy Replace) and ``cancelled`` (an
-  operator's cancel, a second stop signal) are not, and are never reported.
+  operator's cancel, a second stop signal) are not, and are never reported;
+  nor is ``unknown``: a run a restarted daemon adopted (it outlived the daemon
+  that started it, which alone could reap it and learn its exit status).
 * A fire that did not run is a :class:`MissedFire` with one of the
   :data:`MissedReason` strings.
 * Each :class:`ReportListener` hears, per finished run, the report moments it
@@ -16,8 +18,9 @@
   must not block and must not raise; an exception is logged and ignored.
 * :class:`RunHistory` keeps the runs going now and the last
   :data:`HISTORY_PER_JOB` finished runs of each job, with at most
-  :data:`OUTPUT_TAIL` bytes of each captured stream (the tail).  It is in
-  memory until durable state lands.
+  :data:`OUTPUT_TAIL` bytes of each captured stream (the tail).  With a
+  ``state`` section the finished runs are also kept in the store
+  (:mod:`cronstable.state.keeper`) and put back after a restart.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ HISTORY_PER_JOB = 20
 OUTPUT_TAIL = 64 * 1024
 """Bytes of each captured stream a finished run keeps (the end of it)."""
 
-RunOutcome = Literal["succeeded", "failed", "timed_out", "spawn_failed", "cancelled", "replaced"]
+RunOutcome = Literal[
+    "succeeded", "failed", "timed_out", "spawn_failed", "cancelled", "replaced", "unknown"
+]
 RUN_OUTCOMES: tuple[RunOutcome, ...] = get_args(RunOutcome)
 FAILURES: frozenset[RunOutcome] = frozenset({"failed", "timed_out", "spawn_failed"})
 """The outcomes that are failures (reported, retried)."""
@@ -206,6 +211,50 @@ class FinishedRun:
             "maxRss": self.max_rss,
         }
 
+    @classmethod
+    def from_json(cls, data: object) -> FinishedRun | None:
+        """The record :meth:`as_json` wrote; None for anything else (durable state)."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            start = RunStart(
+                id=str(data["id"]),
+                job=str(data["job"]),
+                scheduled_time=_parse_utc(data["scheduledTime"]),
+                attempt=int(data["attempt"]),
+                started_at=_parse_utc(data["startedAt"]),
+                pid=None if data.get("pid") is None else int(data["pid"]),
+                manual=bool(data.get("manual", False)),
+            )
+            outcome = data["outcome"]
+            if outcome not in RUN_OUTCOMES:
+                return None
+            return cls(
+                start=start,
+                outcome=outcome,
+                exit_code=None if data.get("exitCode") is None else int(data["exitCode"]),
+                finished_at=_parse_utc(data["finishedAt"]),
+                duration=float(data["duration"]),
+                fail_reason=None if data.get("failReason") is None else str(data["failReason"]),
+                stdout=None if data.get("stdout") is None else str(data["stdout"]),
+                stderr=None if data.get("stderr") is None else str(data["stderr"]),
+                stdout_dropped=int(data.get("stdoutDropped", 0)),
+                stderr_dropped=int(data.get("stderrDropped", 0)),
+                cpu_seconds=None if data.get("cpuSeconds") is None else float(data["cpuSeconds"]),
+                max_rss=None if data.get("maxRss") is None else int(data["maxRss"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def _parse_utc(text: object) -> datetime:
+    if not isinstance(text, str):
+        raise TypeError("not a time")
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        raise ValueError("a time without a zone")
+    return moment.astimezone(UTC)
+
 
 def _start_json(start: RunStart) -> dict[str, Any]:
     return {
@@ -253,6 +302,13 @@ class RunHistory:
     def last(self, job: str) -> FinishedRun | None:
         runs = self._finished.get(job)
         return runs[-1] if runs else None
+
+    def restore(self, job: str, runs: Iterable[FinishedRun]) -> None:
+        """Put back the finished runs a previous daemon kept (oldest first), before any
+        run of this daemon's."""
+        kept = deque(runs, maxlen=self.per_job)
+        kept.extend(self._finished.get(job, ()))
+        self._finished[job] = kept
 
     def forget(self, jobs: Iterable[str]) -> None:
         """Drop the finished runs of jobs a revision removed (runs still going stay)."""

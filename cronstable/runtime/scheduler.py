@@ -58,7 +58,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Literal, Protocol
 
 from cronstable.config.desired import Job
 from cronstable.runtime.clock import Clock
@@ -121,6 +121,60 @@ class ClusterGate(Protocol):
         ...
 
 
+LaunchKind = Literal["fire", "retry", "reboot", "manual"]
+"""What starts a run: a scheduled fire (catch-ups included), a retry, an @reboot job at
+start, or a start on request."""
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """A run about to start, as the launch guards see it."""
+
+    job: Job
+    scheduled: datetime
+    attempt: int
+    kind: LaunchKind
+
+    @property
+    def id(self) -> str:
+        return run_id(self.job.name, self.scheduled, self.attempt)
+
+
+class LaunchGuard(Protocol):
+    """Asked, in order, before each run starts (after concurrencyPolicy and the cluster
+    gate): durable state records what must be written before a launch, a cluster slot
+    is taken.  Must not raise."""
+
+    async def admit(self, launch: Launch) -> str | None:
+        """None to start; otherwise why not (``state_unavailable``, ``reboot_ran`` …)."""
+        ...
+
+    def release(self, launch: Launch) -> None:
+        """``launch``, which this guard admitted, ended: it ran and finished, or it never
+        started (a later guard refused it, the daemon stopped)."""
+        ...
+
+
+class StateHooks(Protocol):
+    """What durable state hears from the scheduler (:mod:`cronstable.state.keeper`).
+    Each call returns at once (the writes are queued); none raises."""
+
+    def fire_handled(self, job: Job, fire: datetime) -> None:
+        """``fire`` of ``job`` was handled here (run, or skipped by Forbid)."""
+        ...
+
+    def retry_armed(
+        self, job: Job, state: RetryState, not_before: datetime, scheduled: datetime
+    ) -> None:
+        """A retry of ``job``'s fire at ``scheduled`` is due at ``not_before``."""
+        ...
+
+    def retry_settled(self, job: Job, reason: str) -> None:
+        """``job``'s pending retry will not run from this record (``launched``,
+        ``superseded``, ``removed`` …)."""
+        ...
+
+
 class StartRefused(Exception):
     """A start on request that concurrencyPolicy (or a shutdown) refuses; says why."""
 
@@ -167,6 +221,9 @@ class _Instance:
     task: asyncio.Task[None] | None = None
     stopping: asyncio.Future[None] | None = None
     """The cancel() of a replaced run, which a replacement waits for."""
+    kind: LaunchKind = "fire"
+    adopted: datetime | None = None
+    """When a run adopted after a restart started (it is not this daemon's child)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -182,6 +239,9 @@ class _Slot:
     failed_run: tuple[Job, FinishedRun] | None = None
     """The failed run the pending retry follows, with the definition that ran it."""
     last_result: RunResult | None = None
+    resumed: bool = False
+    """The cursor came from durable state: fires missed before it were missed while the
+    daemon was down."""
 
 
 def _timing(job: Job) -> tuple[str, str, bool]:
@@ -214,6 +274,13 @@ class Scheduler:
         """Told what to report: the moments of finished runs, missed fires (reporting)."""
         self.gate: ClusterGate | None = None
         """Asked before every scheduled fire and retry; None lets all run."""
+        self.guards: list[LaunchGuard] = []
+        """Asked before every run starts (state, cluster slots)."""
+        self.state: StateHooks | None = None
+        """Told of fires and retries to keep across restarts; None keeps nothing."""
+        self._reboot_waiting: set[str] = set()
+        """@reboot jobs held back while the leadership was unknown: they start once it is
+        known and the gate lets them."""
 
     # ------------------------------------------------------------ the job table
 
@@ -268,7 +335,7 @@ class Scheduler:
                 "and concurrencyPolicy is Forbid"
             )
         waits = self._replace(slot, active) if active and policy == "Replace" else []
-        inst = self._launch(slot, when, 1, None, waits, manual=True)
+        inst = self._launch(slot, when, 1, None, waits, kind="manual")
         return run_id(name, inst.scheduled_time, inst.attempt)
 
     def cancel_runs(self, name: str, run: str | None = None) -> list[str]:
@@ -376,6 +443,8 @@ class Scheduler:
         now = self.clock.now()
         for slot in list(self._slots.values()):
             if slot.job.config.enabled and slot.job.schedule.is_reboot:
+                if slot.retry is not None:
+                    continue  # a retry re-armed from durable state goes on with this boot's run
                 self._fire(slot, now)
         last_wall, last_mono = now, self.clock.monotonic()
         while not self._stopping:
@@ -393,6 +462,8 @@ class Scheduler:
                     drift,
                 )
             last_wall, last_mono = now, mono
+            if self._reboot_waiting:
+                self._reboot_when_known(now)
             self._service(now)
             await self.clock.sleep_until(self._soonest(), self._wake)
         if self.gate is not None:
@@ -402,6 +473,71 @@ class Scheduler:
             except Exception:
                 logger.exception("Releasing the cluster leadership failed")
         await self._drain()
+
+    def _reboot_when_known(self, now: datetime) -> None:
+        """Start the @reboot jobs that waited for the leadership, once the gate decides."""
+        for name in sorted(self._reboot_waiting):
+            slot = self._slots.get(name)
+            if slot is None or not slot.job.config.enabled or not slot.job.schedule.is_reboot:
+                self._reboot_waiting.discard(name)
+                continue
+            reason = self.gate.allows(slot.job) if self.gate is not None else None
+            if reason == "leadership_unknown":
+                continue
+            self._reboot_waiting.discard(name)
+            if reason is None:
+                self._fire(slot, now)
+
+    # ------------------------------------------------------------ after a restart
+
+    def resume(self, name: str, last_fire: datetime) -> bool:
+        """Plan ``name`` from ``last_fire``, the last fire a previous daemon handled (durable
+        state): fires missed since are handled as missed while the daemon was down, the
+        latest within startingDeadlineSeconds runs once.  False for a job not applied."""
+        slot = self._slots.get(name)
+        if slot is None or not slot.job.config.enabled or slot.job.schedule.is_reboot:
+            return False
+        slot.cursor = last_fire.astimezone(UTC)
+        slot.resumed = True
+        self._plan(slot, slot.cursor)
+        self._wake.set()
+        return True
+
+    def rearm_retry(self, name: str, count: int, delay: float, scheduled: datetime) -> bool:
+        """Re-arm the retry sequence a previous daemon left pending: ``count`` retries
+        had started, the next is due in ``delay`` seconds (0: at once), for the fire at
+        ``scheduled``.  False when the job is not applied or a sequence is going."""
+        slot = self._slots.get(name)
+        if slot is None or slot.retry is not None or self._stopping:
+            return False
+        state = RetryState.from_config(slot.job.config.on_failure.retry)
+        for _ in range(count):
+            state.next_delay()
+        if count < 1 or (state.maximum_retries != -1 and count > state.maximum_retries):
+            return False  # the budget the record counted on is gone
+        slot.retry = state
+        state.task = asyncio.create_task(
+            self._retry_after(slot, state, max(0.0, delay), scheduled.astimezone(UTC))
+        )
+        return True
+
+    def adopt(
+        self, name: str, run: Run, scheduled: datetime, attempt: int, started_at: datetime
+    ) -> bool:
+        """Watch ``run``, a run of ``name`` that outlived the previous daemon, until it ends:
+        it counts for concurrencyPolicy meanwhile and ends with outcome ``unknown`` (no
+        report, no retry).  False for a job not applied (the run is left alone)."""
+        slot = self._slots.get(name)
+        if slot is None:
+            return False
+        inst = _Instance(run, scheduled.astimezone(UTC), attempt, None, slot.job)
+        inst.adopted = started_at
+        slot.running.append(inst)
+        self._live.add(inst)
+        inst.task = asyncio.create_task(self._supervise(slot, inst, []))
+        self._tasks.add(inst.task)
+        inst.task.add_done_callback(self._tasks.discard)
+        return True
 
     def _stepped_back(self, now: datetime, step: float) -> None:
         """Re-plan after the wall clock stepped back ``step`` seconds (Vixie cron's rule)."""
@@ -446,6 +582,7 @@ class Scheduler:
     def _due(self, slot: _Slot, fire: datetime, now: datetime) -> None:
         job = slot.job
         on_time = now - timedelta(seconds=self.late_tolerance)
+        resumed, slot.resumed = slot.resumed, False
         if fire >= on_time:
             slot.cursor = fire
             self._fire(slot, fire)
@@ -482,7 +619,11 @@ class Scheduler:
                 MissedFire(
                     job.name,
                     fire,
-                    "deadline" if deadline is not None else "clock_jump",
+                    "daemon_down"
+                    if resumed
+                    else "deadline"
+                    if deadline is not None
+                    else "clock_jump",
                     missed,
                     last_missed,
                 ),
@@ -519,18 +660,19 @@ class Scheduler:
 
     # ------------------------------------------------------------ runs
 
-    def _held_back(self, job: Job, scheduled: datetime, what: str) -> bool:
-        """Whether the cluster gate refuses ``job`` here now (logged at DEBUG, counted)."""
+    def _held_back(self, job: Job, scheduled: datetime, what: str) -> str | None:
+        """Why the cluster gate refuses ``job`` here now (logged at DEBUG, counted); None
+        when it may start."""
         if self.gate is None:
-            return False
+            return None
         try:
             reason = self.gate.allows(job)
         except Exception:  # a gate that cannot answer fails closed
             logger.exception("Job %s: the cluster gate failed; please report this", job.name)
             reason = "gate_error"
         if reason is None:
-            return False
-        self.stats.skipped_cluster[reason] = self.stats.skipped_cluster.get(reason, 0) + 1
+            return None
+        self._count_skip(reason)
         logger.debug(
             "Job %s: %s at %s not started here (clusterPolicy %s: %s)",
             job.name,
@@ -540,13 +682,23 @@ class Scheduler:
             reason,
             extra={"job": job.name, "scheduled_time": scheduled.isoformat()},
         )
-        return True
+        return reason
+
+    def _count_skip(self, reason: str) -> None:
+        self.stats.skipped_cluster[reason] = self.stats.skipped_cluster.get(reason, 0) + 1
 
     def _fire(self, slot: _Slot, scheduled: datetime) -> None:
-        """A scheduled fire (or catch-up) of ``slot``'s job."""
+        """A scheduled fire (or catch-up) of ``slot``'s job, or an @reboot job's one run."""
         job = slot.job
-        if self._held_back(job, scheduled, "fire"):
+        reboot = job.schedule.is_reboot
+        held = self._held_back(job, scheduled, "fire")
+        if held is not None:
+            if reboot and held == "leadership_unknown":
+                self._reboot_waiting.add(job.name)  # runs once the leadership is known
             return
+        self._reboot_waiting.discard(job.name)
+        if self.state is not None:
+            self.state.fire_handled(job, scheduled)
         policy = job.config.concurrency_policy
         active = [inst for inst in slot.running if not inst.replaced]
         waits: list[asyncio.Future[None]] = []
@@ -568,7 +720,7 @@ class Scheduler:
         if job.config.on_failure.retry.maximum_retries != 0:
             slot.retry = RetryState.from_config(job.config.on_failure.retry)
         self.stats.fires += 1
-        self._launch(slot, scheduled, 1, slot.retry, waits)
+        self._launch(slot, scheduled, 1, slot.retry, waits, kind="reboot" if reboot else "fire")
 
     def _replace(self, slot: _Slot, active: list[_Instance]) -> list[asyncio.Future[None]]:
         """Stop ``active``; what a new run must wait for: every run of the job still dying."""
@@ -592,12 +744,13 @@ class Scheduler:
         retry: RetryState | None,
         waits: list[asyncio.Future[None]] | None = None,
         *,
-        manual: bool = False,
+        kind: LaunchKind = "fire",
     ) -> _Instance:
         inst = _Instance(
             self.spawner(slot.job, scheduled, attempt), scheduled, attempt, retry, slot.job
         )
-        inst.manual = manual
+        inst.manual = kind == "manual"
+        inst.kind = kind
         slot.running.append(inst)
         self._live.add(inst)
         inst.task = asyncio.create_task(self._supervise(slot, inst, waits or []))
@@ -614,6 +767,8 @@ class Scheduler:
             "scheduled_time": inst.scheduled_time.isoformat(),
             "attempt": inst.attempt,
         }
+        launch = Launch(inst.job, inst.scheduled_time, inst.attempt, inst.kind)
+        admitted: list[LaunchGuard] = []
         try:
             if waits:
                 await asyncio.gather(*waits, return_exceptions=True)
@@ -621,20 +776,30 @@ class Scheduler:
                 # the daemon told to stop, or the job removed: then it never starts
                 if inst.replaced or self._stopping or self._slots.get(name) is not slot:
                     return
+            if inst.adopted is None:
+                for guard in self.guards:
+                    refused = await guard.admit(launch)
+                    if refused is not None:
+                        self._refused(launch, refused)
+                        return
+                    admitted.append(guard)
+                if inst.replaced or inst.cancelled or (self._stopping and not inst.manual):
+                    return  # stopped while the guards were asked
             await inst.run.start()
             start = RunStart(
-                id=run_id(name, inst.scheduled_time, inst.attempt),
+                id=launch.id,
                 job=name,
                 scheduled_time=inst.scheduled_time,
                 attempt=inst.attempt,
-                started_at=self.clock.now(),
+                started_at=inst.adopted or self.clock.now(),
                 pid=inst.run.pid,
                 manual=inst.manual,
             )
             self._tell("run_started", start)
             logger.info(
-                "Job %s started: scheduled %s, attempt %d, pid %s",
+                "Job %s %s: scheduled %s, attempt %d, pid %s",
                 name,
+                "adopted (it outlived the previous daemon)" if inst.adopted else "started",
                 inst.scheduled_time.isoformat(),
                 inst.attempt,
                 inst.run.pid,
@@ -649,9 +814,18 @@ class Scheduler:
             self._live.discard(inst)
             if inst in slot.running:
                 slot.running.remove(inst)
+            for guard in admitted:
+                try:
+                    guard.release(launch)
+                except Exception:
+                    logger.exception("A launch guard failed to release %s", launch.id)
         slot.last_result = result
         outcome: RunOutcome = (
-            "cancelled" if inst.cancelled else run_outcome(result, replaced=inst.replaced)
+            "unknown"
+            if inst.adopted is not None
+            else "cancelled"
+            if inst.cancelled
+            else run_outcome(result, replaced=inst.replaced)
         )
         self._tell("run_finished", start, result, outcome)
         logger.info(
@@ -671,8 +845,8 @@ class Scheduler:
                 "fail_reason": result.fail_reason,
             },
         )
-        if outcome in ("replaced", "cancelled"):
-            return
+        if outcome in ("replaced", "cancelled", "unknown"):
+            return  # not reported, no retry
         record = FinishedRun.of(start, result, outcome)
         if record.failed:
             _log_output(record)
@@ -722,6 +896,9 @@ class Scheduler:
             extra={"job": job.name, "attempt": state.count + 1},
         )
         state.task = asyncio.create_task(self._retry_after(slot, state, delay, inst.scheduled_time))
+        if self.state is not None:
+            not_before = self.clock.now() + timedelta(seconds=delay)
+            self.state.retry_armed(job, state, not_before, inst.scheduled_time)
 
     async def _retry_after(
         self, slot: _Slot, state: RetryState, delay: float, scheduled: datetime
@@ -729,7 +906,8 @@ class Scheduler:
         await self.clock.sleep(delay)
         if state.cancelled or self._stopping or self._slots.get(slot.job.name) is not slot:
             return
-        if self._held_back(slot.job, scheduled, f"retry {state.count}"):
+        if self._held_back(slot.job, scheduled, f"retry {state.count}") is not None:
+            self._settle(slot.job, "not_here")
             return
         active = [inst for inst in slot.running if not inst.replaced]
         waits: list[asyncio.Future[None]] = []
@@ -739,22 +917,44 @@ class Scheduler:
                 slot.job.name,
                 extra={"job": slot.job.name},
             )
+            self._settle(slot.job, "forbid")
             return
         if active and slot.job.config.concurrency_policy == "Replace":
             waits = self._replace(slot, active)
-        self._launch(slot, scheduled, state.count + 1, state, waits)
+        self._launch(slot, scheduled, state.count + 1, state, waits, kind="retry")
 
-    def _end_retries(self, slot: _Slot, why: str | None = None) -> None:
+    def _settle(self, job: Job, reason: str) -> None:
+        if self.state is not None:
+            self.state.retry_settled(job, reason)
+
+    def _refused(self, launch: Launch, reason: str) -> None:
+        """A launch guard refused ``launch`` (logged, counted)."""
+        self._count_skip(reason)
+        logger.log(
+            logging.DEBUG if reason == "reboot_ran" else logging.WARNING,  # the guard said why
+            "Job %s: %s at %s not started (%s)",
+            launch.job.name,
+            launch.kind,
+            launch.scheduled.isoformat(),
+            reason,
+            extra={"job": launch.job.name, "scheduled_time": launch.scheduled.isoformat()},
+        )
+
+    def _end_retries(self, slot: _Slot, why: str | None = None, *, settle: bool = True) -> None:
         """End the slot's retry sequence.
 
         With ``why`` (the job was ``removed``, ``disabled`` or ``redefined``), a
         pending retry it drops is logged and settled: the failed run it followed
-        reports onPermanentFailure of the definition that ran it.
+        reports onPermanentFailure of the definition that ran it.  A pending retry's
+        durable record is settled too, unless ``settle`` is false (a graceful stop
+        keeps it for the next start to re-arm).
         """
         state = slot.retry
         failed, slot.failed_run = slot.failed_run, None
         if state is None:
             return
+        if settle and state.task is not None and not state.task.done():
+            self._settle(slot.job, why or "superseded")
         if why is not None and state.task is not None and not state.task.done():
             logger.info(
                 "Job %s: pending retry %d dropped: %s",
@@ -795,7 +995,7 @@ class Scheduler:
 
     async def _drain(self) -> None:
         for slot in self._slots.values():
-            self._end_retries(slot)
+            self._end_retries(slot, settle=False)
         pending = [task for task in self._tasks if not task.done()]
         if pending:
             logger.info(

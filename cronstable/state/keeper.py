@@ -1,0 +1,497 @@
+"""Between the scheduler and the state store: what is recorded when, and the restore.
+
+The keeper is the scheduler's :class:`~cronstable.runtime.scheduler.LaunchGuard`,
+its :class:`~cronstable.runtime.scheduler.StateHooks` and a run listener.  With no
+store (no ``state`` section) every call is a no-op.  Records (:mod:`.base` keys,
+in this node's part of the store):
+
+* ``fires/<job>``, for jobs with ``startingDeadlineSeconds``: the last fire handled
+  (written before the launch, awaited), so a restart resumes the schedule there and
+  catches up a fire missed while down, once, within the deadline.
+* ``retries/<job>``: ``pending`` when a retry is armed (attempt count, notBefore),
+  ``settled`` with a reason when it launches (written before the launch, awaited)
+  or will not run; a graceful stop leaves it pending, for the next start.
+* ``running/<run id>``: pid (= process group), boot id, start ticks, from start to
+  finish, so a restart adopts a run that is still alive.
+* ``reboot/<job>``: the boot id and digest an @reboot job last ran for (written
+  before the launch); a ``Leader`` @reboot job under leader election uses
+  ``cluster/reboot/<job>`` (its digest, once per cluster) instead.
+* ``history/<job>``: the last finished runs, output capped at :data:`HISTORY_OUTPUT`
+  bytes per stream, written at most every :data:`HISTORY_EVERY` seconds.
+
+When a write before a launch fails, ``onStoreUnavailable`` decides: ``degrade``
+launches anyway (as if stateless; a WARNING when the store first fails, INFO when
+it answers again), ``fail-closed`` skips the launch (reason ``state_unavailable``).
+Every ambiguous record at restart settles rather than runs: the bias is toward no
+run over a double run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from cronstable.config.desired import Job
+from cronstable.platform import boot_id, process_start_ticks
+from cronstable.runtime.adopted import AdoptedRun, same_process
+from cronstable.runtime.process import RunResult
+from cronstable.runtime.retry import RetryState
+from cronstable.runtime.runs import (
+    FinishedRun,
+    RunHistory,
+    RunOutcome,
+    RunStart,
+    tail_text,
+    utc_text,
+)
+from cronstable.runtime.scheduler import LATE_TOLERANCE, Launch, Scheduler
+from cronstable.state.base import OP_TIMEOUT, Record, StateError, StateStore, key, node_key
+from cronstable.state.writer import Writer
+
+logger = logging.getLogger(__name__)
+
+HISTORY_EVERY = 5.0
+"""Seconds between two writes of the run history (changed jobs only)."""
+HISTORY_OUTPUT = 16 * 1024
+"""Bytes of each captured stream a persisted run keeps (the end)."""
+FLUSH_AT_CLOSE = 5.0
+"""Seconds a stopping daemon waits for queued records to be written."""
+
+Policy = Literal["degrade", "fail-closed"]
+
+
+def _time(text: object) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
+@dataclass(slots=True)
+class StateStats:
+    write_failures: int = 0
+    restored_fires: int = 0
+    rearmed_retries: int = 0
+    settled_at_restore: int = 0
+    adopted_runs: int = 0
+
+
+class StateKeeper:
+    """See the module docstring.  ``cluster_wide(job)``: whether ``job`` is one run
+    per cluster (a ``Leader`` job under leader election)."""
+
+    def __init__(
+        self,
+        node: str,
+        scheduler: Scheduler,
+        history: RunHistory,
+        *,
+        cluster_wide: Callable[[Job], bool] = lambda job: False,
+        boot: str | None = None,
+    ) -> None:
+        self.node = node
+        self.scheduler = scheduler
+        self.history = history
+        self.cluster_wide = cluster_wide
+        self.boot = boot if boot is not None else boot_id()
+        self.store: StateStore | None = None
+        self.policy: Policy = "degrade"
+        self.writer: Writer | None = None
+        self.stats = StateStats()
+        self.available = True
+        self.last_error: str | None = None
+        self._dirty_history: set[str] = set()
+        self._history_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ the store in use
+
+    def use(self, store: StateStore | None, policy: Policy = "degrade") -> StateStore | None:
+        """Write to ``store`` from now on (None: stop keeping state); the previous store,
+        for the caller to close once :meth:`retire` flushed its queue."""
+        old = self.store
+        self.store, self.policy = store, policy
+        self.writer = Writer(store, on_result=self._written) if store is not None else None
+        if store is not None and self._history_task is None:
+            self._history_task = asyncio.create_task(self._history_rounds(), name="state-history")
+        return old
+
+    async def retire(self, writer: Writer | None) -> None:
+        if writer is not None:
+            await writer.flush(within=FLUSH_AT_CLOSE)
+            await writer.close()
+
+    async def close(self) -> None:
+        """Write the history and what is queued (bounded by :data:`FLUSH_AT_CLOSE`)."""
+        task, self._history_task = self._history_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._flush_history()
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            if not await writer.flush(within=FLUSH_AT_CLOSE):
+                logger.warning(
+                    "State: %d records not written at stop (the store does not answer)",
+                    writer.queued(),
+                )
+            await writer.close()
+        store, self.store = self.store, None
+        if store is not None:
+            await store.close()
+
+    def _key(self, *rest: str) -> str:
+        return node_key(self.node, *rest)
+
+    def _submit(self, key_text: str, record: Record | None) -> asyncio.Future[bool] | None:
+        if self.writer is None:
+            return None
+        return self.writer.submit(key_text, record)
+
+    def _written(self, ok: bool, error: str | None) -> None:
+        if ok:
+            if not self.available:
+                logger.info("State: the %s store answers again", self._backend())
+            self.available, self.last_error = True, None
+            return
+        self.stats.write_failures += 1
+        self.last_error = error
+        if self.available:
+            logger.warning(
+                "State: the %s store cannot be written (%s); %s",
+                self._backend(),
+                error,
+                "launches that need a record are skipped (onStoreUnavailable: fail-closed)"
+                if self.policy == "fail-closed"
+                else "jobs run as if stateless meanwhile (onStoreUnavailable: degrade)",
+            )
+        self.available = False
+
+    def _backend(self) -> str:
+        return self.store.backend if self.store is not None else "state"
+
+    def _unavailable(self, what: str, job: Job) -> str | None:
+        """A record before a launch could not be written: the policy's answer."""
+        if self.policy == "fail-closed":
+            return "state_unavailable"
+        logger.warning(
+            "Job %s: %s not recorded (the store does not answer); starting anyway "
+            "(onStoreUnavailable: degrade)",
+            job.name,
+            what,
+            extra={"job": job.name},
+        )
+        return None
+
+    async def _recorded(self, future: asyncio.Future[bool] | None) -> bool:
+        if future is None:
+            return True
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout=OP_TIMEOUT)
+        except TimeoutError:
+            return False
+
+    # ------------------------------------------------------------ LaunchGuard
+
+    async def admit(self, launch: Launch) -> str | None:
+        if self.store is None:
+            return None
+        job = launch.job
+        if launch.kind == "reboot":
+            return await self._reboot(job)
+        if launch.kind == "retry":
+            future = self._submit(
+                self._key("retries", job.name),
+                self._retry_record(job, "settled", reason="launched", attempt=launch.attempt),
+            )
+            if not await self._recorded(future):
+                return self._unavailable("the retry's launch", job)
+            return None
+        if launch.kind == "fire" and job.config.starting_deadline_seconds is not None:
+            future = self._submit(
+                self._key("fires", job.name), self._fire_record(job, launch.scheduled)
+            )
+            if not await self._recorded(future):
+                return self._unavailable("the fire", job)
+        return None
+
+    def release(self, launch: Launch) -> None:
+        return None
+
+    async def _reboot(self, job: Job) -> str | None:
+        """Once per boot (and job digest) on this host; once per digest in the cluster
+        for a ``Leader`` job under leader election.  Recorded before the launch."""
+        store = self.store
+        assert store is not None
+        now = utc_text(datetime.now(UTC))
+        try:
+            if self.cluster_wide(job):
+                marker = key("cluster", "reboot", job.name)
+                held = await store.get(marker)
+                if held is not None and held.get("digest") == job.digest:
+                    return self._ran_before(job, f"in the cluster (by node {held.get('node')})")
+                await store.put(
+                    marker, {"job": job.name, "digest": job.digest, "node": self.node, "at": now}
+                )
+                return None
+            if self.boot is None:
+                return None  # no boot id here: every start is a boot
+            marker = self._key("reboot", job.name)
+            held = await store.get(marker)
+            if held is not None and (held.get("bootId"), held.get("digest")) == (
+                self.boot,
+                job.digest,
+            ):
+                return self._ran_before(job, "in this boot")
+            await store.put(
+                marker, {"job": job.name, "digest": job.digest, "bootId": self.boot, "at": now}
+            )
+        except (StateError, TimeoutError) as exc:
+            self._written(False, str(exc) or "no answer in time")
+            return self._unavailable("the @reboot run", job)
+        return None
+
+    def _ran_before(self, job: Job, where: str) -> str:
+        logger.info(
+            "Job %s: @reboot already ran %s; not run again",
+            job.name,
+            where,
+            extra={"job": job.name},
+        )
+        return "reboot_ran"
+
+    # ------------------------------------------------------------ StateHooks
+
+    def _fire_record(self, job: Job, fire: datetime) -> Record:
+        return {"job": job.name, "digest": job.digest, "fire": utc_text(fire)}
+
+    def fire_handled(self, job: Job, fire: datetime) -> None:
+        if job.config.starting_deadline_seconds is not None and not job.schedule.is_reboot:
+            self._submit(self._key("fires", job.name), self._fire_record(job, fire))
+
+    def _retry_record(self, job: Job, status: str, **fields: Any) -> Record:
+        return {"job": job.name, "digest": job.digest, "status": status, **fields}
+
+    def retry_armed(
+        self, job: Job, state: RetryState, not_before: datetime, scheduled: datetime
+    ) -> None:
+        self._submit(
+            self._key("retries", job.name),
+            self._retry_record(
+                job,
+                "pending",
+                count=state.count,
+                notBefore=utc_text(not_before),
+                scheduled=utc_text(scheduled),
+            ),
+        )
+
+    def retry_settled(self, job: Job, reason: str) -> None:
+        self._submit(
+            self._key("retries", job.name), self._retry_record(job, "settled", reason=reason)
+        )
+
+    # ------------------------------------------------------------ RunListener
+
+    def run_started(self, run: RunStart) -> None:
+        if self.writer is None or run.pid is None:
+            return
+        job = self.scheduler.job(run.job)
+        ticks = process_start_ticks(run.pid)
+        self._submit(
+            self._key("running", run.id),
+            {
+                "job": run.job,
+                "digest": job.digest if job is not None else None,
+                "runId": run.id,
+                "pid": run.pid,
+                "pgid": run.pid,
+                "bootId": self.boot,
+                "startTicks": ticks,
+                "scheduled": utc_text(run.scheduled_time),
+                "attempt": run.attempt,
+                "startedAt": utc_text(run.started_at),
+                "manual": run.manual,
+            },
+        )
+
+    def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
+        if self.writer is None:
+            return
+        self._submit(self._key("running", run.id), None)
+        self._dirty_history.add(run.job)
+
+    # ------------------------------------------------------------ the run history
+
+    async def _history_rounds(self) -> None:
+        while True:
+            await asyncio.sleep(HISTORY_EVERY)
+            self._flush_history()
+
+    def _flush_history(self) -> None:
+        dirty, self._dirty_history = self._dirty_history, set()
+        for job in sorted(dirty):
+            runs = [_capped(run).as_json() for run in self.history.finished(job)]
+            self._submit(self._key("history", job), {"job": job, "runs": runs})
+
+    # ------------------------------------------------------------ the restore
+
+    def restore(self, records: Mapping[str, Record | None], now: datetime) -> None:
+        """Apply what a previous daemon on this node left (its records, read at prepare):
+        adopt live runs, resume schedules, re-arm pending retries, load the history."""
+        prefix = self._key() + "/"
+        by_kind: dict[str, dict[str, Record | None]] = {}
+        for full, record in records.items():
+            kind = full.removeprefix(prefix).partition("/")[0]
+            by_kind.setdefault(kind, {})[full] = record
+        for record in by_kind.get("history", {}).values():
+            self._restore_history(record)
+        for full, record in by_kind.get("running", {}).items():
+            self._restore_run(full, record)
+        for full, record in by_kind.get("fires", {}).items():
+            self._restore_fire(full, record)
+        booted = {
+            str(record.get("job")): (record.get("bootId"), record.get("digest"))
+            for record in by_kind.get("reboot", {}).values()
+            if record is not None
+        }
+        for full, record in by_kind.get("retries", {}).items():
+            self._restore_retry(full, record, now, booted)
+
+    def _restore_history(self, record: Record | None) -> None:
+        if record is None or not isinstance(record.get("runs"), list):
+            return
+        job = str(record.get("job"))
+        runs = [run for item in record["runs"] if (run := FinishedRun.from_json(item)) is not None]
+        if self.scheduler.has_job(job) and runs:
+            self.history.restore(job, runs)
+
+    def _restore_run(self, full: str, record: Record | None) -> None:
+        adopted = False
+        if record is not None:
+            pid, ticks = record.get("pid"), record.get("startTicks")
+            name = str(record.get("job"))
+            job = self.scheduler.job(name)
+            scheduled, started = _time(record.get("scheduled")), _time(record.get("startedAt"))
+            if (
+                isinstance(pid, int)
+                and isinstance(ticks, int)
+                and self.boot is not None
+                and record.get("bootId") == self.boot
+                and same_process(pid, ticks)
+                and job is not None
+                and scheduled is not None
+                and started is not None
+            ):
+                attempt = record.get("attempt")
+                run = AdoptedRun(
+                    name,
+                    pid,
+                    ticks,
+                    scheduled_time=scheduled,
+                    attempt=attempt if isinstance(attempt, int) else 1,
+                    started_at=started,
+                    kill_timeout=float(job.config.kill_timeout),
+                )
+                adopted = self.scheduler.adopt(name, run, scheduled, run.attempt, started)
+                if adopted:
+                    self.stats.adopted_runs += 1
+                    logger.warning(
+                        "Job %s: run %s (pid %d) outlived the previous daemon; watching it "
+                        "until it ends (outcome unknown)",
+                        name,
+                        record.get("runId"),
+                        pid,
+                        extra={"job": name, "pid": pid},
+                    )
+        if not adopted:
+            self._submit(full, None)  # ended while no daemon watched (or not ours to watch)
+
+    def _restore_fire(self, full: str, record: Record | None) -> None:
+        name = str(record.get("job")) if record is not None else ""
+        job = self.scheduler.job(name)
+        fire = _time(record.get("fire")) if record is not None else None
+        if job is None or record is None or fire is None:
+            self._submit(full, None)
+            return
+        if record.get("digest") != job.digest:
+            return  # a changed job starts anew; its next fire rewrites the record
+        if self.scheduler.resume(name, fire):
+            self.stats.restored_fires += 1
+
+    def _restore_retry(
+        self,
+        full: str,
+        record: Record | None,
+        now: datetime,
+        booted: Mapping[str, tuple[object, object]],
+    ) -> None:
+        if record is None:
+            self._submit(full, None)
+            return
+        if record.get("status") != "pending":
+            return
+        name = str(record.get("job"))
+        job = self.scheduler.job(name)
+        not_before, scheduled = _time(record.get("notBefore")), _time(record.get("scheduled"))
+        count = record.get("count")
+        why: str | None = None
+        if job is None:
+            why = "removed"
+        elif record.get("digest") != job.digest:
+            why = "redefined"
+        elif not job.config.enabled:
+            why = "disabled"
+        elif not_before is None or scheduled is None or not isinstance(count, int):
+            why = "malformed"
+        elif job.schedule.is_reboot and booted.get(name) != (self.boot, job.digest):
+            why = "superseded_by_reboot"  # this boot's @reboot run starts a new sequence
+        else:
+            overdue = (now - not_before).total_seconds()
+            deadline = job.config.starting_deadline_seconds
+            if overdue > LATE_TOLERANCE and (deadline is None or overdue > deadline):
+                why = "overdue"
+            elif self.scheduler.rearm_retry(name, count, max(0.0, -overdue), scheduled):
+                self.stats.rearmed_retries += 1
+                logger.info(
+                    "Job %s: retry %d re-armed from durable state, due %s",
+                    name,
+                    count,
+                    utc_text(not_before),
+                    extra={"job": name, "attempt": count + 1},
+                )
+                return
+            else:
+                why = "exhausted"
+        self.stats.settled_at_restore += 1
+        logger.info(
+            "Job %s: the retry a previous daemon left pending is dropped (%s)",
+            name,
+            why,
+            extra={"job": name},
+        )
+        self._submit(
+            full,
+            {"job": name, "digest": record.get("digest"), "status": "settled", "reason": why},
+        )
+
+
+def _capped(run: FinishedRun) -> FinishedRun:
+    """``run`` with at most :data:`HISTORY_OUTPUT` bytes of each stream (the end)."""
+    stdout, out_cut = tail_text(run.stdout, HISTORY_OUTPUT)
+    stderr, err_cut = tail_text(run.stderr, HISTORY_OUTPUT)
+    return replace(
+        run,
+        stdout=stdout,
+        stderr=stderr,
+        stdout_dropped=run.stdout_dropped + out_cut,
+        stderr_dropped=run.stderr_dropped + err_cut,
+    )

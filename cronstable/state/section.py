@@ -1,0 +1,179 @@
+"""The ``state`` section of the Applier.
+
+* prepare: when the section (or the etcd it uses) changed, build the store the
+  revision names and prove it writable; a store that cannot be used rejects the
+  revision, naming the key.  The first store of the daemon's life is also read:
+  this node's records, which commit restores.
+* commit: the keeper writes to the new store from now on; the first time, the
+  records a previous daemon left are restored (adopted runs, resumed schedules,
+  re-armed retries, the run history).  Commit runs after the jobs section's, so
+  the restored records meet the revision's jobs.
+* discard: close the prepared store.
+
+The node's name and ``--state-dir`` come from the command line, never from the
+repository.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from cronstable.config import ConfigError, DesiredState
+from cronstable.config.models import ClusterEtcd, StateConfig
+from cronstable.etcd import EtcdError, login_from_environment
+from cronstable.reconcile.plan import Plan
+from cronstable.redact import redact
+from cronstable.state.base import OP_TIMEOUT, Record, StateError, StateStore, node_key
+from cronstable.state.factory import make_store
+from cronstable.state.keeper import StateKeeper
+
+logger = logging.getLogger(__name__)
+
+_KEEP = object()
+"""prepare's answer for an unchanged section: the store in use stays."""
+
+
+class StateSection:
+    name = "state"
+
+    def __init__(
+        self,
+        keeper: StateKeeper,
+        state_dir: str | Path,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.keeper = keeper
+        self.state_dir = Path(state_dir)
+        self.config: tuple[StateConfig, ClusterEtcd | None] | None = None
+        self._restored = False
+        self._retiring: set[asyncio.Task[None]] = set()
+        if registry is not None:
+            registry.register(_StateCollector(keeper))
+
+    def affected(self, plan: Plan) -> bool:
+        return True  # prepare tells an unchanged section apart (the cluster's etcd counts)
+
+    def _wanted(self, desired: DesiredState) -> tuple[StateConfig, ClusterEtcd | None] | None:
+        if desired.state is None:
+            return None
+        etcd = desired.cluster.etcd if desired.cluster is not None else None
+        return (desired.state, etcd if desired.state.backend == "etcd" else None)
+
+    async def prepare(self, desired: DesiredState) -> Any:
+        wanted = self._wanted(desired)
+        if wanted == self.config:
+            return _KEEP
+        if wanted is None:
+            return None
+        config = wanted[0]
+        where = ("state", "backend")
+        try:
+            login = login_from_environment() if config.backend == "etcd" else (None, None)
+            store = make_store(config, desired.cluster, self.state_dir, login=login)
+        except (EtcdError, ValueError, OSError) as exc:
+            raise ConfigError([desired.problem(where, redact(str(exc)))]) from exc
+        try:
+            await asyncio.wait_for(store.check(), timeout=OP_TIMEOUT * 2)
+            records: dict[str, Record | None] | None = None
+            if not self._restored:
+                prefix = node_key(self.keeper.node) + "/"
+                records = await asyncio.wait_for(store.list(prefix), timeout=OP_TIMEOUT * 2)
+        except (StateError, TimeoutError) as exc:
+            await store.close()
+            reason = str(exc) or "no answer in time"
+            raise ConfigError(
+                [desired.problem(where, f"cannot use the {config.backend} store: {redact(reason)}")]
+            ) from exc
+        return (store, records)
+
+    def commit(self, prepared: Any, desired: DesiredState) -> None:
+        if prepared is _KEEP:
+            return
+        self.config = self._wanted(desired)
+        old_writer = self.keeper.writer
+        if prepared is None:
+            old = self.keeper.use(None)
+            if old is not None:
+                logger.info("State: no state section any more; nothing is kept from now on")
+        else:
+            store, records = prepared
+            policy = desired.state.on_store_unavailable if desired.state is not None else "degrade"
+            old = self.keeper.use(store, policy)
+            logger.info(
+                "State: records of node %s kept in %r (onStoreUnavailable: %s)",
+                self.keeper.node,
+                store,
+                policy,
+            )
+            if records is not None and not self._restored:
+                self._restored = True
+                self.keeper.restore(records, self.keeper.scheduler.clock.now())
+        if old is not None:
+            self._retire_later(old, old_writer)
+
+    def _retire_later(self, store: StateStore, writer: Any) -> None:
+        async def retire() -> None:
+            await self.keeper.retire(writer)
+            await store.close()
+
+        task = asyncio.ensure_future(retire())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def discard(self, prepared: Any) -> None:
+        if isinstance(prepared, tuple):
+            await prepared[0].close()
+
+    async def close(self) -> None:
+        if self._retiring:
+            with contextlib.suppress(Exception):
+                await asyncio.gather(*self._retiring, return_exceptions=True)
+        await self.keeper.close()
+
+
+class _StateCollector(Collector):
+    def __init__(self, keeper: StateKeeper) -> None:
+        self.keeper = keeper
+
+    def collect(self) -> Iterator[Metric]:
+        keeper = self.keeper
+        stats = keeper.stats
+        yield GaugeMetricFamily(
+            "cronstable_state_enabled",
+            "1 when a state section is applied.",
+            value=int(keeper.store is not None),
+        )
+        yield GaugeMetricFamily(
+            "cronstable_state_store_available",
+            "0 while the last write to the state store failed.",
+            value=int(keeper.store is not None and keeper.available),
+        )
+        yield GaugeMetricFamily(
+            "cronstable_state_records_queued",
+            "Records waiting to be written to the state store.",
+            value=keeper.writer.queued() if keeper.writer is not None else 0,
+        )
+        yield CounterMetricFamily(
+            "cronstable_state_write_failures",
+            "Writes to the state store that failed (each is tried again).",
+            value=stats.write_failures,
+        )
+        restored = CounterMetricFamily(
+            "cronstable_state_restored",
+            "What the last start restored from durable state, by kind.",
+            labels=["kind"],
+        )
+        restored.add_metric(["resumed_schedule"], stats.restored_fires)
+        restored.add_metric(["rearmed_retry"], stats.rearmed_retries)
+        restored.add_metric(["settled_retry"], stats.settled_at_restore)
+        restored.add_metric(["adopted_run"], stats.adopted_runs)
+        yield restored
