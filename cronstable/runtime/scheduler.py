@@ -581,8 +581,10 @@ class Scheduler:
 
     def _due(self, slot: _Slot, fire: datetime, now: datetime) -> None:
         job = slot.job
-        on_time = now - timedelta(seconds=self.late_tolerance)
         resumed, slot.resumed = slot.resumed, False
+        # after a restart, every fire before now was missed while the daemon was down:
+        # none of them is ordinary scheduling delay
+        on_time = now if resumed else now - timedelta(seconds=self.late_tolerance)
         if fire >= on_time:
             slot.cursor = fire
             self._fire(slot, fire)
@@ -635,14 +637,16 @@ class Scheduler:
             else:
                 advice = ""
             logger.warning(
-                "Job %s missed %s%d fire%s from %s to %s (found %.1f s late)%s",
+                "Job %s missed %s%d fire%s from %s to %s (%s)%s",
                 job.name,
                 "at least " if capped else "",
                 missed,
                 "" if missed == 1 else "s",
                 fire.isoformat(),
                 last_missed.isoformat(),
-                (now - fire).total_seconds(),
+                "while the daemon was down"
+                if resumed
+                else f"found {(now - fire).total_seconds():.1f} s late",
                 advice,
                 extra={"job": job.name, "missed": missed},
             )

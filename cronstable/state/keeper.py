@@ -50,7 +50,7 @@ from cronstable.runtime.runs import (
     utc_text,
 )
 from cronstable.runtime.scheduler import LATE_TOLERANCE, Launch, Scheduler
-from cronstable.state.base import OP_TIMEOUT, Record, StateError, StateStore, key, node_key
+from cronstable.state.base import Record, StateError, StateStore, key, node_key
 from cronstable.state.writer import Writer
 
 logger = logging.getLogger(__name__)
@@ -59,6 +59,8 @@ HISTORY_EVERY = 5.0
 """Seconds between two writes of the run history (changed jobs only)."""
 HISTORY_OUTPUT = 16 * 1024
 """Bytes of each captured stream a persisted run keeps (the end)."""
+RECORD_WAIT = 2.0
+"""Seconds a launch waits for the record written before it (then onStoreUnavailable)."""
 FLUSH_AT_CLOSE = 5.0
 """Seconds a stopping daemon waits for queued records to be written."""
 
@@ -192,11 +194,17 @@ class StateKeeper:
         return None
 
     async def _recorded(self, future: asyncio.Future[bool] | None) -> bool:
+        """Whether a record queued before a launch was written: at once False while the
+        store is known to fail (the record stays queued for when it answers again), else
+        waited for at most :data:`RECORD_WAIT` seconds."""
         if future is None:
             return True
+        if not self.available:
+            return False
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout=OP_TIMEOUT)
+            return await asyncio.wait_for(asyncio.shield(future), timeout=RECORD_WAIT)
         except TimeoutError:
+            self._written(False, f"no answer in {RECORD_WAIT:g} s")
             return False
 
     # ------------------------------------------------------------ LaunchGuard

@@ -1,0 +1,366 @@
+"""Durable state end to end: real daemons killed with SIGKILL and started again.
+
+Each job appends ``ATTEMPT SCHEDULED-TIME START-EPOCH`` to a file, so the tests
+read what ran when.  The store is a state directory or a real etcd (the
+``cluster`` section's, with leader election off).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from etcd_server import EtcdServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+LINE = 'echo "$CRONSTABLE_ATTEMPT $CRONSTABLE_SCHEDULED_TIME $(date +%s.%N)"'
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"condition not met in time: {what}")
+
+
+def lines(path: Path) -> list[tuple[int, datetime, float]]:
+    """(attempt, scheduled time, start epoch) of every run recorded in ``path``."""
+    if not path.exists():
+        return []
+    found = []
+    for line in path.read_text().splitlines():
+        attempt, scheduled, began = line.split()
+        found.append((int(attempt), datetime.fromisoformat(scheduled), float(began)))
+    return found
+
+
+class Daemon:
+    """``cronstable run`` on ``config`` with this node's ``--state-dir``."""
+
+    def __init__(self, root: Path, config: Path, name: str = "n1") -> None:
+        self.root, self.config, self.name = root, config, name
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = root / f"{name}.log"
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        with self.log.open("a") as out:
+            out.write(f"=== start {self.starts}\n")
+            out.flush()
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "cronstable",
+                    "run",
+                    str(self.config),
+                    "--node-name",
+                    self.name,
+                    "--state-dir",
+                    str(self.root / f"state-{self.name}"),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def current(self) -> str:
+        """The log of the current start."""
+        return self.output().rsplit(f"=== start {self.starts}\n", 1)[-1]
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            raise
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Daemon]]:
+    made: list[Daemon] = []
+    yield made
+    for daemon in made:
+        if daemon.proc is not None and daemon.proc.poll() is None:
+            daemon.proc.kill()
+            daemon.proc.wait(5)
+
+
+@pytest.fixture(params=["filesystem", "etcd"])
+def state_section(request: pytest.FixtureRequest, etcd_prefix: str) -> str:
+    if request.param == "filesystem":
+        return "state: {backend: filesystem}\n"
+    server: EtcdServer = request.getfixturevalue("shared_etcd_server")
+    return textwrap.dedent(
+        f"""\
+        cluster:
+          backend: etcd
+          electLeader: false
+          etcd: {{endpoints: ["{server.endpoint}"], prefix: "{etcd_prefix}"}}
+        state: {{backend: etcd}}
+        """
+    )
+
+
+def make_config(root: Path, head: str, jobs: str) -> Path:
+    config = root / "config"
+    config.mkdir(exist_ok=True)
+    (config / "cronstable.yaml").write_text(
+        head + "jobs:\n" + textwrap.indent(textwrap.dedent(jobs), "  ")
+    )
+    return config
+
+
+def test_a_retry_pending_at_kill_9_fires_at_its_original_time(
+    tmp_path: Path, state_section: str, daemons: list[Daemon]
+) -> None:
+    out = tmp_path / "flaky.out"
+    config = make_config(
+        tmp_path,
+        state_section,
+        f"""\
+        - name: flaky
+          schedule: "@reboot"
+          command: {LINE} >> {out}; exit 1
+          onFailure:
+            retry: {{maximumRetries: 2, initialDelay: 3, backoffMultiplier: 1}}
+        """,
+    )
+    daemon = Daemon(tmp_path, config)
+    daemons.append(daemon)
+    daemon.start()
+    wait_for(lambda: "retry 1 of 2 in 3.0 s" in daemon.output(), what="the first failure")
+    daemon.kill9()
+    first = lines(out)
+    assert [attempt for attempt, _, _ in first] == [1]
+    daemon.start()
+    wait_for(lambda: len(lines(out)) >= 2, what="the retry after the restart")
+    (a1, s1, t1), (a2, s2, t2) = lines(out)[:2]
+    assert (a1, a2) == (1, 2) and s1 == s2  # the same fire's retry, not a new @reboot run
+    assert 3.0 - 0.3 <= t2 - t1 <= 3.0 + 1.5, t2 - t1
+    assert "re-armed from durable state" in daemon.current()
+    wait_for(lambda: len(lines(out)) >= 3, what="the last retry")
+    assert [a for a, _, _ in lines(out)] == [1, 2, 3]
+    assert daemon.stop() == 0
+
+
+def test_kill_9_during_a_forbid_run_never_starts_a_second_copy(
+    tmp_path: Path, state_section: str, daemons: list[Daemon]
+) -> None:
+    out = tmp_path / "long.out"
+    config = make_config(
+        tmp_path,
+        state_section,
+        f"""\
+        - name: long
+          schedule: "* * * * * * *"
+          concurrencyPolicy: Forbid
+          command: {LINE} >> {out}; sleep 4
+        """,
+    )
+    daemon = Daemon(tmp_path, config)
+    daemons.append(daemon)
+    daemon.start()
+    wait_for(lambda: len(lines(out)) == 1, what="the first run")
+    daemon.kill9()
+    daemon.start()
+    wait_for(lambda: "outlived the previous daemon" in daemon.current(), what="the adoption")
+    began = lines(out)[0][2]
+    # the adopted run lasts 4 s from its start: no other run may start meanwhile
+    wait_for(lambda: len(lines(out)) == 2, timeout=15, what="a run after the adopted one")
+    (_, _, t1), (_, _, t2) = lines(out)
+    assert t2 >= began + 4.0 - 0.05, (began, t2)
+    assert re.search(r"Job long finished: unknown", daemon.current())
+    assert daemon.stop() == 0
+
+
+def test_a_fire_missed_while_down_catches_up_once_within_the_deadline(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    out = tmp_path / "tick.out"
+    config = make_config(
+        tmp_path,
+        "state: {backend: filesystem}\n",
+        f"""\
+        - name: tick
+          schedule: "@every 2s"
+          startingDeadlineSeconds: 30
+          command: {LINE} >> {out}
+        """,
+    )
+    daemon = Daemon(tmp_path, config)
+    daemons.append(daemon)
+    daemon.start()
+    wait_for(lambda: len(lines(out)) >= 1, what="a first run")
+    daemon.kill9()
+    down = time.time()
+    before = lines(out)
+    time.sleep(4.5)  # two fires or more are missed
+    daemon.start()
+    wait_for(lambda: "missed" in daemon.current(), what="the missed fires logged")
+    wait_for(lambda: len(lines(out)) > len(before), what="the catch-up")
+    restart_runs = lines(out)[len(before) :]
+    caught = [s.timestamp() for _, s, _ in restart_runs if s.timestamp() < down + 4.5]
+    # exactly one fire from the time the daemon was down runs (the latest one)
+    assert len([t for t in caught if t > before[-1][1].timestamp()]) == 1, restart_runs
+    assert "(while the daemon was down); running the latest" in daemon.current()
+    assert daemon.stop() == 0
+
+
+def test_reboot_runs_once_per_boot_and_again_when_redefined(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    out = tmp_path / "boot.out"
+
+    def configure(word: str) -> Path:
+        return make_config(
+            tmp_path,
+            "state: {backend: filesystem}\n",
+            f"""\
+            - name: boot
+              schedule: "@reboot"
+              command: echo {word} >> {out}
+            """,
+        )
+
+    daemon = Daemon(tmp_path, configure("one"))
+    daemons.append(daemon)
+    for _ in range(2):
+        daemon.start()
+        wait_for(lambda: "applied" in daemon.current(), what="the revision applied")
+        time.sleep(0.5)
+        assert daemon.stop() == 0
+    assert out.read_text().split() == ["one"]
+    assert "@reboot already ran in this boot" in daemon.current()
+    configure("two")
+    daemon.start()
+    wait_for(lambda: out.read_text().split() == ["one", "two"], what="the redefined job ran")
+    assert daemon.stop() == 0
+
+
+def test_the_run_history_survives_a_restart(tmp_path: Path, daemons: list[Daemon]) -> None:
+    config = make_config(
+        tmp_path,
+        "state: {backend: filesystem}\nweb: {listen: [http://127.0.0.1:0]}\n",
+        """\
+        - name: hello
+          schedule: "@reboot"
+          command: echo hello from before
+          captureStdout: true
+        """,
+    )
+    daemon = Daemon(tmp_path, config)
+    daemons.append(daemon)
+    daemon.start()
+    wait_for(lambda: "Job hello finished" in daemon.current(), what="the run")
+    assert daemon.stop() == 0  # a graceful stop writes the history at once
+    daemon.start()
+    found: list[Any] = []
+
+    def listed() -> bool:
+        match = re.search(r"HTTP API listening on (http://\S+)", daemon.current())
+        if match is None:
+            return False
+        with urllib.request.urlopen(f"{match[1]}/jobs/hello/runs", timeout=5) as response:
+            found[:] = json.loads(response.read())["runs"]
+        return bool(found)
+
+    wait_for(listed, what="the runs listed")
+    [run] = found
+    assert (run["outcome"], run["stdout"]) == ("succeeded", "hello from before")
+    assert daemon.stop() == 0
+
+
+@pytest.mark.parametrize("policy", ["degrade", "fail-closed"])
+def test_an_etcd_outage_runs_or_skips_per_on_store_unavailable(
+    tmp_path: Path, etcd_server: EtcdServer, daemons: list[Daemon], policy: str
+) -> None:
+    etcd_server.start()
+    out = tmp_path / "tick.out"
+    config = make_config(
+        tmp_path,
+        textwrap.dedent(
+            f"""\
+            cluster:
+              backend: etcd
+              electLeader: false
+              etcd: {{endpoints: ["{etcd_server.endpoint}"], prefix: /outage/}}
+            state: {{backend: etcd, onStoreUnavailable: {policy}}}
+            """
+        ),
+        f"""\
+        - name: tick
+          schedule: "* * * * * * *"
+          startingDeadlineSeconds: 60
+          command: {LINE} >> {out}
+        """,
+    )
+    daemon = Daemon(tmp_path, config)
+    daemons.append(daemon)
+    daemon.start()
+    wait_for(lambda: len(lines(out)) >= 2, what="runs while etcd is up")
+    etcd_server.stop()
+    stopped = time.time()
+    time.sleep(6)
+    during = [t for _, _, t in lines(out) if t > stopped + 1.0]
+    if policy == "degrade":
+        assert len(during) >= 3, during
+        assert "jobs run as if stateless meanwhile" in daemon.current()
+    else:
+        assert during == [], during
+        assert "state_unavailable" in daemon.current()
+    etcd_server.start()
+    back = time.time()
+    wait_for(
+        lambda: any(t > back for _, _, t in lines(out)), timeout=20, what="runs once etcd is back"
+    )
+    assert daemon.stop() == 0
+
+
+def test_environment_has_no_stray_state_dir(tmp_path: Path) -> None:
+    """Without a state section nothing is written to --state-dir."""
+    config = make_config(
+        tmp_path,
+        "",
+        """\
+        - name: once
+          schedule: "@reboot"
+          command: "true"
+        """,
+    )
+    daemon = Daemon(tmp_path, config)
+    daemon.start()
+    try:
+        wait_for(lambda: "Job once finished" in daemon.output(), what="the run")
+    finally:
+        assert daemon.stop() == 0
+    assert not (tmp_path / "state-n1").exists()
+    assert os.listdir(tmp_path) != []
