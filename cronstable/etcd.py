@@ -45,13 +45,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import enum
 import json
 import logging
 import os
 import random
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 from urllib.parse import parse_qs, urlsplit
@@ -844,6 +845,23 @@ class EtcdClient:
             raise EtcdLeaseNotFound(f"etcd lease {lease_id} has expired", code=GRPC_NOT_FOUND)
         return ttl
 
+    async def lease_time_to_live(self, lease_id: int) -> int | None:
+        """The lease's remaining time to live, in whole seconds (rounded down); ``None``
+        when etcd knows no such lease (it expired, was revoked, or never existed).
+
+        A read: it renews nothing.  After an etcd restart etcd starts every surviving
+        lease's time again from its full granted TTL.
+        """
+        body: JSON = {"ID": str(lease_id)}
+        try:
+            payload = await self._call(
+                "/v3/lease/timetolive", body, what=f"lease time-to-live {lease_id}"
+            )
+        except EtcdLeaseNotFound:  # etcd 3.4 answers TTL -1 instead; either means gone
+            return None
+        ttl = _int(payload, "TTL")
+        return None if ttl < 0 else ttl
+
     async def lease_revoke(self, lease_id: int) -> None:
         """End the lease now, deleting its keys.  An expired or unknown lease is no error."""
         try:
@@ -910,11 +928,10 @@ class EtcdClient:
                         except ValueError:
                             payload = {"error": f"HTTP {response.status}"}
                         raise _error(payload, status=response.status, what=what)
-                    lines = _Lines()
                     self._streams.add(response)
                     try:
-                        async for chunk in response.content.iter_any():
-                            for message in lines.feed(chunk):
+                        async with contextlib.aclosing(_stream_messages(response)) as messages:
+                            async for message in messages:
                                 created, events = _watch_message(message, what, next_revision)
                                 if created:
                                     failures = 0
@@ -990,6 +1007,22 @@ def _watch_message(message: JSON, what: str, resume: int) -> tuple[bool, list[Wa
     return bool(result.get("created")), events
 
 
+async def _stream_messages(response: aiohttp.ClientResponse) -> AsyncGenerator[JSON, None]:
+    """The JSON objects of a watch stream, in order, until it ends.
+
+    The last one may lack its newline: when etcd shuts down, the gateway ends the
+    stream with ``{"error": {"grpc_code": 14, "message": "transport is closing"}}``
+    and no newline after it.
+    """
+    lines = _Lines()
+    async for chunk in response.content.iter_any():
+        for message in lines.feed(chunk):
+            yield message
+    last = lines.rest()
+    if last is not None:
+        yield last
+
+
 class _Lines:
     """Splits a streamed body into its newline-delimited JSON objects."""
 
@@ -1008,6 +1041,17 @@ class _Lines:
                 except ValueError as exc:
                     raise EtcdError("etcd sent a watch message that is not JSON") from exc
         return messages
+
+    def rest(self) -> JSON | None:
+        """The message left without its newline when the stream ended; ``None`` when there
+        is none, or only a cut-off piece of one."""
+        line, self._buffer = bytes(self._buffer), bytearray()
+        if not line.strip():
+            return None
+        try:
+            return _decode(line)
+        except ValueError:
+            return None
 
 
 def _drop_connection(response: aiohttp.ClientResponse) -> None:

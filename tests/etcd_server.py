@@ -8,6 +8,7 @@ and started again on the same ports and data directory, to test outages::
     server.start()           # returns once /health answers
     server.endpoint          # "http://127.0.0.1:PORT"
     server.stop()            # SIGTERM, then SIGKILL; the data directory stays
+    server.kill()            # SIGKILL at once, as a crash
     server.start()           # same ports, same data: revisions go on
 
 With ``tls=TLSFiles.make(directory)`` it serves its clients over TLS only
@@ -166,11 +167,19 @@ class EtcdServer:
             f"{self.name}={peer}",
             "--initial-cluster-state",
             "new",
-            # A lone member: elect it fast, and let leases be as short as 1 s.
+            # A lone member: elect it within a quarter second, and let leases be as short
+            # as 1 s (etcd's floor is 1.5 election timeouts, rounded up to whole seconds).
             "--heartbeat-interval",
-            "10",
+            "50",
             "--election-timeout",
-            "100",
+            "250",
+            # As docs/clustering.md asks of a production etcd: keep an hour of history.
+            # Nothing is compacted within a test session shorter than that; the tests
+            # that need a compaction ask for one (EtcdClient.compact).
+            "--auto-compaction-mode",
+            "periodic",
+            "--auto-compaction-retention",
+            "1h",
             "--logger",
             "zap",
             "--log-outputs",
@@ -238,6 +247,13 @@ class EtcdServer:
         try:
             proc.wait(STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def kill(self) -> None:
+        """Kill etcd at once (SIGKILL, as a crash would); the data directory stays."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
 

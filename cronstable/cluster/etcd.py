@@ -11,10 +11,11 @@ refresh this node's membership key, create the leader key if nobody holds it
 (``version == 0`` in one transaction), then read the prefix.  The holder is
 fenced by the leader key's create revision, which grows with every new holder.
 
-etcd facts this relies on (measured in the tests): keys and leases survive an
-etcd restart and the lease's TTL is then reset to full, so a dead leader's key
-outlives the restart by a whole TTL; a keepalive of an unknown lease answers
-200 with no TTL (:class:`~cronstable.etcd.EtcdLeaseNotFound` here: lost).
+etcd facts this relies on (measured in tests/test_etcd_facts.py): keys and leases
+survive an etcd restart and the lease's TTL is then reset to full, so a dead
+leader's key outlives the restart by a whole TTL; a keepalive of an unknown lease
+answers 200 with no TTL (:class:`~cronstable.etcd.EtcdLeaseNotFound` here: lost,
+so the next round takes a new lease).
 """
 
 from __future__ import annotations
