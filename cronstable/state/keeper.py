@@ -454,10 +454,10 @@ class StateKeeper:
         why: str | None = None
         if job is None:
             why = "removed"
-        elif record.get("digest") != job.digest:
-            why = "redefined"
         elif not job.config.enabled:
             why = "disabled"
+        elif record.get("digest") != job.digest:
+            why = "redefined"
         elif not_before is None or scheduled is None or not isinstance(count, int):
             why = "malformed"
         elif job.schedule.is_reboot and booted.get(name) != (self.boot, job.digest):

@@ -1,0 +1,318 @@
+"""Durable state on an injected clock: a node's life, its end, and the next start.
+
+The scheduler is real, runs are the stand-ins of test_runtime_scheduler (a manual
+clock drives them), the store is a real state directory.  A "restart" builds a new
+scheduler and keeper on the same directory and restores what the first left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from test_runtime_scheduler import StandInRun
+
+from cronstable.config import MemoryTree, load
+from cronstable.config.desired import Job
+from cronstable.runtime.clock import ManualClock
+from cronstable.runtime.runs import RunHistory
+from cronstable.runtime.scheduler import Scheduler
+from cronstable.state.base import node_key
+from cronstable.state.filesystem import FilesystemStore
+from cronstable.state.keeper import HISTORY_OUTPUT, StateKeeper
+from cronstable.state.writer import Writer
+
+pytestmark = [pytest.mark.timeout(30), pytest.mark.asyncio]
+
+T0 = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def jobs(text: str) -> dict[str, Job]:
+    state = load(MemoryTree({"c.yaml": textwrap.dedent(text).encode()}), "c.yaml")
+    return dict(state.jobs)
+
+
+FLAKY = """\
+jobs:
+  - name: flaky
+    command: "false"
+    schedule: "0 * * * *"
+    {extra}
+    onFailure:
+      retry: {{maximumRetries: 3, initialDelay: 60, backoffMultiplier: 2, maximumDelay: 600}}
+"""
+
+
+@dataclass
+class Life:
+    """One daemon's life on node n1."""
+
+    clock: ManualClock
+    scheduler: Scheduler
+    keeper: StateKeeper
+    history: RunHistory
+    runs: list[StandInRun]
+    task: asyncio.Task[None]
+
+    def scheduled(self, name: str) -> list[tuple[datetime, int, datetime | None]]:
+        return [(r.scheduled, r.attempt, r.started) for r in self.runs if r.job.name == name]
+
+    async def advance(self, seconds: int, step: int = 1) -> None:
+        """``seconds`` of manual time, ``step`` at a time, letting each step's record
+        writes (real I/O in a thread) finish before the clock moves on."""
+        for _ in range(seconds // step):
+            await self.clock.advance(step)
+            for _ in range(2):
+                await self.settle()
+                await asyncio.sleep(0.002)
+
+    async def settle(self) -> None:
+        assert self.keeper.writer is not None
+        assert await self.keeper.writer.flush(within=5)
+
+    async def crash(self) -> None:
+        """Like kill -9: nothing settles, nothing drains (what was written stays)."""
+        await self.settle()
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        for task in list(self.scheduler._tasks):
+            task.cancel()
+        await self.keeper.close()
+
+
+@pytest_asyncio.fixture
+async def life(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    lives: list[Life] = []
+
+    async def start(
+        table: dict[str, Job], now: datetime, behaviour: dict[str, tuple[float, int]]
+    ) -> Life:
+        clock = ManualClock(now)
+        runs: list[StandInRun] = []
+
+        def spawner(job: Job, scheduled: datetime, attempt: int) -> StandInRun:
+            duration, code = behaviour.get(job.name, (1.0, 0))
+            run = StandInRun(clock, job, scheduled, attempt, duration, code)
+            runs.append(run)
+            return run
+
+        scheduler = Scheduler(clock, spawner)
+        history = RunHistory()
+        keeper = StateKeeper("n1", scheduler, history, boot="boot-1")
+        scheduler.guards.append(keeper)
+        scheduler.state = keeper
+        scheduler.run_listeners += [history, keeper]
+        scheduler.replace_jobs(table)
+        store = FilesystemStore(tmp_path / "state")
+        await store.check()
+        records = await store.list(node_key("n1") + "/")
+        keeper.use(store)
+        keeper.restore(records, clock.now())
+        made = Life(clock, scheduler, keeper, history, runs, asyncio.create_task(scheduler.run()))
+        lives.append(made)
+        await asyncio.sleep(0)
+        return made
+
+    yield start
+    for made in lives:
+        if not made.task.done():
+            made.scheduler.stop()
+            await made.scheduler.cancel_running()
+            await made.clock.advance(3600)
+            await asyncio.wait_for(made.task, 5)
+        await made.keeper.close()
+
+
+async def record(tmp_path: Path, *rest: str) -> dict[str, Any] | None:
+    return await FilesystemStore(tmp_path / "state").get(node_key("n1", *rest))
+
+
+async def test_a_pending_retry_is_rearmed_at_its_original_time(
+    life: Callable[..., Any], tmp_path: Path
+) -> None:
+    table = jobs(FLAKY.format(extra=""))
+    first: Life = await life(table, T0 + timedelta(minutes=59), {"flaky": (1.0, 1)})
+    await first.advance(61)  # fire at 13:00 fails at 13:00:01; retry 1 due 13:01:01
+    await first.settle()
+    pending = await record(tmp_path, "retries", "flaky")
+    assert pending is not None and pending["status"] == "pending" and pending["count"] == 1
+    await first.crash()
+
+    second: Life = await life(table, first.clock.now() + timedelta(seconds=20), {"flaky": (1.0, 1)})
+    await second.advance(60)
+    [(scheduled, attempt, started)] = second.scheduled("flaky")
+    assert (scheduled, attempt) == (T0 + timedelta(hours=1), 2)
+    assert started == T0 + timedelta(hours=1, seconds=61)  # the original notBefore
+    await second.settle()
+    # it failed again: retry 2 pending with the doubled delay, as if never restarted
+    pending = await record(tmp_path, "retries", "flaky")
+    assert pending is not None and pending["status"] == "pending" and pending["count"] == 2
+    assert pending["notBefore"] == "2026-06-01T13:03:02Z"
+
+
+@pytest.mark.parametrize(
+    ("extra", "late", "outcome"),
+    [
+        ("", 30, "overdue"),  # no deadline: overdue beyond the 5 s tolerance settles
+        ("startingDeadlineSeconds: 120", 30, "ran"),  # within the deadline: at once
+        ("startingDeadlineSeconds: 120", 300, "overdue"),
+        ("", 3, "ran"),  # within the tolerance: on time
+    ],
+)
+async def test_an_overdue_retry_runs_within_the_deadline_else_settles(
+    life: Callable[..., Any], tmp_path: Path, extra: str, late: int, outcome: str
+) -> None:
+    table = jobs(FLAKY.format(extra=extra))
+    first: Life = await life(table, T0 + timedelta(minutes=59), {"flaky": (1.0, 1)})
+    await first.advance(61)
+    await first.crash()
+    due = T0 + timedelta(hours=1, seconds=61)
+    second: Life = await life(table, due + timedelta(seconds=late), {"flaky": (1.0, 1)})
+    await second.advance(1)
+    await second.settle()
+    if outcome == "ran":
+        assert [a for _, a, _ in second.scheduled("flaky")] == [2]
+    else:
+        assert second.scheduled("flaky") == []
+        settled = await record(tmp_path, "retries", "flaky")
+        assert settled is not None and (settled["status"], settled["reason"]) == (
+            "settled",
+            outcome,
+        )
+
+
+@pytest.mark.parametrize(
+    ("after", "reason"),
+    [
+        (FLAKY.format(extra="").replace('"false"', '"false; true"'), "redefined"),
+        (FLAKY.format(extra="enabled: false"), "disabled"),
+        ('jobs: [{name: other, command: "true", schedule: "@yearly"}]', "removed"),
+    ],
+)
+async def test_a_retry_of_a_changed_disabled_or_removed_job_settles(
+    life: Callable[..., Any], tmp_path: Path, after: str, reason: str
+) -> None:
+    first: Life = await life(
+        jobs(FLAKY.format(extra="")), T0 + timedelta(minutes=59), {"flaky": (1.0, 1)}
+    )
+    await first.advance(61)
+    await first.crash()
+    second: Life = await life(jobs(after), first.clock.now(), {"flaky": (1.0, 1)})
+    await second.advance(120, step=10)
+    await second.settle()
+    assert second.scheduled("flaky") == []
+    settled = await record(tmp_path, "retries", "flaky")
+    assert settled is not None and (settled["status"], settled["reason"]) == ("settled", reason)
+
+
+async def test_a_graceful_stop_keeps_the_pending_retry_and_a_launch_settles_it(
+    life: Callable[..., Any], tmp_path: Path
+) -> None:
+    first: Life = await life(
+        jobs(FLAKY.format(extra="")), T0 + timedelta(minutes=59), {"flaky": (1.0, 1)}
+    )
+    await first.advance(61)
+    first.scheduler.stop()
+    await first.advance(1)
+    await asyncio.wait_for(first.task, 5)
+    await first.settle()
+    pending = await record(tmp_path, "retries", "flaky")
+    assert pending is not None and pending["status"] == "pending"
+    second: Life = await life(jobs(FLAKY.format(extra="")), first.clock.now(), {"flaky": (1.0, 0)})
+    await second.advance(60)
+    await second.settle()
+    done = await record(tmp_path, "retries", "flaky")
+    assert done is not None and (done["status"], done["reason"]) == ("settled", "launched")
+
+
+async def test_the_last_fire_resumes_with_one_catch_up_within_the_deadline(
+    life: Callable[..., Any], tmp_path: Path
+) -> None:
+    text = (
+        'jobs: [{name: t, command: "true", schedule: "*/10 * * * *", startingDeadlineSeconds: 900}]'
+    )
+    first: Life = await life(jobs(text), T0 + timedelta(minutes=9), {})
+    await first.advance(120, step=10)  # 12:10 runs
+    await first.crash()
+    fire = await record(tmp_path, "fires", "t")
+    assert fire is not None and fire["fire"] == "2026-06-01T12:10:00Z"
+    # down from 12:11 to 12:45: 12:20, 12:30 and 12:40 missed; 12:40 is within 900 s
+    second: Life = await life(jobs(text), T0 + timedelta(minutes=45), {})
+    await second.advance(1)
+    assert [s for s, _, _ in second.scheduled("t")] == [T0 + timedelta(minutes=40)]
+    await second.advance(5 * 60, step=10)
+    assert [s for s, _, _ in second.scheduled("t")][-1] == T0 + timedelta(minutes=50)
+
+
+async def test_a_redefined_job_does_not_resume_from_its_old_last_fire(
+    life: Callable[..., Any],
+) -> None:
+    text = (
+        'jobs: [{name: t, command: "true", schedule: "*/10 * * * *", startingDeadlineSeconds: 900}]'
+    )
+    first: Life = await life(jobs(text), T0 + timedelta(minutes=9), {})
+    await first.advance(120, step=10)
+    await first.crash()
+    second: Life = await life(
+        jobs(text.replace('"true"', '"true; true"')), T0 + timedelta(minutes=45), {}
+    )
+    await second.advance(1)
+    assert second.scheduled("t") == []
+
+
+async def test_the_history_comes_back_with_its_output_capped(
+    life: Callable[..., Any], tmp_path: Path
+) -> None:
+    text = 'jobs: [{name: t, command: "true", schedule: "*/10 * * * *"}]'
+    first: Life = await life(jobs(text), T0 + timedelta(minutes=9), {})
+    await first.advance(120, step=10)
+    assert len(first.history.finished("t")) == 1
+    big = "x" * (HISTORY_OUTPUT * 2)
+    from dataclasses import replace
+
+    run = first.history.finished("t")[0]
+    first.history.restore("t", [replace(run, stdout=big)])
+    first.keeper._dirty_history.add("t")
+    await first.crash()  # close() writes the history it has
+    second: Life = await life(jobs(text), first.clock.now(), {})
+    kept = second.history.finished("t")
+    assert len(kept) == 2
+    assert kept[0].stdout is not None and len(kept[0].stdout) == HISTORY_OUTPUT
+    assert kept[0].stdout_dropped == HISTORY_OUTPUT
+
+
+async def test_the_writer_coalesces_and_retries_until_the_store_answers(tmp_path: Path) -> None:
+    blocker = tmp_path / "state"
+    blocker.write_text("a file where the directory should be")
+    store = FilesystemStore(blocker, timeout=2)
+    results: list[bool] = []
+    writer = Writer(store, on_result=lambda ok, error: results.append(ok))
+    first = writer.submit("nodes/n1/fires/a", {"n": 1})
+    assert await first is False  # the directory cannot be made
+    later = writer.submit("nodes/n1/fires/a", {"n": 2})
+    writer.submit("nodes/n1/fires/a", {"n": 3})
+    assert writer.queued() == 1
+    blocker.unlink()
+    assert await asyncio.wait_for(later, 10) is True  # a newer value was written
+    got = await store.get("nodes/n1/fires/a")
+    assert got is not None and got["n"] == 3
+    assert results[0] is False and results[-1] is True
+    await writer.close()
+
+
+async def test_the_writer_is_bounded(tmp_path: Path) -> None:
+    blocker = tmp_path / "state"
+    blocker.write_text("")
+    writer = Writer(FilesystemStore(blocker, timeout=2), max_queued=3)
+    futures = [writer.submit(f"k/{n}", {}) for n in range(5)]
+    await asyncio.sleep(0)
+    assert writer.queued() <= 3 and writer.dropped >= 1
+    assert await asyncio.wait_for(futures[1], 5) is False
+    await writer.close()
