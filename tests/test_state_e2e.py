@@ -364,3 +364,43 @@ def test_environment_has_no_stray_state_dir(tmp_path: Path) -> None:
         assert daemon.stop() == 0
     assert not (tmp_path / "state-n1").exists()
     assert os.listdir(tmp_path) != []
+
+
+def test_a_leader_reboot_job_runs_once_per_cluster_across_restarts(
+    tmp_path: Path, shared_etcd_server: EtcdServer, etcd_prefix: str, daemons: list[Daemon]
+) -> None:
+    out = tmp_path / "migrate.out"
+    head = textwrap.dedent(
+        f"""\
+        cluster:
+          backend: etcd
+          leaseTtl: 2
+          etcd: {{endpoints: ["{shared_etcd_server.endpoint}"], prefix: "{etcd_prefix}"}}
+        state: {{backend: etcd}}
+        """
+    )
+    config = make_config(
+        tmp_path,
+        head,
+        f"""\
+        - name: migrate
+          schedule: "@reboot"
+          clusterPolicy: Leader
+          command: echo ran >> {out}
+        """,
+    )
+    nodes = [Daemon(tmp_path, config, name) for name in ("n1", "n2")]
+    daemons.extend(nodes)
+    for _ in range(2):
+        for node in nodes:
+            node.start()
+        wait_for(
+            lambda: all("Cluster: node" in node.current() for node in nodes),
+            what="both nodes see the leadership",
+        )
+        wait_for(lambda: out.exists(), what="the leader ran the @reboot job")
+        time.sleep(1.5)
+        for node in nodes:
+            assert node.stop() == 0
+    assert len(out.read_text().split()) == 1, out.read_text()
+    assert any("@reboot already ran in the cluster" in node.output() for node in nodes)
