@@ -292,6 +292,26 @@ def test_rm_of_a_live_runs_record_needs_yes(fs: tuple[Path, Path]) -> None:
         proc.wait()
 
 
+def test_a_record_this_version_cannot_read(fs: tuple[Path, Path]) -> None:
+    conf, state_dir = fs
+    # a record from a later format (filesystem.py: nodes/n1/retries/old is that file)
+    (state_dir / "nodes" / "n1" / "retries" / "old.json").write_text('{"version": 99}')
+    result = cli(*state(*fs, "ls", "retries/old"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1].split(None, 3) == [
+        "retries/old",
+        "retry",
+        "old",
+        "unreadable (not a record this version of cronstable writes)",
+    ]
+    result = cli(*state(*fs, "get", "retries/old"))
+    assert result.returncode == 1
+    assert "cannot read (remove it with rm)" in result.stderr
+    result = cli(*state(*fs, "rm", "retries/old"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "removed retries/old\n"
+
+
 def test_node_name_from_the_environment(fs: tuple[Path, Path]) -> None:
     conf, state_dir = fs
     args = ["state", "ls", "-c", str(conf), "--state-dir", str(state_dir), "--format", "json"]
