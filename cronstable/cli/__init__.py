@@ -2,7 +2,8 @@
 
 Each subcommand lives in its own module and is imported only when chosen, so
 ``--version``, ``validate``, ``schema``, ``job-set-id`` and ``next`` never
-import asyncio or aiohttp; only ``run`` (the daemon) does.
+import asyncio or aiohttp; ``run`` (the daemon) and ``state`` (the store's
+clients are asynchronous) do.
 
 Exit codes: 0 success (valid), 1 invalid configuration, 2 usage error; the
 commands that ask a daemon (status, start, cancel, runs, reload) add 3 (the
@@ -329,6 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", action="store_true", help="also print each run's captured output")
     sub.add_parser("reload", parents=[client], help="ask the daemon to look for a new revision now")
 
+    _state_parser(sub)
+
     p = sub.add_parser(
         "next", help="print the next fires of every job (JOB<TAB>TIME)", description=_FORMS
     )
@@ -343,6 +346,86 @@ def build_parser() -> argparse.ArgumentParser:
         help="ISO 8601 time to start from (default now; UTC when it has no offset)",
     )
     return parser
+
+
+_STATE_HELP = (
+    "The records a daemon keeps with a state section: its pending retries, last fires, "
+    "running runs, @reboot markers and run histories. The store is the one the "
+    "configuration's state section names (and its cluster section's etcd, for backend "
+    "etcd), in --state-dir for backend filesystem. A running daemon keeps its own copy "
+    "in memory and writes it again: remove records of a stopped daemon, or stale ones. "
+    "Exit 0 done, 1 no such record or an invalid configuration, 2 usage, no state "
+    "section, a store that cannot be used, or rm refused without --yes."
+)
+_RM_HELP = (
+    "Remove records: each KEY, or with --job every record of that job on this node. "
+    "More than one record, or the record of a run whose process is still alive here, "
+    "needs --yes. Removing the running/ record of a live run makes a daemon started "
+    "later blind to it: a Forbid job may then start a second copy."
+)
+
+
+def _state_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``state ls|get|rm`` and the options that say where the records are."""
+    where = _Parser(add_help=False)
+    group = where.add_argument_group("where the records are")
+    group.add_argument(
+        "-c",
+        "--config",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="the configuration the daemon runs, for its state and cluster sections "
+        f"(any form validate takes; default {DEFAULT_CONFIG_PATH})",
+    )
+    group.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        default=argparse.SUPPRESS,
+        help="the daemon's --state-dir, for backend filesystem "
+        "(default /var/lib/cronstable as root, else $XDG_STATE_HOME/cronstable)",
+    )
+    group.add_argument(
+        "--node-name",
+        type=_node_name,
+        default=argparse.SUPPRESS,
+        metavar="NAME",
+        help=f"the daemon's --node-name (default ${NODE_NAME_ENV}, else the hostname)",
+    )
+    state = sub.add_parser(
+        "state",
+        parents=[where],
+        help="list, show or remove the durable records of a daemon",
+        description=_STATE_HELP,
+    )
+    actions = state.add_subparsers(dest="state_action", metavar="ACTION", required=True)
+    p = actions.add_parser(
+        "ls",
+        parents=[where],
+        help="list this node's records (KEY KIND JOB SUMMARY)",
+        description="List this node's records, or with --all-nodes every node's and the "
+        "cluster's. Keys are decoded: KIND/NAME for this node's, nodes/NODE/KIND/NAME and "
+        "cluster/KIND/NAME for the others.",
+    )
+    p.add_argument("prefix", nargs="?", default=None, metavar="PREFIX", help="keys starting so")
+    p.add_argument(
+        "--all-nodes", action="store_true", help="every node's records and the cluster's"
+    )
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p = actions.add_parser(
+        "get",
+        parents=[where],
+        help="print one record as JSON; exit 1 when there is none",
+        description="Print the record at KEY (KIND/NAME, nodes/NODE/KIND/NAME or "
+        "cluster/KIND/NAME) as JSON; --format json prints {key, record}, as ls does.",
+    )
+    p.add_argument("key", metavar="KEY")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p = actions.add_parser("rm", parents=[where], help="remove records", description=_RM_HELP)
+    p.add_argument("keys", nargs="*", metavar="KEY", help="a key as ls shows it")
+    p.add_argument("--job", metavar="NAME", default=None, help="every record of this job here")
+    p.add_argument(
+        "--yes", action="store_true", help="remove more than one record, or a live run's"
+    )
 
 
 def run_cli(argv: list[str]) -> int:
@@ -383,6 +466,26 @@ def run_cli(argv: list[str]) -> int:
             job=getattr(args, "job", None),
             run=getattr(args, "run", None),
             show_output=getattr(args, "output", False),
+        )
+    if command == "state":
+        from cronstable.cli.state import cmd_state
+        from cronstable.platform import default_state_dir
+
+        action: str = args.state_action
+        if action == "rm" and bool(args.keys) == (args.job is not None):
+            print("cronstable state rm: give KEY... or --job NAME, not both", file=sys.stderr)
+            return EXIT_USAGE
+        return cmd_state(
+            action,
+            config=args.config or DEFAULT_CONFIG_PATH,
+            node=_node_name_of(args, parser),
+            state_dir=getattr(args, "state_dir", None) or default_state_dir(),
+            prefix=getattr(args, "prefix", None),
+            all_nodes=getattr(args, "all_nodes", False),
+            fmt=getattr(args, "format", "text"),
+            keys=[args.key] if action == "get" else getattr(args, "keys", None),
+            job=getattr(args, "job", None),
+            yes=getattr(args, "yes", False),
         )
     if command == "next":
         from cronstable.cli.next import cmd_next
