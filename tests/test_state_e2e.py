@@ -296,6 +296,19 @@ def test_the_run_history_survives_a_restart(tmp_path: Path, daemons: list[Daemon
     wait_for(listed, what="the runs listed")
     [run] = found
     assert (run["outcome"], run["stdout"]) == ("succeeded", "hello from before")
+    url = re.search(r"HTTP API listening on (http://\S+)", daemon.current())
+    assert url is not None
+    with urllib.request.urlopen(f"{url[1]}/status", timeout=5) as response:
+        state = json.loads(response.read())["state"]
+    assert state == {
+        "enabled": True,
+        "backend": "filesystem",
+        "node": "n1",
+        "onStoreUnavailable": "degrade",
+        "available": True,
+        "lastError": None,
+        "queued": 0,
+    }
     assert daemon.stop() == 0
 
 

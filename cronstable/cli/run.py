@@ -61,6 +61,7 @@ def cmd_run(
         scheduler.guards.append(keeper)
         scheduler.state = keeper
         scheduler.run_listeners.append(keeper)
+        daemon.control.state = keeper.view
         daemon.add_section(
             StateSection(keeper, state_dir or default_state_dir(), daemon.metrics.registry)
         )

@@ -72,6 +72,8 @@ class DaemonControl:
         self._now = now
         self.cluster: Callable[[], dict[str, Any]] | None = None
         """What ``GET /cluster`` shows (set by whoever adds the cluster section)."""
+        self.state: Callable[[], dict[str, Any]] | None = None
+        """What ``/status`` shows of durable state (set by whoever adds the state section)."""
 
     # ------------------------------------------------------------ reading
 
@@ -142,6 +144,7 @@ class DaemonControl:
             "applied": _record_json(applied, errors=False),
             "lastRejected": _record_json(rejected, errors=True),
             "jobs": jobs,
+            "state": self.state() if self.state is not None else {"enabled": False},
         }
 
     def runs(self, name: str) -> list[dict[str, Any]]:

@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from cronstable.config.desired import Job
 from cronstable.platform import boot_id, process_start_ticks
+from cronstable.redact import redact
 from cronstable.runtime.adopted import AdoptedRun, same_process
 from cronstable.runtime.process import RunResult
 from cronstable.runtime.retry import RetryState
@@ -150,6 +151,20 @@ class StateKeeper:
         if store is not None:
             await store.close()
 
+    def view(self) -> dict[str, Any]:
+        """What ``/status`` shows of durable state."""
+        if self.store is None:
+            return {"enabled": False}
+        return {
+            "enabled": True,
+            "backend": self.store.backend,
+            "node": self.node,
+            "onStoreUnavailable": self.policy,
+            "available": self.available,
+            "lastError": self.last_error,
+            "queued": self.writer.queued() if self.writer is not None else 0,
+        }
+
     def _key(self, *rest: str) -> str:
         return node_key(self.node, *rest)
 
@@ -165,6 +180,7 @@ class StateKeeper:
             self.available, self.last_error = True, None
             return
         self.stats.write_failures += 1
+        error = redact(error or "no answer in time")
         self.last_error = error
         if self.available:
             logger.warning(
