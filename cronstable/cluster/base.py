@@ -23,7 +23,6 @@ one INFO line, so the history of a failover can be read on every node.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -162,8 +161,13 @@ class Leadership(ABC):
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # Python 3.11's wait_for can swallow a cancel that lands as the round ends:
+            # the loop also checks _stopped, and the wait is bounded
+            await asyncio.wait([task], timeout=self.ttl)
+            if not task.done():
+                logger.warning("Cluster: the rounds did not stop within %s s", self.ttl)
+            elif not task.cancelled() and task.exception() is not None:
+                logger.error("Cluster: the rounds ended with %r", task.exception())
         was_leader = self.is_leader()
         self._view = _View(unknown_reason="stopped")
         try:
@@ -179,7 +183,7 @@ class Leadership(ABC):
         self._changed()
 
     async def _rounds(self) -> None:
-        while True:
+        while not self._stopped:
             began = self.monotonic()
             try:
                 observation = await asyncio.wait_for(self.round(), timeout=self.ttl - self.margin)

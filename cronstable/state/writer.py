@@ -14,7 +14,6 @@ is dropped with a warning.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
@@ -46,6 +45,7 @@ class Writer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
 
     def submit(self, key: str, record: Record | None) -> asyncio.Future[bool]:
         """Queue ``record`` (None: remove) for ``key``; the future says whether it (or a
@@ -79,7 +79,7 @@ class Writer:
 
     async def _run(self) -> None:
         backoff = BACKOFF_FIRST
-        while True:
+        while not self._closing:
             if not self._queued:
                 self._idle.set()
                 self._wake.clear()
@@ -123,11 +123,12 @@ class Writer:
 
     async def close(self) -> None:
         """Stop writing (what is still queued is lost; :meth:`flush` first)."""
+        self._closing = True
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # a cancel that wait_for swallows (Python 3.11) still ends the loop: _closing
+            await asyncio.wait([task], timeout=OP_TIMEOUT)
         for _, futures in self._queued.values():
             _settle(futures, False)
         self._queued.clear()
