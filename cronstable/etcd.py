@@ -52,9 +52,9 @@ import logging
 import os
 import random
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
@@ -1061,3 +1061,63 @@ def _drop_connection(response: aiohttp.ClientResponse) -> None:
     if connection is not None and connection.transport is not None:
         connection.transport.abort()
     response.close()
+
+
+_T = TypeVar("_T")
+
+
+class EtcdPool:
+    """Clients of the endpoints of one etcd cluster, used in order.
+
+    A request goes to the endpoint that answered last; one that cannot be reached
+    (:class:`EtcdUnavailable`) passes it to the next, in the configured order.  Any
+    other error is etcd's answer and is raised at once.  ``tls`` is used for the
+    ``https://`` endpoints; the other arguments are :class:`EtcdClient`'s.
+    """
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        username: str | None = None,
+        password: str | None = None,
+        tls: EtcdTLS | None = None,
+    ) -> None:
+        if not endpoints:
+            raise ValueError("at least one etcd endpoint is needed")
+        self.clients = [
+            EtcdClient(
+                endpoint,
+                timeout=timeout,
+                username=username,
+                password=password,
+                tls=tls if endpoint.startswith("https://") else None,
+            )
+            for endpoint in endpoints
+        ]
+        self._current = 0
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [client.endpoint for client in self.clients]
+
+    async def call(self, request: Callable[[EtcdClient], Awaitable[_T]]) -> _T:
+        """``request`` on the current endpoint, failing over to the next ones in order;
+        raises the last :class:`EtcdUnavailable` when none answers."""
+        last: EtcdUnavailable | None = None
+        for step in range(len(self.clients)):
+            index = (self._current + step) % len(self.clients)
+            try:
+                result = await request(self.clients[index])
+            except EtcdUnavailable as exc:
+                last = exc
+                continue
+            self._current = index
+            return result
+        assert last is not None
+        raise last
+
+    async def close(self) -> None:
+        for client in self.clients:
+            await client.close()

@@ -37,8 +37,8 @@ from cronstable.etcd import (
     EtcdClient,
     EtcdError,
     EtcdLeaseNotFound,
+    EtcdPool,
     EtcdTLS,
-    EtcdUnavailable,
     KeyValue,
     RangeResult,
     compare,
@@ -68,43 +68,31 @@ class EtcdLeadership(Leadership):
         stats: LeadershipStats | None = None,
     ) -> None:
         super().__init__(node_name, ttl=ttl, instance=instance, stats=stats)
-        if not endpoints:
-            raise ValueError("etcd leadership needs at least one endpoint")
         self.prefix = prefix if prefix.endswith("/") else prefix + "/"
-        timeout = max(0.2, self.ttl / 4)
-        self.clients = [
-            EtcdClient(
-                endpoint,
-                timeout=timeout,
-                username=username,
-                password=password,
-                tls=tls if endpoint.startswith("https://") else None,
-            )
-            for endpoint in endpoints
-        ]
-        self._current = 0
+        self.pool = EtcdPool(
+            endpoints,
+            timeout=max(0.2, self.ttl / 4),
+            username=username,
+            password=password,
+            tls=tls,
+        )
         self.lease = 0
         self.leader_key = self.prefix + "leader"
         self.member_key = f"{self.prefix}members/{node_name}"
 
     def __repr__(self) -> str:
-        return f"EtcdLeadership({self.node_name!r}, {[c.endpoint for c in self.clients]})"
+        return f"EtcdLeadership({self.node_name!r}, {self.pool.endpoints})"
+
+    @property
+    def clients(self) -> list[EtcdClient]:
+        return self.pool.clients
 
     async def _call(self, request: Callable[[EtcdClient], Awaitable[_T]]) -> _T:
         """``request`` on the current endpoint, failing over to the next ones in order."""
-        last: EtcdError | None = None
-        for step in range(len(self.clients)):
-            index = (self._current + step) % len(self.clients)
-            try:
-                result = await request(self.clients[index])
-            except EtcdUnavailable as exc:
-                last = exc
-                continue
-            except EtcdError as exc:
-                raise LeadershipError(str(exc)) from exc
-            self._current = index
-            return result
-        raise LeadershipError(str(last)) from last
+        try:
+            return await self.pool.call(request)
+        except EtcdError as exc:
+            raise LeadershipError(str(exc)) from exc
 
     async def check(self) -> None:
         await self._call(lambda etcd: etcd.range(self.prefix, prefix=True, keys_only=True, limit=1))
@@ -209,8 +197,7 @@ class EtcdLeadership(Leadership):
             await self._call(lambda etcd: etcd.lease_revoke(lease))
 
     async def close(self) -> None:
-        for client in self.clients:
-            await client.close()
+        await self.pool.close()
 
 
 def _first(response: object) -> KeyValue | None:

@@ -15,8 +15,8 @@ from typing import TypeVar
 from cronstable.etcd import (
     EtcdClient,
     EtcdError,
+    EtcdPool,
     EtcdTLS,
-    EtcdUnavailable,
     compare,
     request_put,
 )
@@ -38,40 +38,25 @@ class EtcdStore(StateStore):
         password: str | None = None,
         timeout: float = OP_TIMEOUT,
     ) -> None:
-        if not endpoints:
-            raise ValueError("the etcd state store needs at least one endpoint")
         base = prefix if prefix.endswith("/") else prefix + "/"
         self.prefix = base + "state/"
-        self.clients = [
-            EtcdClient(
-                endpoint,
-                timeout=timeout,
-                username=username,
-                password=password,
-                tls=tls if endpoint.startswith("https://") else None,
-            )
-            for endpoint in endpoints
-        ]
-        self._current = 0
+        self.pool = EtcdPool(
+            endpoints, timeout=timeout, username=username, password=password, tls=tls
+        )
+
+    @property
+    def clients(self) -> list[EtcdClient]:
+        return self.pool.clients
 
     def __repr__(self) -> str:
-        return f"EtcdStore({[c.endpoint for c in self.clients]}, {self.prefix!r})"
+        return f"EtcdStore({self.pool.endpoints}, {self.prefix!r})"
 
     async def _call(self, request: Callable[[EtcdClient], Awaitable[_T]]) -> _T:
         """``request`` on the current endpoint, failing over to the next ones in order."""
-        last: EtcdError | None = None
-        for step in range(len(self.clients)):
-            index = (self._current + step) % len(self.clients)
-            try:
-                result = await request(self.clients[index])
-            except EtcdUnavailable as exc:
-                last = exc
-                continue
-            except EtcdError as exc:
-                raise StateError(str(exc)) from exc
-            self._current = index
-            return result
-        raise StateError(str(last)) from last
+        try:
+            return await self.pool.call(request)
+        except EtcdError as exc:
+            raise StateError(str(exc)) from exc
 
     async def check(self) -> None:
         probe = self.prefix + "probe"
@@ -105,5 +90,4 @@ class EtcdStore(StateStore):
         }
 
     async def close(self) -> None:
-        for client in self.clients:
-            await client.close()
+        await self.pool.close()
