@@ -169,4 +169,3 @@ class FilesystemLeadership(Leadership):
                     self._member_file.unlink(missing_ok=True)
         except OSError as exc:
             raise LeadershipError(f"{self.path}: {exc.strerror or exc}") from exc
-

@@ -1,0 +1,208 @@
+"""Concurrency slots on etcd (see :mod:`.slots` for the keys).
+
+One lease per daemon instance carries all its slots; every claim keeps it alive
+first (a new one when etcd says it is gone: the slots it carried were deleted
+with it, and the claim takes them anew if they are still free).  A slot is taken
+in one transaction: ``version == 0`` → put it on the lease and delete any stale
+cancel record; otherwise read the slot and its cancel record.  Every request
+goes to the endpoint that answered last and fails over to the next ones in order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from cronstable.cluster.slots import Claim, Holder, SlotError, SlotStore, slot_name
+from cronstable.etcd import (
+    EtcdClient,
+    EtcdError,
+    EtcdLeaseNotFound,
+    EtcdTLS,
+    EtcdUnavailable,
+    KeyValue,
+    RangeResult,
+    TxnResult,
+    compare,
+    request_delete,
+    request_put,
+    request_range,
+)
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+FORMAT_VERSION = 1
+
+
+class EtcdSlots(SlotStore):
+    backend = "etcd"
+
+    def __init__(
+        self,
+        node: str,
+        instance: str,
+        *,
+        ttl: float,
+        endpoints: Sequence[str],
+        prefix: str = "/cronstable/",
+        tls: EtcdTLS | None = None,
+        username: str | None = None,
+        password: str | None = None,
+    ) -> None:
+        super().__init__(node, instance, ttl=ttl)
+        if not endpoints:
+            raise ValueError("etcd slots need at least one endpoint")
+        base = prefix if prefix.endswith("/") else prefix + "/"
+        self.base = base + "slots/"
+        self.clients = [
+            EtcdClient(
+                endpoint,
+                timeout=max(0.2, self.ttl / 4),
+                username=username,
+                password=password,
+                tls=tls if endpoint.startswith("https://") else None,
+            )
+            for endpoint in endpoints
+        ]
+        self._current = 0
+        self.lease = 0
+
+    def __repr__(self) -> str:
+        return f"EtcdSlots({[c.endpoint for c in self.clients]}, {self.base!r})"
+
+    def key(self, job: str) -> str:
+        return self.base + slot_name(job)
+
+    def cancel_key(self, job: str) -> str:
+        return self.key(job) + "/cancel"
+
+    async def _call(self, request: Callable[[EtcdClient], Awaitable[_T]]) -> _T:
+        """``request`` on the current endpoint, failing over to the next ones in order."""
+        last: EtcdError | None = None
+        for step in range(len(self.clients)):
+            index = (self._current + step) % len(self.clients)
+            try:
+                result = await request(self.clients[index])
+            except EtcdUnavailable as exc:
+                last = exc
+                continue
+            except EtcdError as exc:
+                raise SlotError(str(exc)) from exc
+            self._current = index
+            return result
+        raise SlotError(str(last)) from last
+
+    async def check(self) -> None:
+        await self._call(lambda etcd: etcd.range(self.base, prefix=True, keys_only=True, limit=1))
+
+    async def _keep_lease(self) -> int:
+        if self.lease:
+            lease = self.lease
+            try:
+                await self._call(lambda etcd: etcd.lease_keepalive(lease))
+                return lease
+            except SlotError as exc:
+                if not isinstance(exc.__cause__, EtcdLeaseNotFound):
+                    raise
+                logger.warning(
+                    "Cluster slots: etcd lease %x of node %s was lost (its slots with it)",
+                    lease,
+                    self.node,
+                )
+        ttl = max(1, math.ceil(self.ttl))
+        self.lease, _ = await self._call(lambda etcd: etcd.lease_grant(ttl))
+        return self.lease
+
+    async def claim(self, jobs: Sequence[str]) -> dict[str, Claim]:
+        lease = await self._keep_lease()
+        value = json.dumps(
+            {"version": FORMAT_VERSION, "node": self.node, "instance": self.instance}
+        ).encode()
+        claims: dict[str, Claim] = {}
+        for job in jobs:
+            key, cancel = self.key(job), self.cancel_key(job)
+            for _ in range(3):  # a slot freed between the compare and the read: again
+                done = await self._call(self._taking(key, cancel, value, lease))
+                if done.succeeded:
+                    claims[job] = Claim(Holder(self.node, self.instance, done.revision))
+                    break
+                held = _holder(_first(done.responses[0]))
+                if held is None:
+                    continue
+                asked = _json(_first(done.responses[1]))
+                aimed = (asked.get("instance"), asked.get("fence")) == (held.instance, held.fence)
+                claims[job] = Claim(held, str(asked.get("by", "?")) if aimed else None)
+                break
+            else:
+                raise SlotError(f"etcd slot {key} changes too fast to be claimed")
+        return claims
+
+    def _taking(
+        self, key: str, cancel: str, value: bytes, lease: int
+    ) -> Callable[[EtcdClient], Awaitable[TxnResult]]:
+        return lambda etcd: etcd.txn(
+            [compare(key, "version", "==", 0)],
+            [request_put(key, value, lease=lease), request_delete(cancel)],
+            [request_range(key), request_range(cancel)],
+        )
+
+    async def holder(self, job: str) -> Holder | None:
+        key = self.key(job)
+        found = await self._call(lambda etcd: etcd.range(key))
+        return _holder(found.kvs[0] if found.kvs else None)
+
+    async def release(self, job: str, hold: Holder) -> None:
+        key = self.key(job)
+        await self._call(
+            lambda etcd: etcd.txn(
+                [compare(key, "create_revision", "==", hold.fence)], [request_delete(key)]
+            )
+        )
+
+    async def request_cancel(self, job: str, hold: Holder) -> None:
+        key = self.cancel_key(job)
+        value = json.dumps(
+            {
+                "version": FORMAT_VERSION,
+                "instance": hold.instance,
+                "fence": hold.fence,
+                "by": self.node,
+            }
+        ).encode()
+        await self._call(lambda etcd: etcd.put(key, value))
+
+    async def close(self) -> None:
+        try:
+            if self.lease:
+                lease, self.lease = self.lease, 0
+                await self._call(lambda etcd: etcd.lease_revoke(lease))  # its slots go with it
+        finally:
+            for client in self.clients:
+                await client.close()
+
+
+def _first(response: object) -> KeyValue | None:
+    if isinstance(response, RangeResult) and response.kvs:
+        return response.kvs[0]
+    return None
+
+
+def _json(kv: KeyValue | None) -> dict[str, object]:
+    if kv is None:
+        return {}
+    try:
+        data = json.loads(kv.value)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) and data.get("version") == FORMAT_VERSION else {}
+
+
+def _holder(kv: KeyValue | None) -> Holder | None:
+    if kv is None:
+        return None
+    data = _json(kv)
+    return Holder(str(data.get("node", "?")), str(data.get("instance", "")), kv.create_revision)
