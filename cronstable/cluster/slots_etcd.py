@@ -2,7 +2,8 @@
 
 One lease per daemon instance carries all its slots; every claim keeps it alive
 first (a new one when etcd says it is gone: the slots it carried were deleted
-with it, and the claim takes them anew if they are still free).  A slot is taken
+with it, and the claim takes them anew if they are still free; and a new one,
+silently, when no claim kept it for longer than its ttl: nothing was held on it).  A slot is taken
 in one transaction: ``version == 0`` → put it on the lease and delete any stale
 cancel record; otherwise read the slot and its cancel record.  Every request
 goes to the endpoint that answered last and fails over to the next ones in order.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -70,6 +72,10 @@ class EtcdSlots(SlotStore):
         ]
         self._current = 0
         self.lease = 0
+        self._granted = 0
+        """The lease's ttl as etcd granted it (it may give more than asked)."""
+        self._kept = 0.0
+        """Monotonic time the last keepalive (or the grant) was sent."""
 
     def __repr__(self) -> str:
         return f"EtcdSlots({[c.endpoint for c in self.clients]}, {self.base!r})"
@@ -100,10 +106,14 @@ class EtcdSlots(SlotStore):
         await self._call(lambda etcd: etcd.range(self.base, prefix=True, keys_only=True, limit=1))
 
     async def _keep_lease(self) -> int:
-        if self.lease:
-            lease = self.lease
+        """The lease, kept alive: a new one when it is gone, or when it was left to lapse
+        (no claim for longer than its ttl: nothing was held on it)."""
+        lease = self.lease
+        began = time.monotonic()
+        if lease and began - self._kept < self._granted:
             try:
                 await self._call(lambda etcd: etcd.lease_keepalive(lease))
+                self._kept = began
                 return lease
             except SlotError as exc:
                 if not isinstance(exc.__cause__, EtcdLeaseNotFound):
@@ -114,7 +124,8 @@ class EtcdSlots(SlotStore):
                     self.node,
                 )
         ttl = max(1, math.ceil(self.ttl))
-        self.lease, _ = await self._call(lambda etcd: etcd.lease_grant(ttl))
+        self.lease, self._granted = await self._call(lambda etcd: etcd.lease_grant(ttl))
+        self._kept = began
         return self.lease
 
     async def claim(self, jobs: Sequence[str]) -> dict[str, Claim]:
