@@ -2,8 +2,8 @@
 
 One lease per daemon instance carries all its slots; every claim keeps it alive
 first (a new one when etcd says it is gone: the slots it carried were deleted
-with it, and the claim takes them anew if they are still free; and a new one,
-silently, when no claim kept it for longer than its ttl: nothing was held on it).  A slot is taken
+with it, and the claim takes them anew if they are still free; silently when no
+claim kept it for longer than its ttl: nothing was held on it).  A slot is taken
 in one transaction: ``version == 0`` → put it on the lease and delete any stale
 cancel record; otherwise read the slot and its cancel record.  Every request
 goes to the endpoint that answered last and fails over to the next ones in order.
@@ -110,7 +110,8 @@ class EtcdSlots(SlotStore):
         (no claim for longer than its ttl: nothing was held on it)."""
         lease = self.lease
         began = time.monotonic()
-        if lease and began - self._kept < self._granted:
+        if lease:
+            # tried even when it was left to lapse: an etcd restart renews every lease
             try:
                 await self._call(lambda etcd: etcd.lease_keepalive(lease))
                 self._kept = began
@@ -118,11 +119,12 @@ class EtcdSlots(SlotStore):
             except SlotError as exc:
                 if not isinstance(exc.__cause__, EtcdLeaseNotFound):
                     raise
-                logger.warning(
-                    "Cluster slots: etcd lease %x of node %s was lost (its slots with it)",
-                    lease,
-                    self.node,
-                )
+                if began - self._kept < self._granted:
+                    logger.warning(
+                        "Cluster slots: etcd lease %x of node %s was lost (its slots with it)",
+                        lease,
+                        self.node,
+                    )
         ttl = max(1, math.ceil(self.ttl))
         self.lease, self._granted = await self._call(lambda etcd: etcd.lease_grant(ttl))
         self._kept = began
