@@ -393,6 +393,37 @@ async def test_replace_stops_the_old_run_without_failure_or_retry(
 
 
 @pytest.mark.asyncio
+async def test_runs_replaced_from_elsewhere_are_neither_reported_nor_retried(
+    harness: Callable[..., Harness],
+) -> None:
+    """Another node's Replace (concurrencyScope cluster) stops the runs here as replaced."""
+    table = jobs(
+        """\
+        jobs:
+          - name: slow
+            command: "true"
+            schedule: "* * * * *"
+            concurrencyPolicy: Replace
+            onFailure: {retry: {maximumRetries: 3}}
+        """
+    )
+    h = harness(table)
+    h.behaviour["slow"] = (150.0, 1)
+    await h.clock.advance(60 + 10)
+    [run] = h.runs
+    assert h.scheduler.replace_runs("slow", "node n2 takes over") == [
+        f"slow@{(T0 + timedelta(minutes=1)).isoformat().replace('+00:00', 'Z')}#1"
+    ]
+    assert h.scheduler.replace_runs("slow", "again") == []  # already stopping
+    assert h.scheduler.replace_runs("nonesuch", "unknown") == []
+    await h.clock.advance(1)
+    assert run.cancelled and h.scheduler.running("slow") == 0
+    assert h.scheduler.stats.replaced == 1
+    assert h.outcomes == []  # a failing command, yet no failure: it was replaced
+    assert h.scheduler.retry_pending("slow") is False
+
+
+@pytest.mark.asyncio
 async def test_retries_back_off_and_exhaust(harness: Callable[..., Harness]) -> None:
     table = jobs(
         """\

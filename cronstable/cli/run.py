@@ -43,7 +43,9 @@ def cmd_run(
         return 2
 
     async def main() -> int:
+        from cronstable.cluster.claims import SlotGuard
         from cronstable.cluster.section import ClusterSection
+        from cronstable.cluster.slot_section import SlotSection
         from cronstable.platform import default_state_dir
         from cronstable.state.keeper import StateKeeper
         from cronstable.state.section import StateSection
@@ -65,6 +67,16 @@ def cmd_run(
         daemon.add_section(
             StateSection(keeper, state_dir or default_state_dir(), daemon.metrics.registry)
         )
+        slots = SlotGuard(
+            node_name,
+            replace_runs=scheduler.replace_runs,
+            # the state section's onStoreUnavailable; without one, degrade
+            on_unavailable=lambda: keeper.policy if keeper.store is not None else "degrade",
+            stopping=lambda: scheduler.stopping,
+        )
+        scheduler.guards.append(slots)
+        daemon.control.start_check = slots.refusal
+        daemon.add_section(SlotSection(slots, daemon.metrics.registry))
         daemon.add_section(WebSection(daemon.control))
         return await daemon.run()
 

@@ -1,10 +1,19 @@
-"""The one place that names a concrete leadership backend (imported lazily)."""
+"""The one place that names a concrete cluster backend: leadership and concurrency slots
+(imported lazily)."""
 
 from __future__ import annotations
 
 from cronstable.cluster.base import Leadership, LeadershipStats
+from cronstable.cluster.slots import SlotStore
 from cronstable.config.models import ClusterConfig
 from cronstable.etcd import EtcdTLS
+
+
+def _tls(config: ClusterConfig) -> EtcdTLS | None:
+    etcd = config.etcd
+    if etcd is None or (etcd.ca_file is None and etcd.cert_file is None):
+        return None
+    return EtcdTLS(ca=etcd.ca_file, cert=etcd.cert_file, key=etcd.key_file)
 
 
 def make_leadership(
@@ -22,15 +31,12 @@ def make_leadership(
 
         etcd = config.etcd
         assert etcd is not None  # the model requires it
-        tls = None
-        if etcd.ca_file is not None or etcd.cert_file is not None:
-            tls = EtcdTLS(ca=etcd.ca_file, cert=etcd.cert_file, key=etcd.key_file)
         return EtcdLeadership(
             node_name,
             ttl=config.lease_ttl,
             endpoints=etcd.endpoints,
             prefix=etcd.prefix,
-            tls=tls,
+            tls=_tls(config),
             username=login[0],
             password=login[1],
             stats=stats,
@@ -40,3 +46,34 @@ def make_leadership(
     filesystem = config.filesystem
     assert filesystem is not None
     return FilesystemLeadership(node_name, ttl=config.lease_ttl, path=filesystem.path, stats=stats)
+
+
+def make_slots(
+    config: ClusterConfig,
+    node_name: str,
+    instance: str,
+    *,
+    login: tuple[str | None, str | None] = (None, None),
+) -> SlotStore:
+    """The concurrency slots of daemon ``instance`` on node ``node_name``, in the store
+    ``config`` names (the leadership's etcd prefix or shared directory)."""
+    if config.backend == "etcd":
+        from cronstable.cluster.slots_etcd import EtcdSlots
+
+        etcd = config.etcd
+        assert etcd is not None  # the model requires it
+        return EtcdSlots(
+            node_name,
+            instance,
+            ttl=config.lease_ttl,
+            endpoints=etcd.endpoints,
+            prefix=etcd.prefix,
+            tls=_tls(config),
+            username=login[0],
+            password=login[1],
+        )
+    from cronstable.cluster.slots_filesystem import FilesystemSlots
+
+    filesystem = config.filesystem
+    assert filesystem is not None
+    return FilesystemSlots(node_name, instance, ttl=config.lease_ttl, path=filesystem.path)

@@ -1,6 +1,7 @@
 """Leadership on a shared directory (an NFS or CephFS mount every node sees).
 
-Files in the directory (each written whole to a temporary file, then renamed)::
+Files in the directory (each written whole to a temporary file, then renamed; the lock
+and the record files are :mod:`.shareddir`'s)::
 
     leader.json                     {"version": 1, "node", "instance", "fence", "expires"}
     members/<node name>.json        {"version": 1, "instance", "jobSetId", "expires"}
@@ -22,15 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import fcntl
-import json
-import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from cronstable.cluster.base import (
     Leadership,
@@ -39,11 +34,17 @@ from cronstable.cluster.base import (
     Member,
     Observation,
 )
+from cronstable.cluster.shareddir import (
+    CLOCK_SKEW,
+    FORMAT_VERSION,
+    LockBusy,
+    live,
+    locked,
+    read,
+    write,
+)
 
-CLOCK_SKEW = 1.0
-"""Seconds host clocks may disagree; a contender waits this long past an expiry."""
-FORMAT_VERSION = 1
-LOCK_POLL = 0.02
+__all__ = ["CLOCK_SKEW", "FilesystemLeadership"]
 
 
 class FilesystemLeadership(Leadership):
@@ -90,35 +91,11 @@ class FilesystemLeadership(Leadership):
 
     @contextlib.contextmanager
     def _locked(self, timeout: float) -> Iterator[None]:
-        # a POSIX record lock excludes other processes only: daemons in one process (tests)
-        # and a round still running in its thread after stop() also take the thread lock
-        deadline = time.monotonic() + timeout
-        local = _local_lock(self.path)
-        if not local.acquire(timeout=timeout):
-            raise LeadershipError(f"{self.path}/.lock is held too long")
         try:
-            with self._lockf(deadline):
+            with locked(self.path, timeout):
                 yield
-        finally:
-            local.release()
-
-    @contextlib.contextmanager
-    def _lockf(self, deadline: float) -> Iterator[None]:
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            while True:
-                try:
-                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                        raise
-                    if time.monotonic() >= deadline:
-                        raise LeadershipError(f"{self.path}/.lock is held too long") from None
-                    time.sleep(LOCK_POLL)
-            yield
-        finally:
-            os.close(fd)  # drops the lock
+        except LockBusy as exc:
+            raise LeadershipError(str(exc)) from None
 
     def _round(self) -> Observation:
         try:
@@ -134,17 +111,17 @@ class FilesystemLeadership(Leadership):
             (self.path / sub).mkdir(exist_ok=True)
         now = time.time()
         expires = now + self.ttl
-        member = _read(self._member_file)
+        member = read(self._member_file)
         duplicate = (
-            member is not None and member.get("instance") != self.instance and _live(member, now)
+            member is not None and member.get("instance") != self.instance and live(member, now)
         )
         if duplicate:
-            _write(
+            write(
                 self.path / "duplicates" / f"{self.node_name}.{self.instance}",
                 {"version": FORMAT_VERSION, "expires": expires},
             )
         else:
-            _write(
+            write(
                 self._member_file,
                 {
                     "version": FORMAT_VERSION,
@@ -153,12 +130,12 @@ class FilesystemLeadership(Leadership):
                     "expires": expires,
                 },
             )
-        held = _read(self._leader_file) or {}
+        held = read(self._leader_file) or {}
         fence: int | None = None
         mine = held.get("instance") == self.instance and held.get("node") == self.node_name
-        if not duplicate and (mine or not _live(held, now - CLOCK_SKEW)):
+        if not duplicate and (mine or not live(held, now - CLOCK_SKEW)):
             counter = int(held.get("fence", 0) or 0)
-            fence = counter if mine and _live(held, now) else counter + 1
+            fence = counter if mine and live(held, now) else counter + 1
             held = {
                 "version": FORMAT_VERSION,
                 "node": self.node_name,
@@ -166,68 +143,29 @@ class FilesystemLeadership(Leadership):
                 "fence": fence,
                 "expires": expires,
             }
-            _write(self._leader_file, held)
-        leader = str(held["node"]) if _live(held, now) and "node" in held else None
+            write(self._leader_file, held)
+        leader = str(held["node"]) if live(held, now) and "node" in held else None
         members = []
         for file in sorted((self.path / "members").glob("*.json")):
-            data = _read(file)
-            if data is not None and _live(data, now):
+            data = read(file)
+            if data is not None and live(data, now):
                 members.append(
                     Member(file.stem, str(data.get("instance", "")), str(data.get("jobSetId", "")))
                 )
         for file in (self.path / "duplicates").glob(f"{self.node_name}.*"):
-            data = _read(file)
-            if file.name != f"{self.node_name}.{self.instance}" and data and _live(data, now):
+            data = read(file)
+            if file.name != f"{self.node_name}.{self.instance}" and data and live(data, now):
                 duplicate = True
         return Observation(leader, None if duplicate else fence, tuple(members), duplicate)
 
     def _release(self) -> None:
         try:
             with self._locked(self.interval):
-                held = _read(self._leader_file)
+                held = read(self._leader_file)
                 if held is not None and held.get("instance") == self.instance:
-                    _write(self._leader_file, held | {"expires": 0})  # the counter stays
-                member = _read(self._member_file)
+                    write(self._leader_file, held | {"expires": 0})  # the counter stays
+                member = read(self._member_file)
                 if member is not None and member.get("instance") == self.instance:
                     self._member_file.unlink(missing_ok=True)
         except OSError as exc:
             raise LeadershipError(f"{self.path}: {exc.strerror or exc}") from exc
-
-
-def _live(record: dict[str, Any], now: float) -> bool:
-    try:
-        return float(record.get("expires", 0)) > now
-    except (TypeError, ValueError):
-        return False
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except ValueError:
-        return None  # a torn or foreign file counts as absent (it is replaced whole)
-    if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
-        return None
-    return data
-
-
-_LOCAL_LOCKS: dict[Path, threading.Lock] = {}
-_LOCAL_LOCKS_GUARD = threading.Lock()
-
-
-def _local_lock(path: Path) -> threading.Lock:
-    """The lock of the shared directory ``path`` within this process (one per directory)."""
-    with _LOCAL_LOCKS_GUARD:
-        return _LOCAL_LOCKS.setdefault(path.resolve(), threading.Lock())
-
-
-def _write(path: Path, data: dict[str, Any]) -> None:
-    # a name of its own per writer: two writers of one name would tear each other's file
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "wb") as out:
-        out.write(json.dumps(data).encode())
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)

@@ -12,13 +12,13 @@ and metric series of jobs a revision removes, at the commit that removes them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from cronstable.config import DesiredState
+from cronstable.config import DesiredState, Job
 from cronstable.metrics import DaemonMetrics
 from cronstable.published import published_config
 from cronstable.reconcile.apply import Applier, RevisionRecord
@@ -74,6 +74,9 @@ class DaemonControl:
         """What ``GET /cluster`` shows (set by whoever adds the cluster section)."""
         self.state: Callable[[], dict[str, Any]] | None = None
         """What ``/status`` shows of durable state (set by whoever adds the state section)."""
+        self.start_check: Callable[[Job], Awaitable[str | None]] | None = None
+        """Asked before a start on request: why it would be refused (a cluster slot held
+        by another node); None lets it start."""
 
     # ------------------------------------------------------------ reading
 
@@ -193,8 +196,15 @@ class DaemonControl:
 
     # ------------------------------------------------------------ commands
 
-    def start(self, name: str) -> tuple[str | None, str]:
+    async def start(self, name: str) -> tuple[str | None, str]:
         """Start ``name`` now: (run id, "") or (None, why it was refused).  KeyError."""
+        job = self.scheduler.job(name)
+        if job is None:
+            raise KeyError(name)
+        if self.start_check is not None:
+            refusal = await self.start_check(job)
+            if refusal is not None:
+                return None, refusal
         try:
             return self.scheduler.start_now(name, self._now()), ""
         except StartRefused as exc:

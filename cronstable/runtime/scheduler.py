@@ -28,6 +28,9 @@
 * **Concurrency.** ``Allow`` starts another run, ``Forbid`` skips the fire
   (the retry sequence in progress stays), ``Replace`` stops the running runs —
   a replaced run is not a failure and triggers no retry — then starts anew.
+  With ``concurrencyScope: cluster`` a launch guard also holds the job's slot in
+  the cluster's store (:mod:`cronstable.cluster.claims`), and another node's
+  Replace stops the runs here through :meth:`Scheduler.replace_runs`.
 * **Retries.** A scheduled fire starts a fresh retry sequence; a failed run
   is retried after an exponential back-off capped at ``maximumDelay``
   (``maximumRetries: -1`` forever); success ends the sequence, and so does a
@@ -86,6 +89,9 @@ LATE_TOLERANCE = 5.0
 BIG_STEP = 3 * 3600.0
 """A backward clock step at least this long (seconds) re-plans every job, fixed-time
 ones too (Vixie cron's limit); a shorter one re-plans wildcard jobs only."""
+EXPLAINED = frozenset({"reboot_ran", "slot_held", "slot_not_freed"})
+"""Refusals whose guard logged why (naming what the reason alone cannot): the
+scheduler's own line for them is DEBUG; any other refusal is a WARNING."""
 MISSED_SCAN_LIMIT = 10_000
 """Most missed fires enumerated one by one after a jump (a per-second job after a
 day-long suspend would otherwise take seconds to count)."""
@@ -359,6 +365,24 @@ class Scheduler:
             logger.info("Job %s: cancelling %s", name, ", ".join(stopped), extra={"job": name})
         return stopped
 
+    def replace_runs(self, name: str, why: str) -> list[str]:
+        """Stop the running runs of ``name`` as replaced (another node's run takes over:
+        concurrencyPolicy Replace with concurrencyScope cluster); their ids.
+
+        A replaced run is no failure: it is not reported and arms no retry, and the
+        job's retry sequence ends.  Returns at once; the runs stop in the background.
+        An unknown job has none.
+        """
+        slot = self._slots.get(name)
+        if slot is None:
+            return []
+        active = [inst for inst in slot.running if not inst.replaced and not inst.cancelled]
+        if not active:
+            return []
+        self._end_retries(slot)
+        self._replace(slot, active, why)
+        return [run_id(name, inst.scheduled_time, inst.attempt) for inst in active]
+
     def replace_jobs(self, jobs: Mapping[str, Job]) -> SwapSummary:
         """Install a new job table in one step (see the module docstring)."""
         now = self.clock.now()
@@ -427,6 +451,11 @@ class Scheduler:
 
     def wake(self) -> None:
         self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called (no new run starts but a manual one)."""
+        return self._stopping
 
     def stop(self) -> None:
         """Stop spawning; :meth:`run` then cancels pending retries and waits for running jobs."""
@@ -726,15 +755,18 @@ class Scheduler:
         self.stats.fires += 1
         self._launch(slot, scheduled, 1, slot.retry, waits, kind="reboot" if reboot else "fire")
 
-    def _replace(self, slot: _Slot, active: list[_Instance]) -> list[asyncio.Future[None]]:
+    def _replace(
+        self, slot: _Slot, active: list[_Instance], why: str = "concurrencyPolicy Replace"
+    ) -> list[asyncio.Future[None]]:
         """Stop ``active``; what a new run must wait for: every run of the job still dying."""
         for inst in active:
             inst.replaced = True
             self.stats.replaced += 1
             logger.info(
-                "Job %s: stopping the run scheduled at %s (concurrencyPolicy Replace)",
+                "Job %s: stopping the run scheduled at %s (%s)",
                 slot.job.name,
                 inst.scheduled_time.isoformat(),
+                why,
                 extra={"job": slot.job.name},
             )
             inst.stopping = asyncio.ensure_future(inst.run.cancel())
@@ -935,7 +967,7 @@ class Scheduler:
         """A launch guard refused ``launch`` (logged, counted)."""
         self._count_skip(reason)
         logger.log(
-            logging.DEBUG if reason == "reboot_ran" else logging.WARNING,  # the guard said why
+            logging.DEBUG if reason in EXPLAINED else logging.WARNING,
             "Job %s: %s at %s not started (%s)",
             launch.job.name,
             launch.kind,

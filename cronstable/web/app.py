@@ -189,7 +189,7 @@ class Api:
     async def start(self, request: web.Request) -> web.StreamResponse:
         name = self._job(request)
         try:
-            run, refusal = self.daemon.start(name)
+            run, refusal = await self.daemon.start(name)
         except KeyError:
             return error(404, f"no job named {name!r}")
         if run is None:

@@ -28,8 +28,9 @@ class DaemonApi(Protocol):
         """The leadership as this node sees it (``{"enabled": false}`` without election)."""
         ...
 
-    def start(self, name: str) -> tuple[str | None, str]:
-        """(the new run's id, "") or (None, why concurrencyPolicy refused); KeyError."""
+    async def start(self, name: str) -> tuple[str | None, str]:
+        """(the new run's id, "") or (None, why concurrencyPolicy or the job's cluster slot
+        refused); KeyError."""
         ...
 
     def cancel(self, name: str, run: str | None = None) -> list[str]: ...

@@ -1,0 +1,422 @@
+"""The slot guard: ``concurrencyScope: cluster`` as the scheduler's launch guard.
+
+Before a run of a job with ``concurrencyScope: cluster`` starts (after the local
+``concurrencyPolicy`` check and the cluster gate), :meth:`SlotGuard.admit` takes
+the job's slot in the cluster's store (:mod:`.slots`), unless a local run of the
+job already holds it.  The slot is held while any local run of the job lives,
+renewed every quarter of ``leaseTtl``, and released when the last one ends.
+
+* ``Allow``: no slot (any number of runs anywhere).
+* ``Forbid``: a live holder on another node refuses the launch (``slot_held``,
+  a WARNING naming the holder).
+* ``Replace``: a live holder on another node gets a cancel record aimed at its
+  hold; the launch waits for the slot (polling) and gives up after twice
+  ``leaseTtl`` (``slot_not_freed``, a WARNING): no run rather than a double run.
+  The holder finds the record at its next renewal and stops its runs of the job
+  as replaced (no report, no retry), through ``replace_runs``.
+* A store that cannot answer: ``onStoreUnavailable`` of the state section
+  (``degrade`` without one): ``degrade`` starts the run with node-local
+  enforcement only (a WARNING), ``fail-closed`` refuses it (``slot_unavailable``).
+
+A manual start (``kind`` ``manual``) takes the slot like any launch; the HTTP API
+asks :meth:`SlotGuard.refusal` first, to answer 409 when the slot is held elsewhere.
+
+The guarantee is at-least-once, not exactly-once: a holder cut off from the store
+keeps running, so a node that takes the slot after it expired may overlap it (the
+holder logs a WARNING when it finds its slot taken).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol, TypeVar
+
+from cronstable.cluster.slots import Claim, Holder, SlotError, SlotStore
+from cronstable.config import Job
+from cronstable.redact import redact
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+OnUnavailable = Literal["degrade", "fail-closed"]
+
+
+class SlotLaunch(Protocol):
+    """A run about to start (the scheduler's ``Launch``, as far as slots care)."""
+
+    @property
+    def job(self) -> Job: ...
+
+    @property
+    def scheduled(self) -> datetime: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def id(self) -> str: ...
+
+
+@dataclass(slots=True)
+class SlotStats:
+    cancels_sent: int = 0
+    """Cancel records written to another node's hold (Replace)."""
+    cancels_obeyed: int = 0
+    """Cancel records found aimed at this node's hold and obeyed."""
+    lost: int = 0
+    """Holds another node took while a run here still lived (the store lost this node)."""
+    store_failures: int = 0
+    """Operations on the slot store that failed."""
+
+
+def uses_slot(job: Job) -> bool:
+    """Whether ``job``'s runs hold a cluster slot (scope cluster, Forbid or Replace)."""
+    return job.config.concurrency_scope == "cluster" and job.config.concurrency_policy != "Allow"
+
+
+class SlotGuard:
+    """See the module docstring.  ``replace_runs(job, why)`` stops the local runs of
+    ``job`` as replaced; ``on_unavailable()`` says what a store that cannot answer
+    means; ``stopping()`` whether the daemon stops (a waiting Replace gives up)."""
+
+    def __init__(
+        self,
+        node: str,
+        *,
+        replace_runs: Callable[[str, str], list[str]],
+        on_unavailable: Callable[[], OnUnavailable] = lambda: "degrade",
+        stopping: Callable[[], bool] = lambda: False,
+        instance: str | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node = node
+        self.instance = instance or uuid.uuid4().hex[:16]
+        self.replace_runs = replace_runs
+        self.on_unavailable = on_unavailable
+        self.stopping = stopping
+        self.monotonic = monotonic
+        self.store: SlotStore | None = None
+        self.stats = SlotStats()
+        self._io = asyncio.Lock()
+        """One store operation at a time: what is held is decided under it."""
+        self._runs: dict[str, int] = {}
+        """Admitted launches of each job not yet released (local runs alive)."""
+        self._admitted: dict[str, int] = {}
+        """Launch ids this guard admitted and counted, to release."""
+        self._held: dict[str, Holder] = {}
+        """This instance's holds, by job."""
+        self._lost: dict[str, Holder] = {}
+        """Jobs whose slot another node took while a run here lives: that node's hold."""
+        self._asked: dict[str, Holder] = {}
+        """The hold a cancel record was last sent to, by job."""
+        self._obeyed: dict[str, Holder] = {}
+        """This node's hold a cancel record stopped, by job (obeyed once)."""
+        self._failing = False
+        self._task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------ the store in use
+
+    @property
+    def ttl(self) -> float:
+        return self.store.ttl if self.store is not None else 0.0
+
+    def use(self, store: SlotStore | None) -> SlotStore | None:
+        """Hold slots in ``store`` from now on (None: none); the previous store, for the
+        caller to close.  Slots held in it are taken in ``store`` at the next renewal."""
+        old, self.store = self.store, store
+        if store is not None and self._task is None:
+            self._task = asyncio.create_task(self._rounds(), name="cluster-slots")
+        return old
+
+    def held(self) -> list[str]:
+        """The jobs whose slot this node holds now."""
+        return sorted(self._held)
+
+    async def close(self) -> None:
+        """Stop renewing and close the store (etcd: its lease and slots end at once)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        store, self.store = self.store, None
+        if store is not None:
+            try:
+                await asyncio.wait_for(store.close(), timeout=max(1.0, store.ttl))
+            except (SlotError, TimeoutError) as exc:
+                logger.warning(
+                    "Cluster slots: could not release the slots at stop (%s); they expire",
+                    redact(str(exc) or "no answer in time"),
+                )
+            self._held.clear()
+
+    async def _bounded(self, store: SlotStore, operation: Awaitable[_T]) -> _T:
+        result = await asyncio.wait_for(operation, timeout=max(1.0, store.ttl / 2))
+        if self._failing:
+            self._failing = False
+            logger.info("Cluster slots: the %s store answers again", store.backend)
+        return result
+
+    def _failed(self, store: SlotStore, exc: Exception) -> str:
+        """Count and log (once per outage) a store failure; its reason."""
+        self.stats.store_failures += 1
+        reason = redact(str(exc) or "no answer in time")
+        if not self._failing:
+            self._failing = True
+            logger.warning("Cluster slots: the %s store does not answer: %s", store.backend, reason)
+        return reason
+
+    # ------------------------------------------------------------ LaunchGuard
+
+    async def admit(self, launch: SlotLaunch) -> str | None:
+        store = self.store
+        if store is None or not uses_slot(launch.job):
+            return None
+        try:
+            return await self._admit(store, launch)
+        except (SlotError, TimeoutError) as exc:
+            reason = self._failed(store, exc)
+            return self._unavailable(launch, reason)
+
+    def _count(self, launch: SlotLaunch) -> None:
+        name = launch.job.name
+        self._runs[name] = self._runs.get(name, 0) + 1
+        self._admitted[launch.id] = self._admitted.get(launch.id, 0) + 1
+
+    async def _admit(self, store: SlotStore, launch: SlotLaunch) -> str | None:
+        job = launch.job
+        name = job.name
+        deadline: float | None = None
+        while True:
+            async with self._io:
+                if name in self._held:
+                    self._count(launch)  # a local run holds it already (Replace, here)
+                    return None
+                claim = (await self._bounded(store, store.claim([name])))[name]
+                holder = claim.holder
+                if store.mine(holder):
+                    self._held[name] = holder
+                    self._lost.pop(name, None)
+                    self._asked.pop(name, None)
+                    self._count(launch)
+                    return None
+                if job.config.concurrency_policy == "Forbid":
+                    logger.warning(
+                        "Job %s: %s at %s not started: node %s holds its cluster slot "
+                        "(concurrencyPolicy Forbid, concurrencyScope cluster)",
+                        name,
+                        launch.kind,
+                        launch.scheduled.isoformat(),
+                        holder.node,
+                        extra={"job": name, "holder": holder.node},
+                    )
+                    return "slot_held"
+                if self._asked.get(name) != holder:
+                    await self._bounded(store, store.request_cancel(name, holder))
+                    self._asked[name] = holder
+                    self.stats.cancels_sent += 1
+                    logger.info(
+                        "Job %s: asking node %s to stop its run, to start the %s at %s here "
+                        "(concurrencyPolicy Replace, concurrencyScope cluster)",
+                        name,
+                        holder.node,
+                        launch.kind,
+                        launch.scheduled.isoformat(),
+                        extra={"job": name, "holder": holder.node},
+                    )
+            now = self.monotonic()
+            if deadline is None:
+                deadline = now + 2 * store.ttl
+            if self.stopping() and launch.kind != "manual":
+                return "slot_not_freed"  # not started anyway: the daemon stops
+            if now >= deadline:
+                logger.warning(
+                    "Job %s: node %s did not give up the cluster slot within %g s; "
+                    "the %s at %s does not run (no run rather than a double run)",
+                    name,
+                    holder.node,
+                    2 * store.ttl,
+                    launch.kind,
+                    launch.scheduled.isoformat(),
+                    extra={"job": name, "holder": holder.node},
+                )
+                return "slot_not_freed"
+            await asyncio.sleep(min(max(0.1, store.ttl / 8), deadline - now))
+
+    def _unavailable(self, launch: SlotLaunch, reason: str) -> str | None:
+        if self.on_unavailable() == "fail-closed":
+            return "slot_unavailable"
+        name = launch.job.name
+        logger.warning(
+            "Job %s: the cluster slot could not be taken (%s); the %s at %s starts with "
+            "node-local concurrency only (onStoreUnavailable: degrade)",
+            name,
+            reason,
+            launch.kind,
+            launch.scheduled.isoformat(),
+            extra={"job": name},
+        )
+        self._count(launch)
+        return None
+
+    def release(self, launch: SlotLaunch) -> None:
+        admitted = self._admitted.get(launch.id, 0)
+        if not admitted:
+            return  # not one this guard counted (no slot needed, or refused)
+        if admitted > 1:
+            self._admitted[launch.id] = admitted - 1
+        else:
+            del self._admitted[launch.id]
+        name = launch.job.name
+        runs = self._runs.get(name, 0) - 1
+        if runs > 0:
+            self._runs[name] = runs
+            return
+        self._runs.pop(name, None)
+        if name in self._held or name in self._lost:
+            task = asyncio.ensure_future(self._free(name))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _free(self, name: str) -> None:
+        async with self._io:
+            if self._runs.get(name):
+                return  # a new local run holds it on
+            hold = self._held.pop(name, None)
+            self._lost.pop(name, None)
+            self._obeyed.pop(name, None)
+            store = self.store
+            if hold is None or store is None:
+                return
+            try:
+                await self._bounded(store, store.release(name, hold))
+            except (SlotError, TimeoutError) as exc:
+                self._failed(store, exc)
+                logger.warning(
+                    "Job %s: its cluster slot could not be released; it frees within %g s",
+                    name,
+                    store.ttl,
+                    extra={"job": name},
+                )
+
+    # ------------------------------------------------------------ the HTTP API
+
+    async def refusal(self, job: Job) -> str | None:
+        """Why a manual start of ``job`` would be refused for its slot now (Forbid and a
+        holder on another node, or fail-closed and no store); None when it may start."""
+        store = self.store
+        if store is None or not uses_slot(job) or job.config.concurrency_policy != "Forbid":
+            return None
+        if job.name in self._held:
+            return None  # local runs: the local concurrencyPolicy answers
+        try:
+            async with self._io:
+                holder = await self._bounded(store, store.holder(job.name))
+        except (SlotError, TimeoutError) as exc:
+            reason = self._failed(store, exc)
+            if self.on_unavailable() != "fail-closed":
+                return None
+            return (
+                f"the cluster slot store does not answer ({reason}; "
+                "onStoreUnavailable: fail-closed)"
+            )
+        if holder is None or store.mine(holder):
+            return None
+        return (
+            f"node {holder.node} holds its cluster slot "
+            "(concurrencyPolicy Forbid, concurrencyScope cluster)"
+        )
+
+    # ------------------------------------------------------------ renewal
+
+    async def _rounds(self) -> None:
+        while True:
+            began = self.monotonic()
+            try:
+                await self._renew()
+            except Exception:
+                logger.exception("Cluster slots: a renewal failed unexpectedly; please report this")
+            interval = self.ttl / 4 if self.ttl else 1.0
+            await asyncio.sleep(max(0.05, interval - (self.monotonic() - began)))
+
+    async def _renew(self) -> None:
+        """Keep the held slots (take back lapsed ones, see who took lost ones) and obey
+        the cancel records aimed at this node's holds."""
+        async with self._io:
+            store = self.store
+            jobs = sorted(set(self._held) | set(self._lost))
+            if store is None or not jobs:
+                return
+            try:
+                claims = await self._bounded(store, store.claim(jobs))
+            except (SlotError, TimeoutError) as exc:
+                self._failed(store, exc)
+                return
+            for name, claim in claims.items():
+                self._renewed(store, name, claim)
+
+    def _renewed(self, store: SlotStore, name: str, claim: Claim) -> None:
+        holder = claim.holder
+        if not store.mine(holder):
+            self._lose(name, holder)
+            return
+        before = self._held.get(name)
+        self._held[name] = holder
+        if name in self._lost:
+            del self._lost[name]
+            logger.info(
+                "Job %s: this node holds its cluster slot again (fence %d)",
+                name,
+                holder.fence,
+                extra={"job": name},
+            )
+        elif before is not None and before != holder:
+            logger.info(
+                "Job %s: its cluster slot had lapsed; taken again (fence %d)",
+                name,
+                holder.fence,
+                extra={"job": name},
+            )
+        if claim.cancel_from is not None and self._obeyed.get(name) != holder:
+            self._obey(name, holder, claim.cancel_from)
+
+    def _lose(self, name: str, holder: Holder) -> None:
+        self._held.pop(name, None)
+        if self._lost.get(name) == holder:
+            return
+        self._lost[name] = holder
+        self.stats.lost += 1
+        logger.warning(
+            "Job %s: node %s took the cluster slot while a run here still goes (the store "
+            "did not hear from this node within leaseTtl); the runs may overlap",
+            name,
+            holder.node,
+            extra={"job": name, "holder": holder.node},
+        )
+
+    def _obey(self, name: str, hold: Holder, by: str) -> None:
+        self._obeyed[name] = hold
+        self.stats.cancels_obeyed += 1
+        stopped = self.replace_runs(
+            name, f"node {by} replaces it: concurrencyPolicy Replace, concurrencyScope cluster"
+        )
+        logger.info(
+            "Job %s: node %s asked for the cluster slot; %s",
+            name,
+            by,
+            f"stopping {len(stopped)} run{'' if len(stopped) == 1 else 's'} here"
+            if stopped
+            else "no run here to stop",
+            extra={"job": name},
+        )

@@ -1,0 +1,184 @@
+"""The slot guard on real stores (etcd on loopback, a shared directory): what Forbid,
+Replace and Allow do with a cluster slot, and a store that cannot answer.
+
+Two guards stand for two daemons; launches are the scheduler's own ``Launch``."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from etcd_server import EtcdServer
+
+from cronstable.cluster.claims import OnUnavailable, SlotGuard
+from cronstable.cluster.factory import make_slots
+from cronstable.config import MemoryTree, load
+from cronstable.config.desired import Job
+from cronstable.config.models import ClusterConfig
+from cronstable.runtime.scheduler import Launch, LaunchKind
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio]
+
+TTL = 2
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+
+
+def job(policy: str, scope: str = "cluster") -> Job:
+    text = f"""\
+        cluster: {{backend: filesystem, filesystem: {{path: /unused}}}}
+        jobs:
+          - name: report
+            command: "true"
+            schedule: "* * * * *"
+            concurrencyPolicy: {policy}
+            concurrencyScope: {scope}
+        """
+    state = load(MemoryTree({"c.yaml": textwrap.dedent(text).encode()}), "c.yaml")
+    return state.jobs["report"]
+
+
+def launch(of: Job, second: int = 0, kind: LaunchKind = "fire") -> Launch:
+    return Launch(of, T0.replace(second=second), 1, kind)
+
+
+class Node:
+    """One daemon's guard, and what it was asked to stop."""
+
+    def __init__(self, name: str, config: ClusterConfig, policy: OnUnavailable) -> None:
+        self.name = name
+        self.replaced: list[tuple[str, str]] = []
+        self.policy = policy
+        self.guard = SlotGuard(name, replace_runs=self._replace, on_unavailable=lambda: self.policy)
+        self.guard.use(make_slots(config, name, self.guard.instance))
+
+    def _replace(self, job: str, why: str) -> list[str]:
+        self.replaced.append((job, why))
+        return [f"{job}@run"]
+
+
+Make = Callable[..., Node]
+
+
+@pytest_asyncio.fixture(params=["etcd", "filesystem"])
+async def make(
+    request: pytest.FixtureRequest, tmp_path: Path, etcd_prefix: str
+) -> AsyncIterator[Make]:
+    if request.param == "etcd":
+        server: EtcdServer = request.getfixturevalue("shared_etcd_server")
+        settings: dict[str, object] = {
+            "etcd": {"endpoints": [server.endpoint], "prefix": etcd_prefix}
+        }
+    else:
+        shared = tmp_path / "shared"
+        shared.mkdir()
+        settings = {"filesystem": {"path": str(shared)}}
+    config = ClusterConfig.model_validate({"backend": request.param, "leaseTtl": TTL} | settings)
+    nodes: list[Node] = []
+
+    def factory(name: str, policy: OnUnavailable = "degrade") -> Node:
+        node = Node(name, config, policy)
+        nodes.append(node)
+        return node
+
+    yield factory
+    for node in nodes:
+        await node.guard.close()
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+async def test_forbid_refuses_while_another_node_holds_the_slot(make: Make) -> None:
+    a, b = make("a"), make("b")
+    forbid = job("Forbid")
+    first = launch(forbid)
+    assert await a.guard.admit(first) is None
+    assert a.guard.held() == ["report"]
+    assert await b.guard.admit(launch(forbid, 1)) == "slot_held"
+    assert await b.guard.refusal(forbid) == (
+        "node a holds its cluster slot (concurrencyPolicy Forbid, concurrencyScope cluster)"
+    )
+    assert await a.guard.refusal(forbid) is None  # its own runs: the local policy answers
+    # a second local launch (Replace or manual, here) shares the hold; the slot is
+    # released only when the last one ends
+    second = launch(forbid, 2, "manual")
+    assert await a.guard.admit(second) is None
+    a.guard.release(first)
+    await asyncio.sleep(0.2)
+    assert await b.guard.admit(launch(forbid, 3)) == "slot_held"
+    a.guard.release(second)
+    await until(lambda: a.guard.held() == [])
+    third = launch(forbid, 4)
+    assert await b.guard.admit(third) is None
+    assert b.guard.held() == ["report"]
+    assert await a.guard.admit(launch(forbid, 5, "manual")) == "slot_held"
+
+
+async def test_replace_stops_the_holder_and_takes_the_slot_once_it_is_free(make: Make) -> None:
+    a, b = make("a"), make("b")
+    replace = job("Replace")
+    running = launch(replace)
+    assert await a.guard.admit(running) is None
+    waiting = asyncio.create_task(b.guard.admit(launch(replace, 1)))
+    # a finds the cancel record at its next renewal and stops its run, once
+    await until(lambda: a.replaced != [])
+    assert a.replaced == [
+        ("report", "node b replaces it: concurrencyPolicy Replace, concurrencyScope cluster")
+    ]
+    assert not waiting.done()  # b waits for the slot, not for the record
+    a.guard.release(running)  # the stopped run ended
+    assert await asyncio.wait_for(waiting, TTL) is None
+    assert b.guard.held() == ["report"]
+    assert (a.guard.stats.cancels_obeyed, b.guard.stats.cancels_sent) == (1, 1)
+    await asyncio.sleep(TTL / 2)  # more renewals: the old record reaches no later hold
+    assert len(a.replaced) == 1
+
+
+async def test_allow_and_node_scope_take_no_slot(make: Make) -> None:
+    a, b = make("a"), make("b")
+    for held in (job("Forbid", "node"), job("Allow")):
+        assert await a.guard.admit(launch(held)) is None
+        assert await b.guard.admit(launch(held)) is None
+        assert a.guard.held() == b.guard.held() == []
+        a.guard.release(launch(held))
+
+
+@pytest.mark.parametrize("make", ["filesystem"], indirect=True)
+async def test_replace_gives_up_when_the_holder_does_not_let_go(make: Make) -> None:
+    a, b = make("a"), make("b")
+    a.guard.replace_runs = lambda job, why: []  # a run that ignores the request
+    replace = job("Replace")
+    assert await a.guard.admit(launch(replace)) is None
+    began = time.monotonic()
+    assert await b.guard.admit(launch(replace, 1)) == "slot_not_freed"
+    assert time.monotonic() - began >= 2 * TTL
+    assert a.guard.held() == ["report"]
+
+
+@pytest.mark.parametrize("make", ["filesystem"], indirect=True)
+async def test_a_store_that_cannot_answer_degrades_or_fails_closed(
+    make: Make, tmp_path: Path
+) -> None:
+    lax, strict = make("a", "degrade"), make("b", "fail-closed")
+    forbid = job("Forbid")
+    (tmp_path / "shared").rename(tmp_path / "gone")  # the mount is gone
+    assert await lax.guard.admit(launch(forbid)) is None  # runs, node-local only
+    assert await strict.guard.admit(launch(forbid)) == "slot_unavailable"
+    assert (await strict.guard.refusal(forbid) or "").startswith(
+        "the cluster slot store does not answer"
+    )
+    assert await lax.guard.refusal(forbid) is None
+    assert lax.guard.held() == [] and lax.guard.stats.store_failures >= 1
+    (tmp_path / "gone").rename(tmp_path / "shared")
+    lax.guard.release(launch(forbid))
+    assert await strict.guard.admit(launch(forbid, 1)) is None
