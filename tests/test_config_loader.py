@@ -359,7 +359,8 @@ def test_literal_choices_with_did_you_mean(setting: str, expected: str) -> None:
     ],
 )
 def test_literal_choices(setting: str, attribute: str, value: str) -> None:
-    config = ok({"c.yaml": jobs(job("a", setting + "\n"))}).jobs["a"].config
+    cluster = "cluster: {backend: filesystem, filesystem: {path: /mnt/shared}}\n"
+    config = ok({"c.yaml": cluster + jobs(job("a", setting + "\n"))}).jobs["a"].config
     assert getattr(config, attribute) == value
 
 
@@ -622,10 +623,35 @@ def test_bom_config_file_loads() -> None:
     assert state.jobs["a"].line == 2
 
 
-def test_cluster_section_is_checked_and_state_is_unknown() -> None:
+def test_cluster_and_state_sections_are_checked() -> None:
     assert lines({"c.yaml": "cluster: {}\nstate: {}\njobs: []\n"}) == [
         "c.yaml:1:1: cluster: missing required key 'backend'",
-        "c.yaml:2:1: unknown key 'state'",
+        "c.yaml:2:1: state: missing required key 'backend'",
+    ]
+    assert lines({"c.yaml": "state: {backend: disk}\n"}) == [
+        "c.yaml:1:9: state.backend: expected one of etcd, filesystem, got 'disk'"
+    ]
+
+
+def test_a_state_on_etcd_needs_the_cluster_etcd() -> None:
+    assert lines({"c.yaml": "state:\n  backend: etcd\n"}) == [
+        "c.yaml:2:3: state.backend: backend etcd keeps the records in the etcd of the "
+        "cluster section (cluster: {backend: etcd, etcd: {endpoints: [...]}}), and there is none"
+    ]
+    text = (
+        "cluster: {backend: etcd, etcd: {endpoints: [http://127.0.0.1:2379]}}\n"
+        "state: {backend: etcd, onStoreUnavailable: fail-closed}\n"
+    )
+    state = ok({"c.yaml": text})
+    assert state.state is not None
+    assert (state.state.backend, state.state.on_store_unavailable) == ("etcd", "fail-closed")
+
+
+def test_a_cluster_scope_needs_a_cluster_section() -> None:
+    text = 'jobs: [{name: j, command: "true", schedule: "@daily", concurrencyScope: cluster}]\n'
+    assert lines({"c.yaml": text}) == [
+        "c.yaml:1: concurrencyScope: job 'j': concurrencyScope cluster needs a shared "
+        "store: add a cluster section (etcd or filesystem)"
     ]
 
 

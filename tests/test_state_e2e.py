@@ -7,6 +7,7 @@ read what ran when.  The store is a state directory or a real etcd (the
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -23,6 +24,9 @@ from typing import Any
 
 import pytest
 from etcd_server import EtcdServer
+
+from cronstable.runtime.runs import run_id
+from cronstable.state.base import node_key
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
@@ -114,20 +118,46 @@ def daemons() -> Iterator[list[Daemon]]:
             daemon.proc.wait(5)
 
 
+class Section(str):
+    """The configuration text of a state section, and how to read its records."""
+
+    read: Callable[[Path, str], dict[str, Any] | None]
+
+
+def _read_file(root: Path, key: str) -> dict[str, Any] | None:
+    path = root / "state-n1" / (key + ".json")
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 @pytest.fixture(params=["filesystem", "etcd"])
-def state_section(request: pytest.FixtureRequest, etcd_prefix: str) -> str:
+def state_section(request: pytest.FixtureRequest, etcd_prefix: str) -> Section:
     if request.param == "filesystem":
-        return "state: {backend: filesystem}\n"
+        section = Section("state: {backend: filesystem}\n")
+        section.read = _read_file
+        return section
     server: EtcdServer = request.getfixturevalue("shared_etcd_server")
-    return textwrap.dedent(
-        f"""\
-        cluster:
-          backend: etcd
-          electLeader: false
-          etcd: {{endpoints: ["{server.endpoint}"], prefix: "{etcd_prefix}"}}
-        state: {{backend: etcd}}
-        """
+    section = Section(
+        textwrap.dedent(
+            f"""\
+            cluster:
+              backend: etcd
+              electLeader: false
+              etcd: {{endpoints: ["{server.endpoint}"], prefix: "{etcd_prefix}"}}
+            state: {{backend: etcd}}
+            """
+        )
     )
+
+    def read(root: Path, key: str) -> dict[str, Any] | None:
+        full = base64.b64encode(f"{etcd_prefix}state/{key}".encode()).decode()
+        body = json.dumps({"key": full}).encode()
+        request = urllib.request.Request(f"{server.endpoint}/v3/kv/range", data=body)
+        with urllib.request.urlopen(request, timeout=5) as response:
+            kvs = json.loads(response.read()).get("kvs") or []
+        return json.loads(base64.b64decode(kvs[0]["value"])) if kvs else None
+
+    section.read = read
+    return section
 
 
 def make_config(root: Path, head: str, jobs: str) -> Path:
@@ -140,7 +170,7 @@ def make_config(root: Path, head: str, jobs: str) -> Path:
 
 
 def test_a_retry_pending_at_kill_9_fires_at_its_original_time(
-    tmp_path: Path, state_section: str, daemons: list[Daemon]
+    tmp_path: Path, state_section: Section, daemons: list[Daemon]
 ) -> None:
     out = tmp_path / "flaky.out"
     config = make_config(
@@ -158,6 +188,13 @@ def test_a_retry_pending_at_kill_9_fires_at_its_original_time(
     daemons.append(daemon)
     daemon.start()
     wait_for(lambda: "retry 1 of 2 in 3.0 s" in daemon.output(), what="the first failure")
+
+    def pending() -> bool:
+        record = state_section.read(tmp_path, "nodes/n1/retries/flaky")
+        return record is not None and record["status"] == "pending"
+
+    # the pending record is queued as the retry is armed and written a moment later
+    wait_for(pending, timeout=2.5, what="the pending retry recorded")
     daemon.kill9()
     first = lines(out)
     assert [attempt for attempt, _, _ in first] == [1]
@@ -173,7 +210,7 @@ def test_a_retry_pending_at_kill_9_fires_at_its_original_time(
 
 
 def test_kill_9_during_a_forbid_run_never_starts_a_second_copy(
-    tmp_path: Path, state_section: str, daemons: list[Daemon]
+    tmp_path: Path, state_section: Section, daemons: list[Daemon]
 ) -> None:
     out = tmp_path / "long.out"
     config = make_config(
@@ -190,6 +227,13 @@ def test_kill_9_during_a_forbid_run_never_starts_a_second_copy(
     daemons.append(daemon)
     daemon.start()
     wait_for(lambda: len(lines(out)) == 1, what="the first run")
+    run = run_id("long", lines(out)[0][1], 1)
+    # the run's record is queued as it starts and written a moment later
+    wait_for(
+        lambda: state_section.read(tmp_path, node_key("n1", "running", run)) is not None,
+        timeout=2.5,
+        what="the running run recorded",
+    )
     daemon.kill9()
     daemon.start()
     wait_for(lambda: "outlived the previous daemon" in daemon.current(), what="the adoption")
