@@ -63,6 +63,7 @@ bench: $(STAMP) deps
 	$(BIN)/python bench/bench_reconcile.py
 	$(BIN)/python bench/bench_source_notice.py
 	$(BIN)/python bench/bench_failover.py
+	$(BIN)/python bench/bench_state.py
 	$(BIN)/python bench/bench_runtime.py
 	$(BIN)/python bench/bench_limits.py
 	$(BIN)/python bench/bench_webhook.py
