@@ -1,6 +1,6 @@
 """Leader failover: three real daemons, the leader killed with SIGKILL again and again.
 
-    .venv/bin/python bench/bench_failover.py [ROUNDS]
+    .venv/bin/python bench/bench_failover.py [ROUNDS] [etcd|filesystem]
 
 For each backend (a real etcd on loopback, a shared directory), with leaseTtl 2 s,
 three daemons run a per-second Leader job that appends NODE SCHEDULED-TIME to a
@@ -63,6 +63,7 @@ def failovers(cluster: Cluster, rounds: int) -> tuple[list[float], int, int]:
 
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    only = sys.argv[2] if len(sys.argv) > 2 else None
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         server = EtcdServer(root / "etcd")
@@ -74,6 +75,8 @@ def main() -> None:
                 ("etcd", etcd_section(server, "/bench/"), root / "etcd-run"),
                 ("filesystem", filesystem_section(shared), root / "fs"),
             ):
+                if only is not None and backend != only:
+                    continue
                 where.mkdir(exist_ok=True)
                 takeovers, missing, doubled = failovers(Cluster(where, section), rounds)
                 print(

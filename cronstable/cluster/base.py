@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 MIN_MARGIN = 0.5
 """Fewest seconds a node stops trusting its lease before the store can expire it."""
+TAKEOVER_SLACK = 0.02
+"""Seconds a contender's round lands after the instant the leader record may be taken."""
 
 
 class LeadershipError(Exception):
@@ -207,7 +209,16 @@ class Leadership(ABC):
                 self._judge_duplicate(observation.duplicate)
             self._changed()
             elapsed = self.monotonic() - began
-            await asyncio.sleep(max(0.0, self.interval - elapsed))
+            wait = self.interval - elapsed
+            takeover = self.takeover_in()
+            if takeover is not None:  # be there when the leader's record may be taken
+                wait = min(wait, takeover - elapsed + TAKEOVER_SLACK)
+            await asyncio.sleep(max(0.0, wait))
+
+    def takeover_in(self) -> float | None:
+        """Seconds from the start of the last round until another node's leader record may
+        be taken over, when the backend knows (it judges expiry itself); None otherwise."""
+        return None
 
     def _judge_duplicate(self, duplicate: bool) -> None:
         """A record of a crashed previous instance expires within a ttl: a name still

@@ -63,6 +63,10 @@ class FilesystemLeadership(Leadership):
         self.path = Path(path)
         self._leader_file = self.path / "leader.json"
         self._member_file = self.path / "members" / f"{node_name}.json"
+        self._takeover: float | None = None
+
+    def takeover_in(self) -> float | None:
+        return self._takeover
 
     def __repr__(self) -> str:
         return f"FilesystemLeadership({self.node_name!r}, {str(self.path)!r})"
@@ -133,6 +137,11 @@ class FilesystemLeadership(Leadership):
         held = read(self._leader_file) or {}
         fence: int | None = None
         mine = held.get("instance") == self.instance and held.get("node") == self.node_name
+        self._takeover = None
+        if not mine and not duplicate and live(held, now - CLOCK_SKEW):
+            # a dead leader's record may be taken CLOCK_SKEW after it expires: the next
+            # round is then, not up to a round interval later
+            self._takeover = float(held["expires"]) + CLOCK_SKEW - now
         if not duplicate and (mine or not live(held, now - CLOCK_SKEW)):
             counter = int(held.get("fence", 0) or 0)
             fence = counter if mine and live(held, now) else counter + 1
