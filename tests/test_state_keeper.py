@@ -92,7 +92,12 @@ async def life(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     lives: list[Life] = []
 
     async def start(
-        table: dict[str, Job], now: datetime, behaviour: dict[str, tuple[float, int]]
+        table: dict[str, Job],
+        now: datetime,
+        behaviour: dict[str, tuple[float, int]],
+        *,
+        gated: bool = False,
+        gate: Any = None,
     ) -> Life:
         clock = ManualClock(now)
         runs: list[StandInRun] = []
@@ -105,7 +110,8 @@ async def life(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
 
         scheduler = Scheduler(clock, spawner)
         history = RunHistory()
-        keeper = StateKeeper("n1", scheduler, history, boot="boot-1")
+        keeper = StateKeeper("n1", scheduler, history, boot="boot-1", gated=lambda job: gated)
+        scheduler.gate = gate
         scheduler.guards.append(keeper)
         scheduler.state = keeper
         scheduler.run_listeners += [history, keeper]
@@ -316,3 +322,67 @@ async def test_the_writer_is_bounded(tmp_path: Path) -> None:
     assert writer.queued() <= 3 and writer.dropped >= 1
     assert await asyncio.wait_for(futures[1], 5) is False
     await writer.close()
+
+
+async def test_a_resumed_job_whose_next_fire_is_ahead_fires_it_as_usual(
+    life: Callable[..., Any],
+) -> None:
+    text = 'jobs: [{name: t, command: "true", schedule: "*/5 * * * *", startingDeadlineSeconds: 0}]'
+    first: Life = await life(jobs(text), T0 + timedelta(minutes=4), {})
+    await first.advance(70, step=10)  # 12:05 runs
+    await first.crash()
+    # back at 12:07: nothing was missed; 12:10 is an ordinary fire, even found 30 ms late
+    second: Life = await life(jobs(text), T0 + timedelta(minutes=7), {})
+    await second.advance(179)
+    second.clock.jump(1.03)
+    await second.advance(1)
+    assert [s for s, _, _ in second.scheduled("t")] == [T0 + timedelta(minutes=10)]
+    assert second.scheduler.stats.missed == 0
+
+
+async def test_jobs_the_leadership_places_do_not_resume(
+    life: Callable[..., Any], tmp_path: Path
+) -> None:
+    text = (
+        "jobs: [{name: t, command: 'true', schedule: '*/10 * * * *', "
+        "startingDeadlineSeconds: 900, clusterPolicy: PreferLeader}]"
+    )
+    first: Life = await life(jobs(text), T0 + timedelta(minutes=9), {})
+    await first.advance(120, step=10)  # without leader election: a record is kept
+    await first.crash()
+    assert await record(tmp_path, "fires", "t") is not None
+    # under leader election the job's fires are the leadership's: no catch-up here
+    second: Life = await life(jobs(text), T0 + timedelta(minutes=45), {}, gated=True)
+    await second.advance(1)
+    assert second.scheduled("t") == []
+    await second.settle()
+    assert await record(tmp_path, "fires", "t") is None
+
+
+class Gate:
+    """The cluster gate as the scheduler sees it, answering what the test says."""
+
+    def __init__(self, answer: str | None) -> None:
+        self.answer = answer
+
+    def allows(self, job: Job) -> str | None:
+        return self.answer
+
+    async def release(self) -> None:
+        return None
+
+
+async def test_a_rearmed_retry_waits_while_the_leadership_is_unknown(
+    life: Callable[..., Any],
+) -> None:
+    table = jobs(FLAKY.format(extra=""))
+    first: Life = await life(table, T0 + timedelta(minutes=59), {"flaky": (1.0, 1)})
+    await first.advance(61)
+    await first.crash()
+    gate = Gate("leadership_unknown")
+    second: Life = await life(table, first.clock.now(), {"flaky": (1.0, 1)}, gate=gate)
+    await second.advance(90, step=5)  # due at 13:01:01; the leadership is still unknown
+    assert second.scheduled("flaky") == []
+    gate.answer = None  # known now, and this node may run it
+    await second.advance(2)
+    assert [a for _, a, _ in second.scheduled("flaky")] == [2]

@@ -130,3 +130,21 @@ async def test_the_filesystem_store_leaves_no_temporary_files(tmp_path: Path) ->
     assert sorted(names) == ["j.json", "j.json"]
     mode = (tmp_path / "s" / "nodes").stat().st_mode & 0o777
     assert mode == 0o700
+
+
+def test_a_long_segment_keeps_a_readable_start_and_a_digest() -> None:
+    long = "日本語" * 30 + "@2026-06-01T12:00:00Z#1"
+    segment = key(long)
+    assert len(segment) <= 180 and "~" in segment
+    assert segment != key(long + "x")  # the digest tells long names apart
+    assert "%" not in segment[segment.rindex("%") :][3:4]  # no escape cut in half
+    assert segments(segment)[0].startswith("日本語日本語")
+
+
+@pytest.mark.asyncio
+async def test_a_record_with_a_very_long_job_name_is_written(tmp_path: Path) -> None:
+    store = FilesystemStore(tmp_path / "state")
+    k = node_key("n1", "running", "ジョブ" * 40 + "@2026-06-01T12:00:00Z#1")
+    await store.put(k, {"job": "long"})
+    got = await store.get(k)
+    assert got is not None and got["job"] == "long"

@@ -59,7 +59,13 @@ def cmd_run(
         daemon.add_section(cluster)
         scheduler.gate = cluster
         daemon.control.cluster = lambda: cluster.view(iter(scheduler.jobs.values()))
-        keeper = StateKeeper(node_name, scheduler, daemon.history, cluster_wide=cluster.one_run)
+        keeper = StateKeeper(
+            node_name,
+            scheduler,
+            daemon.history,
+            cluster_wide=cluster.one_run,
+            gated=cluster.gated,
+        )
         scheduler.guards.append(keeper)
         scheduler.state = keeper
         scheduler.run_listeners.append(keeper)
@@ -74,7 +80,7 @@ def cmd_run(
             on_unavailable=lambda: keeper.policy if keeper.store is not None else "degrade",
             stopping=lambda: scheduler.stopping,
         )
-        scheduler.guards.append(slots)
+        scheduler.guards.insert(0, slots)  # a held slot refuses before any record is written
         daemon.control.start_check = slots.refusal
         daemon.add_section(SlotSection(slots, daemon.metrics.registry))
         daemon.add_section(WebSection(daemon.control))

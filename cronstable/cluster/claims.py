@@ -29,7 +29,6 @@ holder logs a WARNING when it finds its slot taken).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -122,6 +121,11 @@ class SlotGuard:
         self._failing = False
         self._task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self._stale: set[str] = set()
+        """Jobs whose slot this node may hold with no local run to keep it: a release
+        that failed, or a claim whose answer was lost (etcd may have committed it).
+        Each renewal round releases those that are this node's."""
 
     # ------------------------------------------------------------ the store in use
 
@@ -143,13 +147,15 @@ class SlotGuard:
 
     async def close(self) -> None:
         """Stop renewing and close the store (etcd: its lease and slots end at once)."""
+        self._closing = True
         task, self._task = self._task, None
+        bound = max(1.0, 2 * self.ttl)
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # Python 3.11's wait_for can swallow a cancel: the loop checks _closing too
+            await asyncio.wait([task], timeout=bound)
         if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+            await asyncio.wait(self._background, timeout=bound)
         store, self.store = self.store, None
         if store is not None:
             try:
@@ -186,6 +192,7 @@ class SlotGuard:
         try:
             return await self._admit(store, launch)
         except (SlotError, TimeoutError) as exc:
+            self._stale.add(launch.job.name)  # the claim may have been taken all the same
             reason = self._failed(store, exc)
             return self._unavailable(launch, reason)
 
@@ -302,11 +309,12 @@ class SlotGuard:
             try:
                 await self._bounded(store, store.release(name, hold))
             except (SlotError, TimeoutError) as exc:
+                self._stale.add(name)
                 self._failed(store, exc)
                 logger.warning(
-                    "Job %s: its cluster slot could not be released; it frees within %g s",
+                    "Job %s: its cluster slot could not be released now; tried again at "
+                    "each renewal",
                     name,
-                    store.ttl,
                     extra={"job": name},
                 )
 
@@ -341,7 +349,7 @@ class SlotGuard:
     # ------------------------------------------------------------ renewal
 
     async def _rounds(self) -> None:
-        while True:
+        while not self._closing:
             began = self.monotonic()
             try:
                 await self._renew()
@@ -355,6 +363,8 @@ class SlotGuard:
         the cancel records aimed at this node's holds."""
         async with self._io:
             store = self.store
+            if store is not None and self._stale:
+                await self._release_stale(store)
             jobs = sorted(set(self._held) | set(self._lost))
             if store is None or not jobs:
                 return
@@ -365,6 +375,21 @@ class SlotGuard:
                 return
             for name, claim in claims.items():
                 self._renewed(store, name, claim)
+
+    async def _release_stale(self, store: SlotStore) -> None:
+        """Release the stale slots (see ``_stale``) that are this node's and no local run
+        keeps; forget those another node holds or nobody does."""
+        for name in sorted(self._stale):
+            if self._runs.get(name) or name in self._held:
+                continue  # a local run holds it on, and releases it at its end
+            try:
+                holder = await self._bounded(store, store.holder(name))
+                if holder is not None and store.mine(holder):
+                    await self._bounded(store, store.release(name, holder))
+            except (SlotError, TimeoutError) as exc:
+                self._failed(store, exc)
+                return
+            self._stale.discard(name)
 
     def _renewed(self, store: SlotStore, name: str, claim: Claim) -> None:
         holder = claim.holder

@@ -71,7 +71,8 @@ class EtcdLeadership(Leadership):
         self.prefix = prefix if prefix.endswith("/") else prefix + "/"
         self.pool = EtcdPool(
             endpoints,
-            timeout=max(0.2, self.ttl / 4),
+            # a round (several calls) is bounded by ttl - margin: a share per endpoint
+            timeout=max(0.2, self.ttl / 4 / max(1, len(endpoints) - 1)),
             username=username,
             password=password,
             tls=tls,

@@ -148,6 +148,14 @@ class ClusterSection:
         config = self.config
         return config is not None and config.elect_leader and job.config.cluster_policy == "Leader"
 
+    def gated(self, job: Job) -> bool:
+        """Whether the leadership decides where ``job`` runs (not ``EveryNode``, under
+        leader election)."""
+        config = self.config
+        return (
+            config is not None and config.elect_leader and job.config.cluster_policy != "EveryNode"
+        )
+
     def seen(self) -> Seen:
         lead = self.leadership
         if lead is None or not lead.known():

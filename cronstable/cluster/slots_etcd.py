@@ -60,7 +60,8 @@ class EtcdSlots(SlotStore):
         self.base = base + "slots/"
         self.pool = EtcdPool(
             endpoints,
-            timeout=max(0.2, self.ttl / 4),
+            # a call is bounded by ttl/2 (claims.py): every endpoint gets its share
+            timeout=max(0.2, self.ttl / 2 / max(1, len(endpoints)) * 0.9),
             username=username,
             password=password,
             tls=tls,

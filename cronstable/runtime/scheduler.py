@@ -92,6 +92,8 @@ ones too (Vixie cron's limit); a shorter one re-plans wildcard jobs only."""
 EXPLAINED = frozenset({"reboot_ran", "slot_held", "slot_not_freed"})
 """Refusals whose guard logged why (naming what the reason alone cannot): the
 scheduler's own line for them is DEBUG; any other refusal is a WARNING."""
+UNKNOWN_RECHECK = 1.0
+"""Seconds between two looks at the gate by a retry waiting for the leadership."""
 MISSED_SCAN_LIMIT = 10_000
 """Most missed fires enumerated one by one after a jump (a per-second job after a
 day-long suspend would otherwise take seconds to count)."""
@@ -289,6 +291,11 @@ class Scheduler:
         known and the gate lets them."""
 
     # ------------------------------------------------------------ the job table
+
+    @property
+    def started(self) -> bool:
+        """Whether :meth:`run` has begun (the first revision's jobs are being scheduled)."""
+        return self._started
 
     @property
     def jobs(self) -> Mapping[str, Job]:
@@ -510,7 +517,7 @@ class Scheduler:
             if slot is None or not slot.job.config.enabled or not slot.job.schedule.is_reboot:
                 self._reboot_waiting.discard(name)
                 continue
-            reason = self.gate.allows(slot.job) if self.gate is not None else None
+            reason = self._gate_says(slot.job)
             if reason == "leadership_unknown":
                 continue
             self._reboot_waiting.discard(name)
@@ -527,8 +534,9 @@ class Scheduler:
         if slot is None or not slot.job.config.enabled or slot.job.schedule.is_reboot:
             return False
         slot.cursor = last_fire.astimezone(UTC)
-        slot.resumed = True
         self._plan(slot, slot.cursor)
+        # only a fire already past was missed while down; a later one is ordinary
+        slot.resumed = slot.next_fire is not None and slot.next_fire < self.clock.now()
         self._wake.set()
         return True
 
@@ -540,10 +548,14 @@ class Scheduler:
         if slot is None or slot.retry is not None or self._stopping:
             return False
         state = RetryState.from_config(slot.job.config.on_failure.retry)
-        for _ in range(count):
-            state.next_delay()
         if count < 1 or (state.maximum_retries != -1 and count > state.maximum_retries):
             return False  # the budget the record counted on is gone
+        for _ in range(count):
+            before = state.delay
+            state.next_delay()
+            if state.delay == before:  # at maximumDelay: the rest only counts
+                state.count = count
+                break
         slot.retry = state
         state.task = asyncio.create_task(
             self._retry_after(slot, state, max(0.0, delay), scheduled.astimezone(UTC))
@@ -683,6 +695,8 @@ class Scheduler:
         if catch_up is not None:
             self.stats.catch_ups += 1
             self._fire(slot, catch_up)
+        elif resumed and self.state is not None:
+            self.state.fire_handled(job, last_missed)  # not reported missed again
         # fires inside the on-time window, if any, run as usual
         while cursor is not None and cursor <= now:
             slot.cursor = cursor
@@ -693,16 +707,20 @@ class Scheduler:
 
     # ------------------------------------------------------------ runs
 
-    def _held_back(self, job: Job, scheduled: datetime, what: str) -> str | None:
-        """Why the cluster gate refuses ``job`` here now (logged at DEBUG, counted); None
-        when it may start."""
+    def _gate_says(self, job: Job) -> str | None:
+        """The cluster gate's answer for ``job`` now (None: it may start)."""
         if self.gate is None:
             return None
         try:
-            reason = self.gate.allows(job)
+            return self.gate.allows(job)
         except Exception:  # a gate that cannot answer fails closed
             logger.exception("Job %s: the cluster gate failed; please report this", job.name)
-            reason = "gate_error"
+            return "gate_error"
+
+    def _held_back(self, job: Job, scheduled: datetime, what: str) -> str | None:
+        """Why the cluster gate refuses ``job`` here now (logged at DEBUG, counted); None
+        when it may start."""
+        reason = self._gate_says(job)
         if reason is None:
             return None
         self._count_skip(reason)
@@ -940,7 +958,15 @@ class Scheduler:
         self, slot: _Slot, state: RetryState, delay: float, scheduled: datetime
     ) -> None:
         await self.clock.sleep(delay)
-        if state.cancelled or self._stopping or self._slots.get(slot.job.name) is not slot:
+
+        def gone() -> bool:
+            return state.cancelled or self._stopping or self._slots.get(slot.job.name) is not slot
+
+        # while this node cannot tell who leads (a restart, a store outage) the retry
+        # waits rather than ends: the gate decides once the leadership is known
+        while not gone() and self._gate_says(slot.job) == "leadership_unknown":
+            await self.clock.sleep(UNKNOWN_RECHECK)
+        if gone():
             return
         if self._held_back(slot.job, scheduled, f"retry {state.count}") is not None:
             self._settle(slot.job, "not_here")

@@ -22,6 +22,7 @@ job's digest, once per cluster).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from abc import ABC, abstractmethod
 from typing import Any
@@ -40,10 +41,24 @@ class StateError(CronstableError):
     """The store cannot be used now (unreachable, refused, full); says why."""
 
 
+MAX_SEGMENT = 180
+"""Longest key segment (bytes): a file name must stay under NAME_MAX (255) with its suffix."""
+
+
 def _segment(text: str) -> str:
     quoted = quote(text, safe="")
     # never "." or "..", nor a hidden file name: a leading dot is quoted too
-    return "%2E" + quoted[1:] if quoted.startswith(".") else quoted
+    quoted = "%2E" + quoted[1:] if quoted.startswith(".") else quoted
+    if len(quoted) > MAX_SEGMENT:
+        # a long name keeps a readable start and a digest of the whole (the record
+        # itself holds the full name)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        cut = MAX_SEGMENT - 17
+        escape = quoted.rfind("%", 0, cut)
+        if escape > cut - 3:
+            cut = escape  # never half of a %XX escape
+        quoted = quoted[:cut] + "~" + digest
+    return quoted
 
 
 def key(*segments: str) -> str:
@@ -81,6 +96,9 @@ class StateStore(ABC):
     """Records by key; see the module docstring."""
 
     backend = "?"
+    shared = False
+    """Whether every node of a cluster reaches the same records (etcd; not a node's own
+    directory)."""
 
     @abstractmethod
     async def check(self) -> None:

@@ -27,6 +27,7 @@ _T = TypeVar("_T")
 
 class EtcdStore(StateStore):
     backend = "etcd"
+    shared = True
 
     def __init__(
         self,
@@ -40,8 +41,14 @@ class EtcdStore(StateStore):
     ) -> None:
         base = prefix if prefix.endswith("/") else prefix + "/"
         self.prefix = base + "state/"
+        # each operation is bounded by ``timeout`` in all: every endpoint gets its share,
+        # so a hung first one still leaves time for the next
         self.pool = EtcdPool(
-            endpoints, timeout=timeout, username=username, password=password, tls=tls
+            endpoints,
+            timeout=max(0.5, timeout / max(1, len(endpoints))),
+            username=username,
+            password=password,
+            tls=tls,
         )
 
     @property

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -62,6 +63,8 @@ HISTORY_OUTPUT = 16 * 1024
 """Bytes of each captured stream a persisted run keeps (the end)."""
 RECORD_WAIT = 2.0
 """Seconds a launch waits for the record written before it (then onStoreUnavailable)."""
+HISTORY_RECORD = 1024 * 1024
+"""Most bytes of one job's history record (older runs are left out to fit)."""
 FLUSH_AT_CLOSE = 5.0
 """Seconds a stopping daemon waits for queued records to be written."""
 
@@ -89,7 +92,8 @@ class StateStats:
 
 class StateKeeper:
     """See the module docstring.  ``cluster_wide(job)``: whether ``job`` is one run
-    per cluster (a ``Leader`` job under leader election)."""
+    per cluster (a ``Leader`` job under leader election); ``gated(job)``: whether the
+    leadership decides where ``job`` runs (not ``EveryNode``, under leader election)."""
 
     def __init__(
         self,
@@ -98,12 +102,14 @@ class StateKeeper:
         history: RunHistory,
         *,
         cluster_wide: Callable[[Job], bool] = lambda job: False,
+        gated: Callable[[Job], bool] = lambda job: False,
         boot: str | None = None,
     ) -> None:
         self.node = node
         self.scheduler = scheduler
         self.history = history
         self.cluster_wide = cluster_wide
+        self.gated = gated
         self.boot = boot if boot is not None else boot_id()
         self.store: StateStore | None = None
         self.policy: Policy = "degrade"
@@ -239,7 +245,7 @@ class StateKeeper:
             if not await self._recorded(future):
                 return self._unavailable("the retry's launch", job)
             return None
-        if launch.kind == "fire" and job.config.starting_deadline_seconds is not None:
+        if launch.kind == "fire" and self._resumes(job):
             future = self._submit(
                 self._key("fires", job.name), self._fire_record(job, launch.scheduled)
             )
@@ -257,7 +263,7 @@ class StateKeeper:
         assert store is not None
         now = utc_text(datetime.now(UTC))
         try:
-            if self.cluster_wide(job):
+            if self._once_per_cluster(job):
                 marker = key("cluster", "reboot", job.name)
                 held = await store.get(marker)
                 if held is not None and held.get("digest") == job.digest:
@@ -283,6 +289,11 @@ class StateKeeper:
             return self._unavailable("the @reboot run", job)
         return None
 
+    def _once_per_cluster(self, job: Job) -> bool:
+        """A ``Leader`` @reboot job under leader election, on a store the nodes share (on a
+        node's own directory it is once per boot of that node, like any other)."""
+        return self.cluster_wide(job) and self.store is not None and self.store.shared
+
     def _ran_before(self, job: Job, where: str) -> str:
         logger.info(
             "Job %s: @reboot already ran %s; not run again",
@@ -297,8 +308,18 @@ class StateKeeper:
     def _fire_record(self, job: Job, fire: datetime) -> Record:
         return {"job": job.name, "digest": job.digest, "fire": utc_text(fire)}
 
+    def _resumes(self, job: Job) -> bool:
+        """Whether ``job``'s schedule resumes from its last fire after a restart: it has a
+        deadline and this node alone decides its fires (a job the leadership places has
+        its fires handled by whichever node leads; this node's record would be stale)."""
+        return (
+            job.config.starting_deadline_seconds is not None
+            and not job.schedule.is_reboot
+            and not self.gated(job)
+        )
+
     def fire_handled(self, job: Job, fire: datetime) -> None:
-        if job.config.starting_deadline_seconds is not None and not job.schedule.is_reboot:
+        if self._resumes(job):
             self._submit(self._key("fires", job.name), self._fire_record(job, fire))
 
     def _retry_record(self, job: Job, status: str, **fields: Any) -> Record:
@@ -364,6 +385,10 @@ class StateKeeper:
         dirty, self._dirty_history = self._dirty_history, set()
         for job in sorted(dirty):
             runs = [_capped(run).as_json() for run in self.history.finished(job)]
+            # whole runs, newest kept, within HISTORY_RECORD bytes (etcd refuses a request
+            # over 1.5 MiB; escaped output can grow past the per-stream cap)
+            while len(runs) > 1 and len(json.dumps(runs)) > HISTORY_RECORD:
+                runs.pop(0)
             self._submit(self._key("history", job), {"job": job, "runs": runs})
 
     # ------------------------------------------------------------ the restore
@@ -443,7 +468,7 @@ class StateKeeper:
         name = str(record.get("job")) if record is not None else ""
         job = self.scheduler.job(name)
         fire = _time(record.get("fire")) if record is not None else None
-        if job is None or record is None or fire is None:
+        if job is None or record is None or fire is None or not self._resumes(job):
             self._submit(full, None)
             return
         if record.get("digest") != job.digest:
@@ -476,7 +501,11 @@ class StateKeeper:
             why = "redefined"
         elif not_before is None or scheduled is None or not isinstance(count, int):
             why = "malformed"
-        elif job.schedule.is_reboot and booted.get(name) != (self.boot, job.digest):
+        elif (
+            job.schedule.is_reboot
+            and not self._once_per_cluster(job)
+            and booted.get(name) != (self.boot, job.digest)
+        ):
             why = "superseded_by_reboot"  # this boot's @reboot run starts a new sequence
         else:
             overdue = (now - not_before).total_seconds()

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from cronstable.reconcile.plan import Plan
 from cronstable.redact import redact
 from cronstable.state.base import OP_TIMEOUT, Record, StateError, StateStore, node_key
 from cronstable.state.factory import make_store
-from cronstable.state.keeper import StateKeeper
+from cronstable.state.keeper import Policy, StateKeeper
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +76,8 @@ class StateSection:
         if wanted is None:
             return None
         config = wanted[0]
+        if self.config is not None and _same_store(self.config, wanted):
+            return _Policy(config.on_store_unavailable)  # the store and its queue stay
         where = ("state", "backend")
         try:
             login = login_from_environment() if config.backend == "etcd" else (None, None)
@@ -84,7 +87,9 @@ class StateSection:
         try:
             await asyncio.wait_for(store.check(), timeout=OP_TIMEOUT * 2)
             records: dict[str, Record | None] | None = None
-            if not self._restored:
+            # only before the first fire: a section added to a running daemon must not
+            # move its schedules back to a previous life's records
+            if not self._restored and not self.keeper.scheduler.started:
                 prefix = node_key(self.keeper.node) + "/"
                 records = await asyncio.wait_for(store.list(prefix), timeout=OP_TIMEOUT * 2)
         except (StateError, TimeoutError) as exc:
@@ -99,6 +104,10 @@ class StateSection:
         if prepared is _KEEP:
             return
         self.config = self._wanted(desired)
+        if isinstance(prepared, _Policy):
+            self.keeper.policy = prepared.policy
+            logger.info("State: onStoreUnavailable is now %s", prepared.policy)
+            return
         old_writer = self.keeper.writer
         if prepared is None:
             old = self.keeper.use(None)
@@ -115,8 +124,13 @@ class StateSection:
                 policy,
             )
             if records is not None and not self._restored:
-                self._restored = True
                 self.keeper.restore(records, self.keeper.scheduler.clock.now())
+            elif not self._restored:
+                logger.info(
+                    "State: added while the daemon runs; records a previous daemon left are "
+                    "not restored (they are settled or replaced as jobs run)"
+                )
+            self._restored = True
         if old is not None:
             self._retire_later(old, old_writer)
 
@@ -138,6 +152,19 @@ class StateSection:
             with contextlib.suppress(Exception):
                 await asyncio.gather(*self._retiring, return_exceptions=True)
         await self.keeper.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _Policy:
+    """prepare's answer when only onStoreUnavailable changed."""
+
+    policy: Policy
+
+
+def _same_store(
+    old: tuple[StateConfig, ClusterEtcd | None], new: tuple[StateConfig, ClusterEtcd | None]
+) -> bool:
+    return (old[0].backend, old[1]) == (new[0].backend, new[1])
 
 
 class _StateCollector(Collector):

@@ -3,8 +3,8 @@
 The scheduler's notifications must return at once, so records are written by
 one task: :meth:`Writer.submit` queues the newest value of a key (a record, or
 None to remove it) and replaces a value of that key still waiting, so a burst of
-changes to one key costs one write.  Keys are written in the order they were
-first queued.  A write that fails keeps its key queued (unless a newer value
+changes to one key costs one write.  Keys are written in the order of their
+latest change.  A write that fails keeps its key queued (unless a newer value
 came meanwhile) and the task backs off (:data:`BACKOFF_FIRST` doubling to
 :data:`BACKOFF_MAX`) before it tries again, so an outage loses no record that
 was not superseded.  At most :data:`MAX_QUEUED` keys wait; past that the oldest
