@@ -968,7 +968,7 @@ class ClusterEtcd(Model):
 
     endpoints: Annotated[
         list[Annotated[str, BeforeValidator(_etcd_endpoint)]],
-        BeforeValidator(to_list, json_schema_input_type=list[str] | str | None),
+        BeforeValidator(to_list, json_schema_input_type=list[str] | None),
     ] = Field(min_length=1, examples=[["http://127.0.0.1:2379"]])
     """Client URLs of etcd, tried in order when one does not answer."""
     prefix: Text = "/cronstable/"
