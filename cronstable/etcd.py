@@ -1118,6 +1118,15 @@ class EtcdPool:
         assert last is not None
         raise last
 
+    async def call_as(
+        self, error: Callable[[str], Exception], request: Callable[[EtcdClient], Awaitable[_T]]
+    ) -> _T:
+        """:meth:`call`, with an etcd error raised as ``error(message)`` (chained)."""
+        try:
+            return await self.call(request)
+        except EtcdError as exc:
+            raise error(str(exc)) from exc
+
     async def close(self) -> None:
         for client in self.clients:
             await client.close()

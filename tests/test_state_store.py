@@ -86,7 +86,7 @@ async def test_a_record_of_another_version_reads_as_none(store: StateStore) -> N
         path.write_text('{"version": 99}')
     else:
         assert isinstance(store, EtcdStore)
-        await store.clients[0].put(store.prefix + k, b"not json")
+        await store.pool.clients[0].put(store.prefix + k, b"not json")
     assert await store.get(k) is None
     assert (await store.list(k)) == {k: None}
 

@@ -35,7 +35,6 @@ from cronstable.cluster.base import (
 )
 from cronstable.etcd import (
     EtcdClient,
-    EtcdError,
     EtcdLeaseNotFound,
     EtcdPool,
     EtcdTLS,
@@ -84,16 +83,8 @@ class EtcdLeadership(Leadership):
     def __repr__(self) -> str:
         return f"EtcdLeadership({self.node_name!r}, {self.pool.endpoints})"
 
-    @property
-    def clients(self) -> list[EtcdClient]:
-        return self.pool.clients
-
     async def _call(self, request: Callable[[EtcdClient], Awaitable[_T]]) -> _T:
-        """``request`` on the current endpoint, failing over to the next ones in order."""
-        try:
-            return await self.pool.call(request)
-        except EtcdError as exc:
-            raise LeadershipError(str(exc)) from exc
+        return await self.pool.call_as(LeadershipError, request)
 
     async def check(self) -> None:
         await self._call(lambda etcd: etcd.range(self.prefix, prefix=True, keys_only=True, limit=1))

@@ -21,7 +21,6 @@ from typing import TypeVar
 from cronstable.cluster.slots import Claim, Holder, SlotError, SlotStore, slot_name
 from cronstable.etcd import (
     EtcdClient,
-    EtcdError,
     EtcdLeaseNotFound,
     EtcdPool,
     EtcdTLS,
@@ -81,16 +80,8 @@ class EtcdSlots(SlotStore):
     def cancel_key(self, job: str) -> str:
         return self.key(job) + "/cancel"
 
-    @property
-    def clients(self) -> list[EtcdClient]:
-        return self.pool.clients
-
     async def _call(self, request: Callable[[EtcdClient], Awaitable[_T]]) -> _T:
-        """``request`` on the current endpoint, failing over to the next ones in order."""
-        try:
-            return await self.pool.call(request)
-        except EtcdError as exc:
-            raise SlotError(str(exc)) from exc
+        return await self.pool.call_as(SlotError, request)
 
     async def check(self) -> None:
         await self._call(lambda etcd: etcd.range(self.base, prefix=True, keys_only=True, limit=1))

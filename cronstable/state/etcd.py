@@ -14,7 +14,6 @@ from typing import TypeVar
 
 from cronstable.etcd import (
     EtcdClient,
-    EtcdError,
     EtcdPool,
     EtcdTLS,
     compare,
@@ -51,19 +50,11 @@ class EtcdStore(StateStore):
             tls=tls,
         )
 
-    @property
-    def clients(self) -> list[EtcdClient]:
-        return self.pool.clients
-
     def __repr__(self) -> str:
         return f"EtcdStore({self.pool.endpoints}, {self.prefix!r})"
 
     async def _call(self, request: Callable[[EtcdClient], Awaitable[_T]]) -> _T:
-        """``request`` on the current endpoint, failing over to the next ones in order."""
-        try:
-            return await self.pool.call(request)
-        except EtcdError as exc:
-            raise StateError(str(exc)) from exc
+        return await self.pool.call_as(StateError, request)
 
     async def check(self) -> None:
         probe = self.prefix + "probe"
