@@ -81,6 +81,8 @@ _RETRYABLE_HTTP = frozenset({502, 503, 504})
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_BACKOFF_INITIAL = 0.1
 DEFAULT_BACKOFF_MAX = 5.0
+DEFAULT_WATCH_PROBE = 15.0
+"""Seconds between two liveness reads beside a watch (see :meth:`EtcdClient.watch`)."""
 
 ENV_USERNAME = "CRONSTABLE_ETCD_USERNAME"
 ENV_PASSWORD = "CRONSTABLE_ETCD_PASSWORD"
@@ -623,6 +625,7 @@ class EtcdClient:
         backoff_initial: float = DEFAULT_BACKOFF_INITIAL,
         backoff_max: float = DEFAULT_BACKOFF_MAX,
         tls: EtcdTLS | None = None,
+        watch_probe: float = DEFAULT_WATCH_PROBE,
     ) -> None:
         if not endpoint.startswith(("http://", "https://")):
             raise ValueError(f"etcd endpoint {endpoint!r} is not an http:// or https:// URL")
@@ -636,6 +639,7 @@ class EtcdClient:
         self.timeout = timeout
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        self.watch_probe = watch_probe
         self._session = session
         self._owns_session = session is None
         self._username = username
@@ -873,6 +877,19 @@ class EtcdClient:
 
     # ----------------------------------------------------------------- watch
 
+    async def _probe(self, key: Key, stream: aiohttp.ClientResponse) -> EtcdUnavailable | None:
+        """Read ``key`` every :attr:`watch_probe` seconds beside a watch ``stream``; when
+        a read cannot reach etcd, end the stream (the watch reconnects) and say why."""
+        while True:
+            await asyncio.sleep(self.watch_probe)
+            try:
+                await self.range(key, keys_only=True, limit=1)
+            except EtcdUnavailable as exc:
+                _drop_connection(stream)
+                return EtcdUnavailable(f"{exc} (beside a silent watch)")
+            except EtcdError:
+                continue  # etcd answers: the stream's own messages will say what is wrong
+
     def _backoff(self, failures: int) -> float:
         delay = min(self.backoff_max, self.backoff_initial * 2.0 ** max(0, failures - 1))
         return delay * random.uniform(0.5, 1.0)
@@ -893,6 +910,10 @@ class EtcdClient:
         When the stream breaks (etcd stopped, network down, no leader), the
         watch reconnects by itself with capped exponential back-off and resumes
         after the last revision it delivered, so no event is lost or repeated.
+        A stream can also go silent without breaking (etcd frozen, a network
+        path that drops packets): every ``watch_probe`` seconds a small read of
+        ``key`` goes beside it, and one that fails to reach etcd in time counts
+        as a break.
         ``on_status`` is told of it: called with the :class:`EtcdUnavailable`
         once when the stream breaks and with ``None`` once a new stream is up.
 
@@ -907,7 +928,9 @@ class EtcdClient:
         failures = 0
         reauthenticated = False
         outage: EtcdUnavailable | None = None
+        probe: asyncio.Task[EtcdUnavailable | None] | None = None
         while not self._closed:
+            probe = None
             create: JSON = _range_fields(key, prefix)
             create["start_revision"] = str(next_revision)
             try:
@@ -929,6 +952,7 @@ class EtcdClient:
                             payload = {"error": f"HTTP {response.status}"}
                         raise _error(payload, status=response.status, what=what)
                     self._streams.add(response)
+                    probe = asyncio.create_task(self._probe(key, response))
                     try:
                         async with contextlib.aclosing(_stream_messages(response)) as messages:
                             async for message in messages:
@@ -945,13 +969,16 @@ class EtcdClient:
                                     yield event
                                     next_revision = max(next_revision, event.revision + 1)
                     finally:
+                        probe.cancel()
                         self._streams.discard(response)
                         _drop_connection(response)
-                raise EtcdUnavailable(f"etcd {what}: the stream ended")
+                raise _silenced(probe) or EtcdUnavailable(f"etcd {what}: the stream ended")
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
                 if self._closed:
                     return
-                error = EtcdUnavailable(f"etcd {what}: {self.endpoint}: {_describe(exc)}")
+                error = _silenced(probe) or EtcdUnavailable(
+                    f"etcd {what}: {self.endpoint}: {_describe(exc)}"
+                )
                 error.__cause__ = exc
             except EtcdUnavailable as exc:
                 error = exc
@@ -976,6 +1003,13 @@ class EtcdClient:
             delay = self._backoff(failures)
             logger.debug("%s; reconnecting in %.2f s", error, delay)
             await asyncio.sleep(delay)
+
+
+def _silenced(probe: asyncio.Task[EtcdUnavailable | None] | None) -> EtcdUnavailable | None:
+    """Why a watch's probe ended its stream, if it did."""
+    if probe is None or not probe.done() or probe.cancelled() or probe.exception() is not None:
+        return None
+    return probe.result()
 
 
 def _watch_message(message: JSON, what: str, resume: int) -> tuple[bool, list[WatchEvent]]:

@@ -22,9 +22,11 @@ import contextlib
 import json
 import logging
 import math
+import os
 import shutil
+import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 import pytest
@@ -218,6 +220,50 @@ async def test_a_watch_hears_at_once_that_etcd_went_away_and_ends_when_closed(
         await watching.close()
     assert [e.kv.value for e in events] == [b"1"]
     assert statuses == [status]  # never came back
+
+
+async def test_a_watch_notices_a_frozen_etcd_and_resumes_when_it_thaws(
+    etcd_server: EtcdServer, etcd: EtcdClient
+) -> None:
+    """A frozen etcd (SIGSTOP) keeps the watch's connection open and silent: the reads
+    beside the watch notice, the watch reconnects, and no event is lost."""
+    statuses: list[EtcdUnavailable | None] = []
+    events: list[WatchEvent] = []
+    watching = EtcdClient(
+        etcd_server.endpoint, timeout=1.0, watch_probe=0.5, backoff_initial=0.05, backoff_max=0.3
+    )
+
+    async def watch() -> None:
+        async for event in watching.watch("/f", start_revision=1, on_status=statuses.append):
+            events.append(event)
+
+    async def until(predicate: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, (statuses, events)
+            await asyncio.sleep(0.05)
+
+    task = asyncio.create_task(watch())
+    pid = etcd_server._proc.pid if etcd_server._proc is not None else 0
+    try:
+        await etcd.put("/f", b"1")
+        await until(lambda: len(events) == 1, 15)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await until(lambda: bool(statuses), 10)
+            assert isinstance(statuses[0], EtcdUnavailable)
+            assert "beside a silent watch" in str(statuses[0])
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await etcd.put("/f", b"2")
+        await until(lambda: len(events) == 2, 20)
+        assert [e.kv.value for e in events] == [b"1", b"2"]
+        await until(lambda: statuses[-1] is None, 10)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, EtcdError):
+            await task
+        await watching.close()
 
 
 # ------------------------------------------------------------------ leadership over restarts
