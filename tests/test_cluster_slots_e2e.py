@@ -184,9 +184,11 @@ def replace(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]
         concurrencyScope: cluster
         killTimeout: 5
         """
-    # a run records its end when it is stopped too (its process group gets SIGTERM)
+    # a run records its end when it is stopped too (its process group gets SIGTERM); the
+    # handler ignores a second SIGTERM (a replace, then the daemon's stop), which would
+    # otherwise kill its `date` and leave the line without a time
     script = f"""\
-        trap '{STAMP.format(what="end")}; exit 0' TERM
+        trap 'trap "" TERM; {STAMP.format(what="end")}; exit 0' TERM
         {STAMP.format(what="start")}
         sleep 30 &
         wait
