@@ -2,9 +2,10 @@
 
 A revision is applied whole or not at all.  Phase one *prepares* every section
 the plan touches (jobs: resolve users and groups; logging: build the handlers
-and formatters, not yet installed; web, cluster and state join as their features
-land); if any preparation fails, everything prepared is discarded and the
-previous revision keeps running untouched.  Phase two *commits* each prepared
+and formatters, not yet installed; the sections the command line adds: web binds
+its listeners, cluster, state and slots reach their stores); if any preparation
+fails, everything prepared is discarded and the previous revision keeps running
+untouched.  Phase two *commits* each prepared
 section; commits do not fail.
 
 Every attempt is recorded (:class:`ReconcileStatus`) and counted in metrics;
