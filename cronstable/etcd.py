@@ -430,6 +430,14 @@ def compare(key: Key, target: CompareTarget, op: CompareOp, value: int | bytes) 
     return condition
 
 
+def first_kv(response: object) -> KeyValue | None:
+    """The first key of a transaction's range answer; None when it found none (or the
+    answer is not a range)."""
+    if isinstance(response, RangeResult) and response.kvs:
+        return response.kvs[0]
+    return None
+
+
 def request_range(key: Key, *, prefix: bool = False) -> JSON:
     """A read inside a transaction (answered by a :class:`RangeResult`)."""
     return {"request_range": _range_fields(key, prefix)}

@@ -41,6 +41,7 @@ from cronstable.etcd import (
     KeyValue,
     RangeResult,
     compare,
+    first_kv,
     request_put,
     request_range,
 )
@@ -119,7 +120,7 @@ class EtcdLeadership(Leadership):
         )
         duplicate = False
         if not created.succeeded:
-            held = _first(created.responses[0])
+            held = first_kv(created.responses[0])
             if held is not None and held.lease == lease:
                 if held.value != value:  # a new job-set id
                     await self._call(lambda etcd: etcd.put(self.member_key, value, lease=lease))
@@ -190,12 +191,6 @@ class EtcdLeadership(Leadership):
 
     async def close(self) -> None:
         await self.pool.close()
-
-
-def _first(response: object) -> KeyValue | None:
-    if isinstance(response, RangeResult) and response.kvs:
-        return response.kvs[0]
-    return None
 
 
 def _json(value: bytes) -> dict[str, object]:

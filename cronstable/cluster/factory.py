@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from cronstable.cluster.base import Leadership, LeadershipStats
 from cronstable.cluster.slots import SlotStore
-from cronstable.config.models import ClusterConfig
+from cronstable.config.models import ClusterConfig, ClusterEtcd
 from cronstable.etcd import EtcdTLS
 
 
-def _tls(config: ClusterConfig) -> EtcdTLS | None:
-    etcd = config.etcd
+def etcd_tls(etcd: ClusterEtcd | None) -> EtcdTLS | None:
+    """The TLS files of the cluster's etcd (also the state store's); None without any."""
     if etcd is None or (etcd.ca_file is None and etcd.cert_file is None):
         return None
     return EtcdTLS(ca=etcd.ca_file, cert=etcd.cert_file, key=etcd.key_file)
@@ -36,7 +36,7 @@ def make_leadership(
             ttl=config.lease_ttl,
             endpoints=etcd.endpoints,
             prefix=etcd.prefix,
-            tls=_tls(config),
+            tls=etcd_tls(etcd),
             username=login[0],
             password=login[1],
             stats=stats,
@@ -68,7 +68,7 @@ def make_slots(
             ttl=config.lease_ttl,
             endpoints=etcd.endpoints,
             prefix=etcd.prefix,
-            tls=_tls(config),
+            tls=etcd_tls(etcd),
             username=login[0],
             password=login[1],
         )

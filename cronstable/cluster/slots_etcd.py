@@ -25,9 +25,9 @@ from cronstable.etcd import (
     EtcdPool,
     EtcdTLS,
     KeyValue,
-    RangeResult,
     TxnResult,
     compare,
+    first_kv,
     request_delete,
     request_put,
     request_range,
@@ -124,10 +124,10 @@ class EtcdSlots(SlotStore):
                 if done.succeeded:
                     claims[job] = Claim(Holder(self.node, self.instance, done.revision))
                     break
-                held = _holder(_first(done.responses[0]))
+                held = _holder(first_kv(done.responses[0]))
                 if held is None:
                     continue
-                asked = _json(_first(done.responses[1]))
+                asked = _json(first_kv(done.responses[1]))
                 aimed = (asked.get("instance"), asked.get("fence")) == (held.instance, held.fence)
                 claims[job] = Claim(held, str(asked.get("by", "?")) if aimed else None)
                 break
@@ -176,12 +176,6 @@ class EtcdSlots(SlotStore):
                 await self._call(lambda etcd: etcd.lease_revoke(lease))  # its slots go with it
         finally:
             await self.pool.close()
-
-
-def _first(response: object) -> KeyValue | None:
-    if isinstance(response, RangeResult) and response.kvs:
-        return response.kvs[0]
-    return None
 
 
 def _json(kv: KeyValue | None) -> dict[str, object]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cronstable.cluster.factory import etcd_tls
 from cronstable.config.models import ClusterConfig, StateConfig
-from cronstable.etcd import EtcdTLS
 from cronstable.state.base import StateStore
 
 
@@ -29,9 +29,10 @@ def make_store(
     etcd = cluster.etcd if cluster is not None else None
     if etcd is None:
         raise ValueError("state backend etcd needs the etcd settings of the cluster section")
-    tls = None
-    if etcd.ca_file is not None or etcd.cert_file is not None:
-        tls = EtcdTLS(ca=etcd.ca_file, cert=etcd.cert_file, key=etcd.key_file)
     return EtcdStore(
-        etcd.endpoints, prefix=etcd.prefix, tls=tls, username=login[0], password=login[1]
+        etcd.endpoints,
+        prefix=etcd.prefix,
+        tls=etcd_tls(etcd),
+        username=login[0],
+        password=login[1],
     )
