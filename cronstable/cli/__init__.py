@@ -159,7 +159,8 @@ def _client_options() -> _Parser:
         type=_timeout,
         default=10.0,
         metavar="SECONDS",
-        help="give up on a daemon that does not answer within this (default 10)",
+        help="the longest the whole request may take, connecting to the last byte of the "
+        "answer (default 10)",
     )
     group.add_argument(
         "--cacert",

@@ -1,7 +1,14 @@
 """A small synchronous HTTP client for the daemon's API: http://, https:// and unix://.
 
 Built on :mod:`http.client` so the client commands start fast (no asyncio, no
-aiohttp).  Every request has a timeout and every answer is read up to a bound.
+aiohttp).  Every answer is read up to a bound, and the timeout bounds the whole
+request: resolving the host, connecting, the TLS handshake, sending, the status
+line, the headers and the body.  A socket timeout alone would not: it limits
+each read, so a server that sends a byte a second keeps it waiting for ever.
+So the request runs in a worker thread that the caller waits for until the
+deadline; past it, the caller shuts the connection down (which ends the
+worker's blocked read or write at once) and reports the timeout.
+
 Failures are translated here, at the edge, into two errors whose messages are
 redacted and name the URL::
 
@@ -18,6 +25,7 @@ import http.client
 import json
 import socket
 import ssl
+import threading
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,7 +34,7 @@ from cronstable.errors import CronstableError
 from cronstable.redact import redact
 
 DEFAULT_TIMEOUT = 10.0
-"""Seconds for connecting and for each read of an answer."""
+"""Seconds for a whole request, from resolving the host to the last byte of the answer."""
 MAX_ANSWER = 32 * 1024 * 1024
 """Larger answers are refused (a runs listing is at most 20 runs × 2 × 64 KiB of output)."""
 USER_AGENT = "cronstable-cli"
@@ -47,10 +55,10 @@ class Answer:
     content_type: str
 
     def json(self) -> Any:
-        """The body as JSON; None when it is not JSON."""
+        """The body as JSON; None when it is not JSON (or nested too deep to read)."""
         try:
             return json.loads(self.body)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
 
     def message(self) -> str:
@@ -62,7 +70,45 @@ class Answer:
         return text or f"HTTP {self.status}"
 
 
-class _UnixConnection(http.client.HTTPConnection):
+class _Abandonable(http.client.HTTPConnection):
+    """A connection that the waiting thread can give up on while a worker uses it.
+
+    :meth:`abandon` shuts the socket down, which ends a read or write blocked on it
+    at once; a connection still being made when it is abandoned is closed as soon
+    as it is made, so no request goes out after the deadline.
+    """
+
+    abandoned = False
+
+    def connect(self) -> None:
+        super().connect()
+        # abandon() sets the flag and then reads self.sock; this sets self.sock and
+        # then reads the flag: whichever runs second sees what the other did
+        if self.abandoned:
+            self.close()
+            raise TimeoutError("abandoned")
+
+    def abandon(self) -> None:
+        self.abandoned = True
+        sock = self.sock
+        if sock is not None:
+            try:  # socket.socket's own shutdown, also for TLS: no TLS state is touched
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class _TCPConnection(_Abandonable):
+    pass
+
+
+class _TLSConnection(_Abandonable, http.client.HTTPSConnection):
+    pass
+
+
+class _UnixSocket(http.client.HTTPConnection):
+    """HTTP over a unix socket: the path instead of a host and port."""
+
     def __init__(self, path: str, timeout: float) -> None:
         super().__init__("localhost", timeout=timeout)
         self.socket_path = path
@@ -76,6 +122,10 @@ class _UnixConnection(http.client.HTTPConnection):
             sock.close()
             raise
         self.sock = sock
+
+
+class _UnixConnection(_Abandonable, _UnixSocket):
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +159,7 @@ class Endpoint:
             raise ApiError(f"{redact(url)}: {exc}") from None
         return cls(url, parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
 
-    def connection(self, timeout: float, cafile: str | None) -> http.client.HTTPConnection:
+    def connection(self, timeout: float, cafile: str | None) -> _Abandonable:
         if self.scheme == "unix":
             return _UnixConnection(self.host, timeout)
         if self.scheme == "https":
@@ -119,15 +169,13 @@ class Endpoint:
                 raise ApiError(
                     f"CA file {cafile}: {getattr(exc, 'strerror', None) or exc}"
                 ) from exc
-            return http.client.HTTPSConnection(
-                self.host, self.port, timeout=timeout, context=context
-            )
-        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+            return _TLSConnection(self.host, self.port, timeout=timeout, context=context)
+        return _TCPConnection(self.host, self.port, timeout=timeout)
 
 
-def _reason(exc: BaseException) -> str:
+def _reason(exc: BaseException, timeout: float) -> str:
     if isinstance(exc, TimeoutError | socket.timeout):
-        return "no answer in time"
+        return _late(timeout)
     if isinstance(exc, ssl.SSLCertVerificationError):
         return f"TLS certificate not trusted: {exc.verify_message or exc.reason}"
     if isinstance(exc, ssl.SSLError):
@@ -141,6 +189,20 @@ def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _late(timeout: float) -> str:
+    return f"no complete answer within the timeout of {timeout:g} s"
+
+
+def _exchange(
+    connection: http.client.HTTPConnection, method: str, target: str, headers: dict[str, str]
+) -> tuple[int, bytes, str]:
+    """Send one request and read its whole answer (up to MAX_ANSWER + 1 bytes)."""
+    connection.request(method, target, headers=headers)
+    response = connection.getresponse()
+    body = response.read(MAX_ANSWER + 1)
+    return response.status, body, response.getheader("Content-Type", "")
+
+
 def call(
     endpoint: Endpoint,
     method: str,
@@ -150,23 +212,44 @@ def call(
     timeout: float = DEFAULT_TIMEOUT,
     cafile: str | None = None,
 ) -> Answer:
-    """One request; ``path`` is already percent-encoded.  Raises ApiError / Unreachable."""
+    """One request; ``path`` is already percent-encoded.  Raises ApiError / Unreachable.
+
+    ``timeout`` bounds all of it (see the module doc): past it, Unreachable."""
     headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     if method == "POST":
         headers["Content-Length"] = "0"
     connection = endpoint.connection(timeout, cafile)
+    outcome: list[tuple[int, bytes, str] | BaseException] = []
+
+    def work() -> None:
+        try:
+            outcome.append(_exchange(connection, method, endpoint.prefix + path, headers))
+        except BaseException as exc:  # handed to the waiting thread, raised there
+            outcome.append(exc)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=work, name="cronstable-api-request", daemon=True)
+    late = True
     try:
-        connection.request(method, endpoint.prefix + path, headers=headers)
-        response = connection.getresponse()
-        body = response.read(MAX_ANSWER + 1)
-        if len(body) > MAX_ANSWER:
-            raise Unreachable(
-                f"{redact(endpoint.url)}: the answer is larger than {MAX_ANSWER} bytes"
-            )
-        return Answer(response.status, body, response.getheader("Content-Type", ""))
-    except (OSError, http.client.HTTPException) as exc:
-        raise Unreachable(f"cannot reach {redact(endpoint.url)}: {redact(_reason(exc))}") from exc
+        worker.start()
+        worker.join(timeout)
+        late = worker.is_alive()
     finally:
-        connection.close()
+        if late:  # past the deadline (or interrupted): stop the worker where it is
+            connection.abandon()
+    if late or not outcome:  # what the worker makes of the shut connection does not count
+        raise Unreachable(f"cannot reach {redact(endpoint.url)}: {_late(timeout)}")
+    result = outcome[0]
+    if isinstance(result, OSError | http.client.HTTPException):
+        raise Unreachable(
+            f"cannot reach {redact(endpoint.url)}: {redact(_reason(result, timeout))}"
+        ) from result
+    if isinstance(result, BaseException):
+        raise result
+    status, body, content_type = result
+    if len(body) > MAX_ANSWER:
+        raise Unreachable(f"{redact(endpoint.url)}: the answer is larger than {MAX_ANSWER} bytes")
+    return Answer(status, body, content_type)

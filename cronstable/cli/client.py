@@ -6,12 +6,17 @@ token is read from ``--token-file``, else ``$CRONSTABLE_TOKEN``; none is sent
 without one (a local socket answers the read routes without a token).
 
 Exit codes: 0 done, 1 refused (a 4xx answer other than 401/403), 2 usage,
-3 unreachable (or a 5xx answer), 4 unauthorized (401 or 403).
+3 unreachable (or a 5xx answer, or an answer that is not what the route gives),
+4 unauthorized (401 or 403).
+
+Every string of an answer is the answering server's choice: it is printed
+through :func:`cronstable.cli.untrusted.escape` (``--json`` through
+:func:`~cronstable.cli.untrusted.json_text`), so that no control sequence in a
+job name, an error or a run's output reaches the terminal.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
@@ -28,6 +33,7 @@ from cronstable.cli.api_client import (
     Unreachable,
     call,
 )
+from cronstable.cli.untrusted import escape, json_text
 from cronstable.redact import redact
 
 EXIT_DONE = 0
@@ -105,10 +111,18 @@ def target_from(
 # ------------------------------------------------------------ human output
 
 
-def _when(text: str | None) -> str:
+def _shown(value: Any) -> str:
+    """A value of the answer for one line of text: control characters escaped."""
+    return escape(str(value))
+
+
+def _when(text: Any) -> str:
     if not text:
         return "-"
-    moment = datetime.fromisoformat(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except (TypeError, ValueError):  # not a time: shown as it came
+        return _shown(text)
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
@@ -121,9 +135,11 @@ def _table(rows: list[list[str]]) -> str:
     )
 
 
-def _duration(seconds: float | None) -> str:
+def _duration(seconds: Any) -> str:
     if seconds is None:
         return "-"
+    if not isinstance(seconds, int | float):
+        return _shown(seconds)
     if seconds < 60:
         return f"{seconds:.1f}s"
     minutes, rest = divmod(int(seconds), 60)
@@ -134,7 +150,9 @@ def _last(run: dict[str, Any] | None) -> str:
     if not run:
         return "-"
     code = run.get("exitCode")
-    shown = run.get("outcome", "?") + (f" (exit {code})" if code is not None else "")
+    shown = _shown(run.get("outcome", "?"))
+    if code is not None:
+        shown += f" (exit {_shown(code)})"
     return f"{shown} {_duration(run.get('duration'))} at {_when(run.get('finishedAt'))}"
 
 
@@ -143,40 +161,49 @@ def status_text(status: dict[str, Any]) -> str:
     applied = status.get("applied")
     if applied:
         out.append(
-            f"applied {applied['revision']} from {applied['source']} at {_when(applied['time'])}\n"
+            f"applied {_shown(applied['revision'])} from {_shown(applied['source'])} "
+            f"at {_when(applied['time'])}\n"
         )
     else:
         out.append("no revision applied yet\n")
     rejected = status.get("lastRejected")
     if rejected:
-        out.append(f"rejected {rejected['revision']} at {_when(rejected['time'])}:\n")
-        out.extend(f"  {problem}\n" for problem in rejected.get("errors", []))
+        out.append(f"rejected {_shown(rejected['revision'])} at {_when(rejected['time'])}:\n")
+        out.extend(f"  {_shown(problem)}\n" for problem in rejected.get("errors", []))
     jobs = status.get("jobs") or []
     if not jobs:
         out.append("no jobs\n")
         return "".join(out)
     rows = [["JOB", "SCHEDULE", "NEXT FIRE", "RUNNING", "LAST RUN"]]
     for job in jobs:
-        running = ", ".join(f"pid {run['pid']}" for run in job.get("running") or []) or "-"
+        running = ", ".join(f"pid {_shown(run['pid'])}" for run in job.get("running") or [])
         next_fire = _when(job.get("nextFire")) if job.get("enabled") else "disabled"
         if job.get("retryPending"):
             next_fire += " (retry pending)"
-        rows.append([job["name"], job["schedule"], next_fire, running, _last(job.get("lastRun"))])
+        rows.append(
+            [
+                _shown(job["name"]),
+                _shown(job["schedule"]),
+                next_fire,
+                running or "-",
+                _last(job.get("lastRun")),
+            ]
+        )
     out.append("\n" + _table(rows))
     return "".join(out)
 
 
 def runs_text(job: str, runs: list[dict[str, Any]], output: bool) -> str:
     if not runs:
-        return f"{job}: no runs recorded since the daemon started\n"
+        return f"{_shown(job)}: no runs recorded since the daemon started\n"
     rows = [["RUN", "OUTCOME", "EXIT", "STARTED", "DURATION"]]
     for run in runs:
         code = run.get("exitCode")
         rows.append(
             [
-                run["id"],
-                run.get("outcome", "?") + (" (manual)" if run.get("manual") else ""),
-                "-" if code is None else str(code),
+                _shown(run["id"]),
+                _shown(run.get("outcome", "?")) + (" (manual)" if run.get("manual") else ""),
+                "-" if code is None else _shown(code),
                 _when(run.get("startedAt")),
                 _duration(run.get("duration")),
             ]
@@ -185,8 +212,11 @@ def runs_text(job: str, runs: list[dict[str, Any]], output: bool) -> str:
     if output:
         for run in runs:
             for stream in ("stdout", "stderr"):
-                if run.get(stream):
-                    text += f"\n--- {run['id']} {stream}\n{run[stream].rstrip()}\n"
+                captured = run.get(stream)
+                if captured:
+                    # the output's own lines and tabs stay; every other control is escaped
+                    shown = escape(str(captured).rstrip(), block=True)
+                    text += f"\n--- {_shown(run['id'])} {stream}\n{shown}\n"
     return text
 
 
@@ -213,13 +243,18 @@ def _human(command: str, data: Any, show_output: bool) -> str:
     if command == "runs":
         return runs_text(data["job"], data["runs"], show_output)
     if command == "start":
-        return f"started {data['run']}\n"
+        return f"started {_shown(data['run'])}\n"
     if command == "cancel":
         stopped = data.get("cancelled") or []
         if not stopped:
-            return f"{data['job']}: nothing running\n"
-        return "".join(f"cancelling {run}\n" for run in stopped)
+            return f"{_shown(data['job'])}: nothing running\n"
+        return "".join(f"cancelling {_shown(run)}\n" for run in stopped)
     return "reload requested\n"
+
+
+def _say(line: str) -> None:
+    """One line on standard error; it quotes the server, so it is escaped whole."""
+    print(escape(line), file=sys.stderr)
 
 
 def _exit_for(status: int) -> int:
@@ -246,7 +281,7 @@ def cmd_client(
     try:
         target = target_from(url, token_file, timeout, cafile)
     except ApiError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+        _say(f"{prog}: {exc}")
         return EXIT_USAGE
     method, path = _route(command, job, run)
     try:
@@ -255,26 +290,32 @@ def cmd_client(
         hint = ""
         if target.defaulted:
             hint = " (no daemon on the local socket; give --url or set CRONSTABLE_URL)"
-        print(f"{prog}: {exc}{hint}", file=sys.stderr)
+        _say(f"{prog}: {exc}{hint}")
         return EXIT_UNREACHABLE
     except ApiError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+        _say(f"{prog}: {exc}")
         return EXIT_USAGE
     data = answer.json()
+    where = redact(target.endpoint.url)
     if 200 <= answer.status < 300 and data is not None:
         if as_json:
-            sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-        else:
-            sys.stdout.write(_human(command, data, show_output))
+            sys.stdout.write(json_text(data))
+            return EXIT_DONE
+        try:
+            shown = _human(command, data, show_output)
+        except (KeyError, TypeError, AttributeError, ValueError, IndexError):
+            what = f"{method} {path}"
+            _say(f"{prog}: {where} answered {answer.status} with JSON that does not answer {what}")
+            return EXIT_UNREACHABLE
+        sys.stdout.write(shown)
         return EXIT_DONE
-    where = redact(target.endpoint.url)
     if 200 <= answer.status < 300:
-        print(f"{prog}: {where} answered {answer.status} without JSON", file=sys.stderr)
+        _say(f"{prog}: {where} answered {answer.status} without JSON")
         return EXIT_UNREACHABLE
     if as_json and data is not None:
-        sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(data))
     message = redact(answer.message())
     if answer.status in (401, 403) and target.token is None:
         message += " (set CRONSTABLE_TOKEN or give --token-file)"
-    print(f"{prog}: {where} answered {answer.status}: {message}", file=sys.stderr)
+    _say(f"{prog}: {where} answered {answer.status}: {message}")
     return _exit_for(answer.status)

@@ -1,7 +1,10 @@
 """``cronstable diff OLD NEW``: what applying NEW over OLD would change.
 
 A side may be a running daemon (``http://…``, ``https://…``, ``unix:///…``):
-its applied configuration, read with ``GET /config``.
+its applied configuration, read with ``GET /config``.  What that daemon sent
+(job names, commands, environment keys) is printed escaped by
+:func:`cronstable.cli.untrusted.escape`, in every format; colour codes are only
+added to a text diff that has nothing to escape.
 
 Exit codes follow diff(1), ``flux diff`` and ``argocd app diff``: 0 no changes,
 1 changes, 2 error (a side cannot be read, or NEW is invalid).  An invalid OLD
@@ -17,6 +20,7 @@ from datetime import datetime
 from cronstable.cli import EXIT_USAGE
 from cronstable.cli.next import parse_after
 from cronstable.cli.sides import Side, SideError, resolve
+from cronstable.cli.untrusted import escape
 from cronstable.cli.validate import report_invalid
 from cronstable.config import ConfigError, DesiredState, Limits
 from cronstable.config.limits import DEFAULT_LIMITS
@@ -83,9 +87,14 @@ def cmd_diff(
         applied_revision=old_side.revision or old_side.label,
     )
     if fmt == "json":
-        sys.stdout.write(to_json(result, at))
+        sys.stdout.write(escape(to_json(result, at), for_json=True))
     elif fmt == "markdown":
-        sys.stdout.write(to_markdown(result, at))
+        sys.stdout.write(escape(to_markdown(result, at), block=True))
     else:
-        sys.stdout.write(to_text(result, at, colour=sys.stdout.isatty()))
+        plain = to_text(result, at)
+        shown = escape(plain, block=True)
+        if shown == plain and sys.stdout.isatty():
+            # the only escape sequences are then the colours the renderer adds
+            shown = to_text(result, at, colour=True)
+        sys.stdout.write(shown)
     return EXIT_SAME if result.empty else EXIT_CHANGED

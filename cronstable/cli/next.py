@@ -6,6 +6,7 @@ import sys
 from datetime import UTC, datetime
 
 from cronstable.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from cronstable.cli.untrusted import escape
 from cronstable.cli.validate import load_or_report
 from cronstable.config import DesiredState
 from cronstable.schedule import uses_h
@@ -57,7 +58,9 @@ def cmd_next(path: str, count: int, after_text: str | None) -> int:
         written = job.config.schedule
         if isinstance(written, str) and uses_h(written):
             # on stderr: stdout stays one `name<TAB>time` line per fire
-            print(f"# {job.name}: {written} resolves to {job.schedule.text}", file=sys.stderr)
+            # escaped: a daemon's URL is a configuration too, and its names are its own
+            line = f"# {job.name}: {written} resolves to {job.schedule.text}"
+            print(escape(line), file=sys.stderr)
     for name, when in next_fires(loaded[1], after, count):
-        print(f"{name}\t{when}")
+        print(f"{escape(name)}\t{when}")
     return EXIT_OK

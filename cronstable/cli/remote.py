@@ -11,6 +11,12 @@ A repository compared with a daemon goes through the same form first
 digests, so an unchanged secret compares equal and a changed one shows as a
 changed digest, never as its text.  Job digests are the daemon's own, computed
 over the real values, so they compare exactly.
+
+The answer is the server's choice: a job must be filed under its own name,
+and the strings that no model checks and that commands print as they are
+(the job-set id, the revision) are escaped here, with
+:func:`cronstable.cli.untrusted.escape`; what the diff renders is escaped
+again when it is printed (:mod:`cronstable.cli.diff`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from cronstable.cli.sides import Side, SideError
+from cronstable.cli.untrusted import escape
 from cronstable.config import DesiredState, Limits
 from cronstable.redact import redact
 
@@ -38,7 +45,7 @@ _GIT_HINT = " (a git repository is git+https://…)"
 
 
 def _fail(label: str, message: str) -> SideError:
-    return SideError(f"{label}: {redact(message)}")
+    return SideError(escape(f"{label}: {redact(message)}"))
 
 
 def state_from_published(data: Any, label: str) -> DesiredState:
@@ -58,6 +65,8 @@ def state_from_published(data: Any, label: str) -> DesiredState:
             canonical = dict(entry["config"])
             environment = canonical.pop("environment", None) or {}
             config = JobConfig.model_validate(canonical)
+            if config.name != name:
+                raise ValueError(f"the job filed as {name!r} is named {config.name!r}")
             schedule = parse_schedule(canonical["schedule"], name)
             jobs[name] = Job(
                 config=config,
@@ -75,7 +84,7 @@ def state_from_published(data: Any, label: str) -> DesiredState:
             jobs=jobs,
             web=None if web is None else WebConfig.model_validate(web),
             logging=None if logging is None else LoggingConfig.model_validate(logging),
-            job_set_id=str(data["jobSetId"]),
+            job_set_id=escape(str(data["jobSetId"])),
             files=(),
         )
     except (KeyError, TypeError, AttributeError, ValueError, ScheduleError) as exc:
@@ -100,7 +109,7 @@ def open_daemon(text: str, limits: Limits) -> Side:
         answer = call(Endpoint.parse(text), "GET", "/config", token=read_token(None))
     except ApiError as exc:
         hint = _GIT_HINT if text.startswith("http") else ""
-        raise SideError(f"{exc}{hint}") from exc
+        raise SideError(escape(f"{exc}{hint}")) from exc
     if answer.status != 200:
         hint = ""
         if answer.status in (401, 403):
@@ -113,7 +122,7 @@ def open_daemon(text: str, limits: Limits) -> Side:
     revision = data.get("revision")
     return Side(
         label,
-        str(revision) if revision else None,
+        escape(str(revision)) if revision else None,
         lambda: state,
         published=True,
     )
