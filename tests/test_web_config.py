@@ -106,3 +106,53 @@ web:
     ]
     assert state.web is not None and state.web.auth_token is not None
     assert state.web.auth_token.chosen() == ("fromFile", "/run/t")
+
+
+def test_the_request_limits_and_allowed_hosts() -> None:
+    plain = load(MemoryTree({"c.yaml": b"web: {listen: []}\n"}), "c.yaml").web
+    assert plain is not None
+    assert (plain.allowed_hosts, plain.body_timeout) == ([], 30.0)
+    assert (plain.webhook_max_body_bytes, plain.webhook_budget) == (25 << 20, 100 << 20)
+    text = """\
+web:
+  listen: [http://0.0.0.0:8080]
+  allowedHosts: [Cron.Example.com, 'ops.example.com:8443', '[::1]:80', 10.0.0.7]
+  bodyTimeout: 5
+  webhookMaxBodyBytes: 1M
+  webhookBodyBudgetBytes: 8M
+"""
+    web = load(MemoryTree({"c.yaml": text.encode()}), "c.yaml").web
+    assert web is not None
+    assert web.allowed_hosts == ["cron.example.com", "ops.example.com", "::1", "10.0.0.7"]
+    assert (web.body_timeout, web.webhook_max_body_bytes, web.webhook_budget) == (
+        5,
+        1 << 20,
+        8 << 20,
+    )
+    only_limit = text.replace("  webhookBodyBudgetBytes: 8M\n", "")
+    web = load(MemoryTree({"c.yaml": only_limit.encode()}), "c.yaml").web
+    assert web is not None and web.webhook_budget == 4 << 20
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            "  listen: []\n  allowedHosts: ['http://cron.example.com/']\n",
+            "c.yaml:3:18: web.allowedHosts[0]: 'http://cron.example.com/' is not a host name "
+            "(like cron.example.com, optionally with :PORT)",
+        ),
+        (
+            "  listen: []\n  bodyTimeout: 0\n",
+            "c.yaml:3:3: web.bodyTimeout: must be more than 0, got 0",
+        ),
+        (
+            "  listen: []\n  webhookMaxBodyBytes: 1M\n  webhookBodyBudgetBytes: 512K\n",
+            "c.yaml:1:1: web: webhookBodyBudgetBytes (524288) is smaller than "
+            "webhookMaxBodyBytes (1048576): no delivery of the largest size could ever be "
+            "received",
+        ),
+    ],
+)
+def test_request_limit_problems(body: str, expected: str) -> None:
+    assert problems("web:\n" + body) == [expected]

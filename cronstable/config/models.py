@@ -12,6 +12,7 @@ Models are frozen; unknown keys are errors (the loader adds a did-you-mean).
 from __future__ import annotations
 
 import functools
+import ipaddress
 import re
 import string
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from cronstable.config.types import (
     OptNumber,
     OptSize,
     OptText,
+    Size,
     Text,
     to_list,
     to_text,
@@ -749,6 +751,37 @@ def _listen_url(value: Any) -> str:
     return url
 
 
+_HOST_NAME_RE = re.compile(
+    r"^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*\.?$"
+)
+
+
+def _allowed_host(value: Any) -> str:
+    """A host name or address the API may be asked for, lower case, without its port."""
+    text = to_text(value).strip().lower()
+    host = text
+    if text.count(":") > 1 and not text.startswith("["):
+        text = f"[{text}]"  # a bare IPv6 address
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        ok = bool(bracket) and (not rest or re.fullmatch(r":\d{1,5}", rest) is not None)
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            ok = False
+    else:
+        if re.fullmatch(r"[^:]+:\d{1,5}", text):
+            host = text.rsplit(":", 1)[0]
+        ok = len(host) <= 253 and _HOST_NAME_RE.match(host) is not None
+    if not ok:
+        raise PydanticCustomError(
+            "host",
+            "{got} is not a host name (like cron.example.com, optionally with :PORT)",
+            {"got": repr(text)},
+        )
+    return host.rstrip(".")
+
+
 def _absolute_path(value: Any) -> str:
     path = to_text(value).strip()
     if not path.startswith("/"):
@@ -845,6 +878,12 @@ class Webhooks(Model):
     """GitHub's push webhook."""
 
 
+WEBHOOK_MAX_BODY = 25 * 1024 * 1024
+"""Default webhookMaxBodyBytes: GitHub caps its payloads at 25 MiB."""
+BODY_TIMEOUT = 30.0
+"""Default bodyTimeout, in seconds."""
+
+
 class WebConfig(Model):
     """The HTTP API."""
 
@@ -869,6 +908,34 @@ class WebConfig(Model):
         None, alias="socketMode", examples=["0660"]
     )
     """Permissions of every unix:// socket, in octal (``'0660'``); default: the umask's."""
+    allowed_hosts: Annotated[
+        list[Annotated[str, BeforeValidator(_allowed_host)]],
+        BeforeValidator(to_list, json_schema_input_type=list[str] | None),
+    ] = Field(default_factory=list, alias="allowedHosts", examples=[["cron.example.com"]])
+    """Host names the API is reached by besides localhost and the listen addresses (a
+    :PORT is ignored). With no token configured, a request for any other name gets 421
+    (this stops DNS rebinding); a browser page served under one of these names (through
+    a reverse proxy) may call the API."""
+    body_timeout: Number = Field(BODY_TIMEOUT, alias="bodyTimeout", gt=0, examples=[30])
+    """Seconds a request's body may take to arrive, on every route; past it the answer is
+    408 and the connection is closed."""
+    webhook_max_body_bytes: Size = Field(
+        WEBHOOK_MAX_BODY, alias="webhookMaxBodyBytes", gt=0, examples=["25M"]
+    )
+    """Largest body POST /webhooks/github accepts (bytes, or with K, M, G: powers of
+    1024); a larger declared length gets 413 before anything is read."""
+    webhook_body_budget_bytes: OptSize = Field(
+        None, alias="webhookBodyBudgetBytes", gt=0, examples=["100M"]
+    )
+    """Bytes all webhook bodies being received at once may hold together; a request that
+    does not fit gets 503 with Retry-After. Default: 4 x webhookMaxBodyBytes."""
+
+    @property
+    def webhook_budget(self) -> int:
+        """webhookBodyBudgetBytes, or its default."""
+        if self.webhook_body_budget_bytes is not None:
+            return self.webhook_body_budget_bytes
+        return 4 * self.webhook_max_body_bytes
 
     @property
     def mode(self) -> int | None:
@@ -886,6 +953,13 @@ class WebConfig(Model):
             raise PydanticCustomError("tls", "tls is set but no listener is https://")
         if self.socket_mode is not None and "unix" not in schemes:
             raise PydanticCustomError("socket_mode", "socketMode is set but no listener is unix://")
+        if self.webhook_budget < self.webhook_max_body_bytes:
+            raise PydanticCustomError(
+                "webhook_budget",
+                "webhookBodyBudgetBytes ({budget}) is smaller than webhookMaxBodyBytes "
+                "({limit}): no delivery of the largest size could ever be received",
+                {"budget": self.webhook_budget, "limit": self.webhook_max_body_bytes},
+            )
         names = [t.name for t in self.auth_tokens]
         for name in names:
             if names.count(name) > 1:

@@ -140,6 +140,7 @@ def _optional(convert: Any) -> Any:
 OptText = Annotated[str | None, BeforeValidator(_optional(to_text))]
 OptInt = Annotated[int | None, BeforeValidator(_optional(to_int))]
 OptNumber = Annotated[float | None, BeforeValidator(_optional(to_number))]
+Size = Annotated[int, BeforeValidator(to_size, json_schema_input_type=int | str)]
 OptSize = Annotated[
     int | None,
     BeforeValidator(_optional(to_size), json_schema_input_type=int | str | None),

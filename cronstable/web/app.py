@@ -1,48 +1,52 @@
-"""The aiohttp application: one table of routes, auth and JSON errors as middleware.
+"""The aiohttp application: one table of routes; errors, Host and Origin, auth and
+request bodies as middleware, in that order.
 
-Every answer is JSON except ``GET /metrics`` (Prometheus text) and
-``GET /status`` asked for ``text/plain`` (yacron's one line per job).  Errors
-are ``{"error": ...}`` with a 4xx status; a bug is logged and answered 500
-without a traceback.
+Every answer is JSON except ``GET /metrics`` (Prometheus text), ``GET /status``
+asked for ``text/plain`` (yacron's one line per job) and the dashboard.  Errors
+are ``{"error": ...}`` with a 4xx status and quote nothing of the request (a job
+name from the URL only escaped and cut short); a bug is logged and answered 500
+without a traceback.  Every ``GET`` route answers ``HEAD``; another method gets
+405 with ``Allow``.  The ``Server`` header is ``cronstable``, without versions.
+
+A body is read only once the request passed the checks: then within
+``web.bodyTimeout`` seconds (408 and the connection closed past it) and at most
+:data:`MAX_BODY` bytes, except by the webhook, which reads its own.  A request
+refused before its body was read is answered ``Connection: close``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
 
 from cronstable import __version__
+from cronstable.web.answers import error, no_such_job, shown
 from cronstable.web.auth import Token, bearer, is_local_peer, match
+from cronstable.web.bodies import timed_out
 from cronstable.web.dashboard import dashboard_page
-from cronstable.web.events import EventStreams
+from cronstable.web.events import STREAM_HEADERS, EventStreams
 from cronstable.web.fires import next_fires
 from cronstable.web.github import GitHubWebhook
+from cronstable.web.hosts import HOST_REFUSED, ORIGIN_REFUSED, host_allowed, origin_allowed
+from cronstable.web.settings import Holder, Settings
 from cronstable.web.view import DaemonApi
+
+__all__ = ["ROUTES", "Holder", "Route", "Settings", "aiohttp_path", "error", "make_app"]
 
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_BODY = 64 * 1024
-"""No route reads a body bigger than this."""
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """What a revision configures about answering requests (swapped whole at commit)."""
-
-    tokens: tuple[Token, ...] = ()
-    metrics_public: bool = False
-    github_secret: bytes | None = None
-
-
-@dataclass(slots=True)
-class Holder:
-    settings: Settings = field(default_factory=Settings)
+"""No route but the webhook reads a body bigger than this."""
+SERVER = "cronstable"
+"""The Server header of every answer: no versions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +61,9 @@ class Route:
     page: bool = False
     """A static page (no data in it): no token needed, but with no token configured only
     the peers the read routes would answer get it."""
+    signed: bool = False
+    """Authenticated by a signature over its body, which it reads itself: the Host rule
+    does not apply (its callers reach the daemon by a public name)."""
 
 
 ROUTES: tuple[Route, ...] = (
@@ -91,15 +98,11 @@ ROUTES: tuple[Route, ...] = (
           "dashboard", page=True),
     Route("POST", "/webhooks/github", None,
           "A GitHub push (signed with the webhook secret) makes the source fetch now.",
-          "github", (200, 202, 400, 401, 404, 408, 413, 415)),
+          "github", (200, 202, 400, 401, 404, 408, 413, 415, 503), signed=True),
     Route("GET", "/cluster", "read",
           "Members, leader, lease and this node's role ({enabled: false} without election).",
           "cluster"),
 )  # fmt: skip
-
-
-def error(status: int, message: str, **extra: Any) -> web.Response:
-    return web.json_response({"error": message, **extra}, status=status)
 
 
 def _ago(moment: str | None) -> str:
@@ -139,7 +142,7 @@ class Api:
         self.routes: dict[str, dict[str, Route]] = {}
         """Routes by aiohttp's canonical path and method."""
         self.streams = EventStreams(daemon)
-        self.github = GitHubWebhook(daemon, lambda: holder.settings.github_secret).handle
+        self.github = GitHubWebhook(daemon, lambda: holder.settings).handle
 
     # ------------------------------------------------------------ routes
 
@@ -180,36 +183,36 @@ class Api:
         response.headers["Content-Type"] = content_type
         return response
 
-    def _job(self, request: web.Request) -> str:
+    async def start(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
         if not self.daemon.has_job(name):
-            raise web.HTTPNotFound(reason=f"no job named {name!r}")
-        return name
-
-    async def start(self, request: web.Request) -> web.StreamResponse:
-        name = self._job(request)
+            return no_such_job(name)
         try:
             run, refusal = await self.daemon.start(name)
         except KeyError:
-            return error(404, f"no job named {name!r}")
+            return no_such_job(name)
         if run is None:
             return error(409, f"job {name!r} not started: {refusal}", job=name)
         return web.json_response({"job": name, "run": run}, status=202)
 
     async def cancel(self, request: web.Request) -> web.StreamResponse:
-        name = self._job(request)
+        name = request.match_info["name"]
+        if not self.daemon.has_job(name):
+            return no_such_job(name)
         wanted = request.query.get("run")
         stopped = self.daemon.cancel(name, wanted)
         if wanted is not None and not stopped:
-            return error(404, f"job {name!r} has no running run {wanted!r}", job=name)
+            return error(404, f"job {name!r} has no running run with that id", job=name)
         return web.json_response({"job": name, "cancelled": stopped})
 
     async def runs(self, request: web.Request) -> web.StreamResponse:
-        name = self._job(request)
+        name = request.match_info["name"]
+        if not self.daemon.has_job(name):
+            return no_such_job(name)
         try:
             runs = self.daemon.runs(name)
         except KeyError:
-            return error(404, f"no job named {name!r}")
+            return no_such_job(name)
         return web.json_response({"job": name, "runs": runs})
 
     async def openapi(self, request: web.Request) -> web.StreamResponse:
@@ -221,6 +224,8 @@ class Api:
         return await next_fires(self.daemon, request)
 
     async def events(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "HEAD":  # the headers a stream would start with, and no stream
+            return web.Response(headers=STREAM_HEADERS)
         return await self.streams.serve(request)
 
     async def dashboard(self, request: web.Request) -> web.StreamResponse:
@@ -228,18 +233,31 @@ class Api:
 
     # ------------------------------------------------------------ middleware
 
+    def route(self, request: web.Request) -> Route | None:
+        """The table's route of a request (HEAD finds its GET); None for no route."""
+        resource = request.match_info.route.resource
+        if resource is None:
+            return None
+        method = "GET" if request.method == "HEAD" else request.method
+        return self.routes.get(resource.canonical, {}).get(method)
+
     @web.middleware
     async def errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        response = await self._answer_or_error(request, handler)
+        if request.body_exists and not request.content.is_eof() and not response.prepared:
+            response.force_close()  # refused unread: the connection is not used again
+        return response
+
+    async def _answer_or_error(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             return await handler(request)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            message = exc.reason if exc.status != 405 else f"{request.method} is not allowed here"
             extra: dict[str, Any] = {}
             if isinstance(exc, web.HTTPMethodNotAllowed):
                 extra["allowed"] = sorted(exc.allowed_methods)
-            response = error(exc.status, message, **extra)
+            response = error(exc.status, _MESSAGES.get(exc.status, _phrase(exc.status)), **extra)
             for header in ("Allow", "WWW-Authenticate"):
                 if header in exc.headers:
                     response.headers[header] = exc.headers[header]
@@ -249,12 +267,30 @@ class Api:
             return error(500, "internal error (logged by the daemon)")
 
     @web.middleware
+    async def guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """403 for a page of another origin; 421 for a name a token-less daemon does not know."""
+        settings = self.holder.settings
+        host = request.headers.get("Host")
+        if not origin_allowed(
+            request.headers.get("Origin"), request.scheme, host, settings.allowed_hosts
+        ):
+            logger.debug("Refused a request from a page of another origin")
+            return error(403, ORIGIN_REFUSED)
+        route = self.route(request)
+        if (
+            not settings.tokens
+            and not (route is not None and route.signed)
+            and not host_allowed(
+                host, request.transport, settings.listen_hosts, settings.allowed_hosts
+            )
+        ):
+            logger.debug("Refused a request for a host name not allowed (421)")
+            return error(421, HOST_REFUSED)
+        return await handler(request)
+
+    @web.middleware
     async def auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        route = (
-            self.routes.get(request.match_info.route.resource.canonical, {}).get(request.method)
-            if request.match_info.route.resource is not None
-            else None
-        )
+        route = self.route(request)
         scope = route.scope if route is not None else None
         settings = self.holder.settings
         token: Token | None = None
@@ -289,12 +325,46 @@ class Api:
                 "%s %s (job %s) by %s from %s",
                 request.method,
                 route.path,
-                request.match_info.get("name", "-"),
+                shown(request.match_info.get("name", "-")),
                 token.name if token is not None else "anonymous",
                 peer,
                 extra={"route": route.path, "peer": peer},
             )
         return await handler(request)
+
+    @web.middleware
+    async def bodies(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Read a body (at most MAX_BODY bytes, within bodyTimeout) before the route runs."""
+        route = self.route(request)
+        if route is None or route.signed or not request.body_exists:
+            return await handler(request)
+        if request.content_length is not None and request.content_length > MAX_BODY:
+            return error(413, _MESSAGES[413])
+        timeout = self.holder.settings.body_timeout
+        try:
+            async with asyncio.timeout(timeout):
+                await request.read()  # 413 past client_max_size (MAX_BODY)
+        except TimeoutError:
+            return await timed_out(request, timeout)
+        return await handler(request)
+
+
+_MESSAGES = {
+    404: "no such route (GET /openapi.json lists them)",
+    405: "this method is not allowed here (the Allow header lists those that are)",
+    413: f"the body is larger than {MAX_BODY} bytes",
+}
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "the request was refused"
+
+
+async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["Server"] = SERVER
 
 
 def _unauthorized(message: str, scope: str) -> web.Response:
@@ -310,11 +380,15 @@ def aiohttp_path(path: str) -> str:
 
 def make_app(daemon: DaemonApi, holder: Holder) -> web.Application:
     api = Api(daemon, holder)
-    app = web.Application(middlewares=[api.errors, api.auth], client_max_size=MAX_BODY)
+    app = web.Application(
+        middlewares=[api.errors, api.guard, api.auth, api.bodies], client_max_size=MAX_BODY
+    )
     for route in ROUTES:
-        added = app.router.add_route(
-            route.method, aiohttp_path(route.path), getattr(api, route.handler)
-        )
+        path, handler = aiohttp_path(route.path), getattr(api, route.handler)
+        added = app.router.add_route(route.method, path, handler)
+        if route.method == "GET":
+            app.router.add_route("HEAD", path, handler)
         api.routes.setdefault(added.resource.canonical, {})[route.method] = route  # type: ignore[union-attr]
+    app.on_response_prepare.append(_server_header)
     app.on_shutdown.append(api.streams.close)
     return app

@@ -15,6 +15,8 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from aiohttp import web
 
@@ -26,6 +28,9 @@ HEARTBEAT = 15.0
 WRITE_TIMEOUT = 10.0
 RETRY_MS = 3000
 """How long a browser's EventSource waits before reconnecting."""
+STREAM_HEADERS: Mapping[str, str] = MappingProxyType(
+    {"Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+)
 
 
 def encode(kind: str, data: object) -> bytes:
@@ -46,13 +51,7 @@ class EventStreams:
                 {"error": "too many event streams are open; try again later"}, status=429
             )
         self._open.add(subscription)
-        response = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-store",
-                "X-Accel-Buffering": "no",
-            }
-        )
+        response = web.StreamResponse(headers=STREAM_HEADERS)
         try:
             await response.prepare(request)
             await self._write(response, f"retry: {RETRY_MS}\n: connected\n\n".encode())

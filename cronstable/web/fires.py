@@ -6,6 +6,7 @@ import math
 
 from aiohttp import web
 
+from cronstable.web.answers import no_such_job
 from cronstable.web.view import DaemonApi
 
 DEFAULT_HOURS = 24.0
@@ -21,10 +22,10 @@ async def next_fires(daemon: DaemonApi, request: web.Request) -> web.StreamRespo
         hours = math.nan
     if not 0 < hours <= MAX_HOURS:  # also false for nan
         return web.json_response(
-            {"error": f"hours must be a number above 0 and at most {MAX_HOURS}, not {text!r}"},
+            {"error": f"hours must be a number above 0 and at most {MAX_HOURS}"},
             status=400,
         )
     try:
         return web.json_response(daemon.next_fires(name, hours))
     except KeyError:
-        return web.json_response({"error": f"no job named {name!r}"}, status=404)
+        return no_such_job(name)

@@ -12,24 +12,25 @@ _DESCRIPTIONS = {
     202: "Accepted",
     400: "A query parameter or the body is not what the route takes",
     401: "No token (or webhook signature), or one that is not valid",
-    403: "The token lacks the route's scope",
+    403: "The token lacks the route's scope, or a page of another origin sent the request",
     404: "No such job (or no webhook configured)",
     408: "The body did not arrive in time",
     409: "concurrencyPolicy refused the start",
     413: "The body is too large",
     415: "The body's content type is not accepted",
+    421: "No token is configured and the Host is not one this daemon answers (allowedHosts)",
     429: "Too many event streams are open",
-    503: "Not ready",
+    503: "Not ready (or, for the webhook, too many bodies being received: see Retry-After)",
 }
 
 
 def document() -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for route in ROUTES:
-        responses = {
-            str(code): {"description": _DESCRIPTIONS[code]}
-            for code in (*route.responses, *((401, 403) if route.scope else ()))
-        }
+        codes = {*route.responses, 403, *(() if route.signed else (421,))}
+        if route.scope:
+            codes.add(401)
+        responses = {str(code): {"description": _DESCRIPTIONS[code]} for code in sorted(codes)}
         operation: dict[str, Any] = {
             "operationId": route.handler,
             "summary": route.summary,

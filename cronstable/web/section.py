@@ -4,8 +4,8 @@
   yet and create (not start) its servers.  A port in use, a bad certificate or
   an empty token raises ConfigError naming file, line and key; the running
   server is untouched.
-* commit: the new settings (tokens, metricsPublic) replace the old ones in one
-  assignment, new servers start, servers of removed addresses close.  An
+* commit: the new settings (tokens, metricsPublic, allowedHosts, the body limits)
+  replace the old ones in one assignment, new servers start, servers of removed addresses close.  An
   address present before and after keeps its bound socket (an http:// one keeps
   its server too, so changing only tokens drops no connection; an https:// one
   gets a server with the freshly read certificate on the same socket).
@@ -39,7 +39,7 @@ from aiohttp import web
 from cronstable.config import ConfigError, DesiredState, Problem
 from cronstable.config.models import TlsFiles, WebConfig
 from cronstable.reconcile.plan import Plan
-from cronstable.web.app import Holder, Settings, make_app
+from cronstable.web.app import make_app
 from cronstable.web.auth import reread_tokens, resolve_secret, resolve_tokens, token_files
 from cronstable.web.listeners import (
     Address,
@@ -50,6 +50,7 @@ from cronstable.web.listeners import (
     server_context,
     unlink_socket,
 )
+from cronstable.web.settings import Holder, Settings
 from cronstable.web.view import DaemonApi
 
 logger = logging.getLogger(__name__)
@@ -212,7 +213,7 @@ class WebSection:
             fresh.append(listener)
             listeners[address.key] = listener
         prepared = _Prepared(
-            Settings(tuple(tokens), web_config.metrics_public, secret),
+            Settings.of(web_config, tuple(tokens), secret),
             listeners,
             fresh,
             [],
