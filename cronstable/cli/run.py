@@ -84,7 +84,7 @@ def cmd_run(
         scheduler.guards.insert(0, slots)  # a held slot refuses before any record is written
         daemon.control.start_check = slots.refusal
         daemon.add_section(SlotSection(slots, daemon.metrics.registry))
-        daemon.add_section(WebSection(daemon.control))
+        daemon.add_section(WebSection(daemon.control, daemon.metrics.registry))
         return await daemon.run()
 
     return asyncio.run(main())
