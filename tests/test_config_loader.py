@@ -1446,7 +1446,7 @@ def test_web_listen_invalid(url: str) -> None:
             "web:\n  listen: http://h:1\n",
             "c.yaml:2:3: web.listen: expected a list, got 'http://h:1'",
         ),
-        ("web:\n  listen: []\n  headers: {}\n", "c.yaml:3:3: web: unknown key 'headers'"),
+        ("web:\n  listen: []\n  colour: {}\n", "c.yaml:3:3: web: unknown key 'colour'"),
     ],
 )
 def test_web_section_errors(text: str, expected: str) -> None:

@@ -16,7 +16,7 @@ from cronstable.web.section import WebSection
 class Stack:
     def __init__(self, root: Path) -> None:
         self.daemon = Daemon(open_source(str(root)))
-        self.web = WebSection(self.daemon.control)
+        self.web = WebSection(self.daemon.control, self.daemon.metrics.registry)
         self.daemon.add_section(self.web)
         self._loop: asyncio.Task[None] | None = None
 

@@ -27,6 +27,7 @@ def cmd_run(
     from cronstable.sources.factory import open_source
 
     setup_logging(log_level or "INFO", log_format or "text")
+    log_open_files_limit()
     try:
         source = open_source(
             spec,
@@ -83,7 +84,30 @@ def cmd_run(
         scheduler.guards.insert(0, slots)  # a held slot refuses before any record is written
         daemon.control.start_check = slots.refusal
         daemon.add_section(SlotSection(slots, daemon.metrics.registry))
-        daemon.add_section(WebSection(daemon.control))
+        daemon.add_section(WebSection(daemon.control, daemon.metrics.registry))
         return await daemon.run()
 
     return asyncio.run(main())
+
+
+def log_open_files_limit() -> None:
+    """Raise the soft open-files limit to the hard one, so HTTP clients cannot take
+    the descriptors jobs need; say so at INFO."""
+    import logging
+
+    from cronstable.platform import raise_open_files_limit
+
+    limit = raise_open_files_limit()
+    log = logging.getLogger("cronstable")
+    if limit.error:
+        log.warning(
+            "Open files limit: cannot raise %d to the hard limit %d: %s",
+            limit.soft_before,
+            limit.hard,
+            limit.error,
+        )
+    elif limit.soft != limit.soft_before:
+        log.info("Open files limit: raised from %d to %d (the hard limit)",
+                 limit.soft_before, limit.soft)  # fmt: skip
+    else:
+        log.info("Open files limit: %d (the hard limit)", limit.soft)

@@ -937,6 +937,18 @@ class WebConfig(Model):
             return self.webhook_body_budget_bytes
         return 4 * self.webhook_max_body_bytes
 
+    # connection limits: each stops one way of holding the daemon's descriptors
+    max_connections: Int = Field(512, alias="maxConnections", ge=1, examples=[512])
+    """Open connections per listener; one more is closed at once (a connection flood)."""
+    keep_alive_timeout: Number = Field(15, alias="keepAliveTimeout", gt=0, examples=[15])
+    """Seconds a connection may stay open between requests (idle connections held open)."""
+    header_timeout: Number = Field(10, alias="headerTimeout", gt=0, examples=[10])
+    """Seconds a request line and its headers may take from their first byte, and a TLS
+    handshake from the connection (headers sent a byte at a time)."""
+    fd_reserve: Int = Field(64, alias="fdReserve", ge=0, examples=[64])
+    """Descriptors kept free for job spawns: below it, listeners stop accepting until
+    connections close (at most half the open-files limit)."""
+
     @property
     def mode(self) -> int | None:
         """socketMode as a number."""

@@ -104,7 +104,11 @@ class TimeoutTCPGitClient(TCPGitClient):
         proto.send_cmd(b"git-" + cmd, path, b"host=" + self._host.encode("ascii") + version)
 
         def can_read() -> bool:
-            return bool(select.select([sock.fileno()], [], [], 0)[0])
+            # poll, not select: the daemon raises its open-files limit, and select()
+            # refuses a descriptor numbered past FD_SETSIZE (1024)
+            poller = select.poll()
+            poller.register(sock.fileno(), select.POLLIN)
+            return bool(poller.poll(0))
 
         return proto, can_read, None
 

@@ -18,6 +18,13 @@
   became empty or unreadable, or a certificate that does not load, keeps what was
   read before and logs an ERROR.
 
+* connections: each listener accepts through an
+  :class:`~cronstable.web.acceptor.Acceptor` (``maxConnections`` per listener,
+  ``fdReserve`` descriptors kept for the jobs) and serves each connection with a
+  :class:`~cronstable.web.protocol.Connection` (``keepAliveTimeout``,
+  ``headerTimeout``); a revision's limits apply to connections accepted after
+  its commit.
+
 One aiohttp application serves every listener for the daemon's life; it reads
 the daemon through :class:`~cronstable.web.view.DaemonApi`.
 """
@@ -35,12 +42,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from cronstable.config import ConfigError, DesiredState, Problem
 from cronstable.config.models import TlsFiles, WebConfig
 from cronstable.reconcile.plan import Plan
+from cronstable.web.acceptor import AcceptErrors, Acceptor, DescriptorBudget
 from cronstable.web.app import make_app
 from cronstable.web.auth import reread_tokens, resolve_secret, resolve_tokens, token_files
+from cronstable.web.connections import ConnectionMetrics, ConnectionSlots, Slot
 from cronstable.web.listeners import (
     Address,
     BindError,
@@ -50,6 +60,7 @@ from cronstable.web.listeners import (
     server_context,
     unlink_socket,
 )
+from cronstable.web.protocol import Connection, ConnectionSettings, note_heads
 from cronstable.web.settings import Holder, Settings
 from cronstable.web.view import DaemonApi
 
@@ -93,26 +104,37 @@ def github_secret(config: WebConfig) -> tuple[bytes | None, str]:
     return value.encode("utf-8") or None, why
 
 
+def listener_label(address: Address) -> str:
+    """How metrics and logs name a listener: where it binds (``host:port``, ``unix://path``)."""
+    if address.scheme == "unix":
+        return f"unix://{address.host}"
+    host = f"[{address.host}]" if ":" in address.host else address.host
+    return f"{host}:{address.port}"
+
+
 @dataclass(eq=False, slots=True)
 class Listener:
     address: Address
     sockets: list[socket.socket]
-    """Bound sockets, owned by the listener (servers get duplicates)."""
-    servers: list[asyncio.Server] = field(default_factory=list)
+    """Bound sockets, owned by the listener (acceptors get duplicates)."""
+    slots: ConnectionSlots
+    """Its open connections (kept when only the scheme changes, as the sockets are)."""
+    servers: list[Acceptor] = field(default_factory=list)
 
     @property
     def urls(self) -> list[str]:
         return [bound_url(self.address, sock) for sock in self.sockets]
 
-    def close_servers(self) -> None:
+    def close_servers(self, *, connecting: bool = False) -> None:
         for server in self.servers:
-            server.close()
+            server.close(connecting=connecting)
         self.servers = []
 
-    def close(self) -> None:
-        self.close_servers()
+    def close(self, *, connecting: bool = False) -> None:
+        self.close_servers(connecting=connecting)
         for sock in self.sockets:
             sock.close()
+        self.slots.close()
         if self.address.scheme == "unix":
             unlink_socket(self.address.host)
 
@@ -124,18 +146,20 @@ class _Prepared:
     """The listener of every address after commit (kept ones included)."""
     fresh: list[Listener]
     """Listeners bound by this prepare (closed on discard)."""
-    new_servers: list[tuple[Listener, list[asyncio.Server]]]
-    """Servers to start at commit, replacing the listener's current ones."""
+    new_servers: list[tuple[Listener, list[Acceptor]]]
+    """Acceptors to start at commit, replacing the listener's current ones."""
     mode: int | None
     config: WebConfig | None = None
     mtimes: dict[str, int | None] = field(default_factory=dict)
     """The watched files' modification times, taken before they were read."""
+    connections: ConnectionSettings = field(default_factory=ConnectionSettings)
 
 
 class WebSection:
     name = "web"
 
-    def __init__(self, daemon: DaemonApi) -> None:
+    def __init__(self, daemon: DaemonApi, registry: CollectorRegistry | None = None) -> None:
+        """``registry``: where the connection metrics go (the daemon's, for /metrics)."""
         self.daemon = daemon
         self.holder = Holder()
         self.listeners: dict[tuple[str, str, int], Listener] = {}
@@ -143,6 +167,11 @@ class WebSection:
         self._config: WebConfig | None = None
         self._mtimes: dict[str, int | None] = {}
         self._checker: asyncio.Task[None] | None = None
+        self.metrics = ConnectionMetrics(registry if registry is not None else CollectorRegistry())
+        self.connection_settings = ConnectionSettings()
+        """What new connections get (the applied revision's timeouts)."""
+        self.budget = DescriptorBudget(WebConfig.model_fields["fd_reserve"].default, self.metrics)
+        self.accept_errors = AcceptErrors(self.metrics)
 
     def urls(self) -> list[str]:
         """Where the API answers now (real ports when the configuration said 0)."""
@@ -161,6 +190,8 @@ class WebSection:
                 handle_signals=False,
             )
             await runner.setup()
+            assert runner.server is not None
+            note_heads(runner.server)
             self._runner = runner
         server = self._runner.server
         assert server is not None
@@ -209,7 +240,10 @@ class WebSection:
             except BindError as exc:
                 problems.append(desired.problem(("web", "listen", index), f"{url}: {exc}"))
                 continue
-            listener = Listener(address, sockets)
+            slots = ConnectionSlots(
+                listener_label(address), web_config.max_connections, self.metrics
+            )
+            listener = Listener(address, sockets, slots)
             fresh.append(listener)
             listeners[address.key] = listener
         prepared = _Prepared(
@@ -220,6 +254,7 @@ class WebSection:
             web_config.mode,
             web_config,
             mtimes,
+            ConnectionSettings(web_config.keep_alive_timeout, web_config.header_timeout),
         )
         if problems:
             await self.discard(prepared)
@@ -232,10 +267,15 @@ class WebSection:
                 new_scheme = listener.address.scheme != address.scheme
                 if listener in fresh or new_scheme or address.scheme == "https":
                     tls = context if address.scheme == "https" else None
-                    servers = [await _create(server, sock, tls) for sock in listener.sockets]
+                    servers = [
+                        self._acceptor(server, sock, listener.slots, tls, web_config.header_timeout)
+                        for sock in listener.sockets
+                    ]
                     prepared.new_servers.append((listener, servers))
                     if new_scheme:
-                        listeners[address.key] = replacement = Listener(address, listener.sockets)
+                        listeners[address.key] = replacement = Listener(
+                            address, listener.sockets, listener.slots
+                        )
                         prepared.new_servers[-1] = (replacement, servers)
         except BaseException:
             await self.discard(prepared)
@@ -246,6 +286,11 @@ class WebSection:
         assert isinstance(prepared, _Prepared)
         self.holder.settings = prepared.settings or Settings()
         self._config, self._mtimes = prepared.config, prepared.mtimes
+        self.connection_settings = prepared.connections
+        if prepared.config is not None:
+            self.budget.set_reserve(prepared.config.fd_reserve)
+            for listener in prepared.listeners.values():
+                listener.slots.set_limit(prepared.config.max_connections)
         if self._config is not None and self._checker is None:
             self._checker = asyncio.ensure_future(self._check_files_forever())
         kept = set(prepared.listeners.values())
@@ -260,7 +305,7 @@ class WebSection:
                 listener.close_servers()
                 listener.servers = servers
                 for server in servers:
-                    asyncio.ensure_future(server.start_serving())
+                    server.start()
         for listener in prepared.listeners.values():
             if listener.address.scheme == "unix" and prepared.mode is not None:
                 try:
@@ -329,11 +374,14 @@ class WebSection:
             )
             return
         server = await self._server()
-        swaps: list[tuple[Listener, list[asyncio.Server]]] = []
+        swaps: list[tuple[Listener, list[Acceptor]]] = []
         try:
             for listener in self.listeners.values():
                 if listener.address.scheme == "https":
-                    servers = [await _create(server, sock, context) for sock in listener.sockets]
+                    servers = [
+                        self._acceptor(server, sock, listener.slots, context, config.header_timeout)
+                        for sock in listener.sockets
+                    ]
                     swaps.append((listener, servers))
         finally:
             if config is not self._config:  # a revision committed meanwhile: it wins
@@ -344,7 +392,7 @@ class WebSection:
         for listener, servers in swaps:
             old, listener.servers = listener.servers, servers
             for new in servers:
-                await new.start_serving()
+                new.start()
             for retired in old:
                 retired.close()  # stops accepting; open connections go on
         if swaps:
@@ -358,24 +406,43 @@ class WebSection:
                 await self._checker
             self._checker = None
         for listener in self.listeners.values():
-            listener.close()
+            listener.close(connecting=True)
         self.listeners = {}
+        self.budget.close()
+        self.accept_errors.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
 
+    def _acceptor(
+        self,
+        server: web.Server,
+        sock: socket.socket,
+        slots: ConnectionSlots,
+        context: ssl.SSLContext | None,
+        handshake_timeout: float,
+    ) -> Acceptor:
+        """An acceptor on a duplicate of ``sock`` that does not accept until started."""
+        loop = asyncio.get_running_loop()
+        on_header_timeout = self.metrics.header_timeouts.inc
 
-async def _create(
-    server: web.Server, sock: socket.socket, context: ssl.SSLContext | None
-) -> asyncio.Server:
-    """A server on a duplicate of ``sock`` that does not accept until started."""
-    loop = asyncio.get_running_loop()
-    dup = sock.dup()
-    dup.setblocking(False)
-    try:
-        if sock.family == getattr(socket, "AF_UNIX", None):
-            return await loop.create_unix_server(server, sock=dup, ssl=context, start_serving=False)
-        return await loop.create_server(server, sock=dup, ssl=context, start_serving=False)
-    except BaseException:
-        dup.close()
-        raise
+        def connection(slot: Slot) -> Connection:
+            return Connection(
+                server,
+                loop=loop,
+                slot=slot,
+                settings=self.connection_settings,
+                on_header_timeout=on_header_timeout,
+            )
+
+        dup = sock.dup()
+        dup.setblocking(False)
+        return Acceptor(
+            dup,
+            protocol=connection,
+            slots=slots,
+            budget=self.budget,
+            errors=self.accept_errors,
+            context=context,
+            handshake_timeout=handshake_timeout,
+        )
