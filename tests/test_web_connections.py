@@ -75,7 +75,7 @@ async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
 
 async def get(url: str, path: str) -> tuple[int, bytes]:
     reader, writer = await connect(url)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
     async with asyncio.timeout(10):
         raw = await reader.read(-1)
     writer.close()
@@ -143,7 +143,7 @@ async def test_an_idle_connection_is_closed_after_keep_alive_timeout(stack: Stac
     url = await applied(stack, config("  keepAliveTimeout: 0.5\n  headerTimeout: 30\n"))
     silent, silent_writer = await connect(url)  # connects and sends nothing
     after_answer, writer = await connect(url)
-    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # kept alive, then idle
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")  # kept alive, then idle
     async with asyncio.timeout(5):
         assert (await after_answer.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
     assert await closed_within(silent, 10)
@@ -159,7 +159,7 @@ async def test_headers_sent_a_byte_at_a_time_are_cut_at_header_timeout(stack: St
     reader, writer = await connect(url)
     began = time.monotonic()
     closed = False
-    for byte in b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 200:
+    for byte in b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + b"a" * 200:
         writer.write(bytes([byte]))
         if await closed_within(reader, 0.1):
             closed = True
@@ -172,7 +172,7 @@ async def test_headers_sent_a_byte_at_a_time_are_cut_at_header_timeout(stack: St
     # the deadline is for a request's head only: a connection between requests keeps it off
     reader, writer = await connect(url)
     for _ in range(2):
-        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         async with asyncio.timeout(5):
             head = await reader.readuntil(b"\r\n\r\n")
             length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
@@ -200,7 +200,7 @@ async def test_a_tls_handshake_gets_header_timeout(stack: Stack, tmp_path: Path)
     client = ssl.create_default_context()
     ca.configure_trust(client)
     reader, writer = await asyncio.open_connection(*host_port(url), ssl=client)
-    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     async with asyncio.timeout(5):
         assert (await reader.read(-1)).startswith(b"HTTP/1.1 200")
     writer.close()
@@ -213,7 +213,7 @@ async def test_an_event_stream_outlives_keep_alive_timeout_but_holds_a_slot(
 ) -> None:
     url = await applied(stack, config("  keepAliveTimeout: 0.3\n  maxConnections: 1\n"))
     reader, writer = await connect(url)
-    writer.write(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+    writer.write(b"GET /events HTTP/1.1\r\nHost: localhost\r\n\r\n")
     async with asyncio.timeout(5):
         assert b"200" in await reader.readuntil(b"\r\n\r\n")
         assert b": connected" in await reader.readuntil(b"\n\n")
@@ -275,9 +275,9 @@ async def test_listeners_stop_accepting_at_the_reserve_and_resume_when_descripto
 MARKER = b"SECRET-MARKER"
 MALFORMED = {
     "request line": b"GARBAGE " + MARKER + b"\r\n\r\n",
-    "method": MARKER + b"\x01 / HTTP/1.1\r\nHost: x\r\n\r\n",
-    "header": b"GET / HTTP/1.1\r\nHost: x\r\nBad " + MARKER + b"\r\n\r\n",
-    "line too long": b"GET /" + MARKER * 1000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    "method": MARKER + b"\x01 / HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    "header": b"GET / HTTP/1.1\r\nHost: localhost\r\nBad " + MARKER + b"\r\n\r\n",
+    "line too long": b"GET /" + MARKER * 1000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n",
     "tls on http": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + MARKER + b"\r\n\r\n",
 }
 
