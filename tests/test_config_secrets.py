@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from typing import Annotated
+from typing import Annotated, Any
 
 import pytest
 
@@ -106,7 +106,7 @@ def test_secret_positions_follow_every_container_of_the_format() -> None:
 
 
 def test_hide_urls_rewrites_only_the_marked_urls_of_a_dump() -> None:
-    dump = {
+    dump: dict[str, Any] = {
         "name": "x",
         "command": ["curl", "http://u:p@h/"],
         "onFailure": {"report": {"webhook": {"url": "http://u:p@h/?t=1"}}},
