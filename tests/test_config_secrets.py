@@ -24,8 +24,8 @@ from cronstable.config.models import (
 from cronstable.config.secrets import (
     hide_urls,
     inline_secrets,
+    secret_at,
     secret_fields,
-    secret_text_at,
 )
 from cronstable.config.tree import MemoryTree
 from cronstable.errors import Problem
@@ -83,26 +83,28 @@ def test_a_marked_text_is_a_secret_field_and_its_text_an_inline_secret() -> None
     # too short to look for in whole messages
     assert inline_secrets(doc, _Root) == {"key-123", "inline-1", "inline-2"}
     assert inline_secrets({"inner": [{"api_key": "abc"}]}, _Root) == set()
-    assert secret_text_at(_Root, ("inner", 0, "api_key"))
-    assert secret_text_at(_Root, ("inner", 1, "nested", "a"))
-    assert secret_text_at(_Root, ("inner", 1, "nested", "a", "value"))
-    assert not secret_text_at(_Root, ("inner", 1, "nested", "a", "fromFile"))
-    assert not secret_text_at(_Root, ("inner", 0, "hooks", 0))
-    assert not secret_text_at(_Root, ("inner", 0, "plain"))
+    assert secret_at(_Root, ("inner", 0, "api_key")) == "text"
+    assert secret_at(_Root, ("inner", 1, "nested", "a")) == "text"
+    assert secret_at(_Root, ("inner", 1, "nested", "a", "value")) == "text"
+    assert secret_at(_Root, ("inner", 1, "nested", "a", "fromFile")) is None
+    assert secret_at(_Root, ("inner", 0, "hooks", 0)) == "url"
+    assert secret_at(_Root, ("inner", 0, "plain")) is None
 
 
 def test_secret_positions_follow_every_container_of_the_format() -> None:
     report = ("onFailure", "report")
-    assert secret_text_at(JobConfig, (*report, "mail", "password"))
-    assert secret_text_at(JobConfig, (*report, "sentry", "dsn", "value"))
-    assert secret_text_at(JobConfig, (*report, "webhook", "headers"))
-    assert secret_text_at(JobConfig, (*report, "webhook", "headers", "Authorization"))
-    assert not secret_text_at(JobConfig, (*report, "mail", "username"))
-    assert not secret_text_at(JobConfig, (*report, "mail", "password", "fromFile"))
-    assert secret_text_at(WebConfig, ("authTokens", 2))
-    assert secret_text_at(WebConfig, ("authToken",))
-    assert secret_text_at(WebConfig, ("webhooks", "github", "secret", "value"))
-    assert not secret_text_at(WebConfig, ("authTokens", 0, "name"))
+    assert secret_at(JobConfig, (*report, "mail", "password")) == "text"
+    assert secret_at(JobConfig, (*report, "sentry", "dsn", "value")) == "text"
+    assert secret_at(JobConfig, (*report, "webhook", "headers")) == "text"
+    assert secret_at(JobConfig, (*report, "webhook", "headers", "Authorization")) == "text"
+    assert secret_at(JobConfig, (*report, "mail", "username")) is None
+    assert secret_at(JobConfig, (*report, "webhook", "url")) == "url"
+    assert secret_at(ClusterEtcd, ("endpoints", 1)) == "url"
+    assert secret_at(JobConfig, (*report, "mail", "password", "fromFile")) is None
+    assert secret_at(WebConfig, ("authTokens", 2)) == "text"
+    assert secret_at(WebConfig, ("authToken",)) == "text"
+    assert secret_at(WebConfig, ("webhooks", "github", "secret", "value")) == "text"
+    assert secret_at(WebConfig, ("authTokens", 0, "name")) is None
 
 
 def test_hide_urls_rewrites_only_the_marked_urls_of_a_dump() -> None:
@@ -196,3 +198,18 @@ def test_a_webhook_url_must_be_http_and_its_credentials_never_show() -> None:
     )
     good = _load(text.replace("ftp://", "https://"))
     assert good.jobs["a"].config.on_failure.report.webhook.url == "https://u:PW@host/h?token=T"
+
+
+def test_a_marked_url_without_a_scheme_is_hidden_whole() -> None:
+    # nothing tells the credentials of "user:pw@host/…" apart: the whole text goes
+    [etcd] = _problems(
+        """\
+        cluster:
+          backend: etcd
+          etcd: {endpoints: ["root:etcdpw@h:2379"]}
+        """
+    )
+    assert etcd == (
+        "c.yaml:3:22: cluster.etcd.endpoints[0]: <hidden> is not http://HOST:PORT or "
+        "https://HOST:PORT"
+    )

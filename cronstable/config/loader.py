@@ -34,7 +34,7 @@ from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
-from typing import Any
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ValidationError
@@ -60,7 +60,7 @@ from cronstable.config.models import (
     schedule_source,
     secret_paths,
 )
-from cronstable.config.secrets import inline_secrets, secret_text_at
+from cronstable.config.secrets import inline_secrets, secret_at
 from cronstable.config.tree import ConfigTree, TreeError, normalize
 from cronstable.errors import ConfigError, KeyPath, Problem
 from cronstable.fingerprint import job_digest, job_set_id
@@ -295,8 +295,9 @@ class _Loader:
         for error in exc.errors():
             loc = clean_loc(error["loc"])
             key, message = describe(error, model, loc)
-            if secret_text_at(model, loc):
-                message = _secret_quoted(error, message)
+            secret = secret_at(model, loc)
+            if secret is not None:
+                message = _secret_quoted(error, message, secret)
             # locate the value itself when some layer has it, else the mapping that lacks it
             source = _attribute(layers, loc)
             if source is not None:
@@ -865,17 +866,19 @@ _PLAIN_SECRET_HINT = (
 )
 
 
-def _secret_quoted(error: ErrorDetails, message: str) -> str:
+def _secret_quoted(error: ErrorDetails, message: str, secret: Literal["text", "url"]) -> str:
     """``message`` about a secret's own text, without that text (however short); a plain
-    text where a secret's mapping was due gets the way to write one."""
+    text where a secret's mapping was due gets the way to write one.  A URL keeps what
+    is not its credentials (redact finds those), unless it has no scheme: then nothing
+    tells its parts apart, and the whole text goes."""
     value = error.get("input")
     text = value if isinstance(value, str) else None
     if text is None and isinstance(value, int | float) and not isinstance(value, bool):
         text = str(value)
-    if text is None:
+    if text is None or (secret == "url" and "://" in text):
         return message
     message = redact(message, [text], strict=True)
-    if error["type"] in ("model_type", "model_attributes_type", "dict_type"):
+    if secret == "text" and error["type"] in ("model_type", "model_attributes_type", "dict_type"):
         message += _PLAIN_SECRET_HINT
     return message
 

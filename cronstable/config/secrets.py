@@ -11,8 +11,8 @@ userinfo and query values are secrets).  Lists and mappings of those hold secret
 * :func:`inline_secrets` collects the inline secret texts of a document as read
   (before validation: a plain text where a mapping was due is collected too), for
   :func:`cronstable.redact.redact` to mask in the revision's errors;
-* :func:`secret_text_at` tells whether the value at an error's location is such a
-  text (the error must not quote it);
+* :func:`secret_at` tells whether the value at an error's location is such a text
+  (the error must not quote it) or a marked URL;
 * :func:`hide_urls` rewrites a model dump with every marked URL's credentials masked
   (``GET /config`` and ``cronstable diff`` show them as digests).
 
@@ -232,15 +232,16 @@ def inline_secrets(data: Any, root: type[BaseModel] = ConfigFile) -> set[str]:
     return found
 
 
-def secret_text_at(root: type[BaseModel], loc: KeyPath) -> bool:
-    """Whether the value at ``loc`` (an error's location under ``root``) is a secret's text:
-    a SecretSource's ``value``, a plain text where a SecretSource is due, a marked text."""
+def secret_at(root: type[BaseModel], loc: KeyPath) -> Literal["text", "url"] | None:
+    """What the value at ``loc`` (an error's location under ``root``) is: ``"text"``, a
+    secret's text (a SecretSource's ``value``, a plain text where a SecretSource is due,
+    a marked text); ``"url"``, a marked URL; None, no secret."""
     model: type[BaseModel] | None = root
     index = 0
     while model is not None and index < len(loc):
         slot = _slot_by_key(model).get(str(loc[index]))
         if slot is None:
-            return False
+            return None
         index += 1
         tp: Any = slot.annotation
         # through the lists and mappings of the field's type
@@ -252,11 +253,13 @@ def secret_text_at(root: type[BaseModel], loc: KeyPath) -> bool:
         if slot.kind is not None:
             rest = loc[index:]
             if slot.kind == "source":
-                return rest in ((), ("value",))
-            return slot.kind == "secret" and rest == ()
+                return "text" if rest in ((), ("value",)) else None
+            if rest:
+                return None
+            return "text" if slot.kind == "secret" else "url"
         inner = [m for m in _models(tp) if _slots(m)]
         model = inner[0] if inner else None
-    return False
+    return None
 
 
 def _container_item(tp: Any, part: str | int) -> Any | None:
