@@ -14,12 +14,19 @@ position in it, the key path inside the document and a human message.  Its
 
 Third-party errors (YAML, pydantic, OS) are translated into problems at the
 edge where they happen, chained with ``from``; nothing else escapes the loader.
+
+No problem shows a secret: every message goes through :func:`cronstable.redact.redact`
+when the problem is made (a URL's userinfo and query values become ``<hidden>``), and
+the loader and the applier mask the revision's inline secrets in it
+(:meth:`Problem.hiding`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from cronstable.redact import redact
 
 KeyPath = tuple[str | int, ...]
 
@@ -50,6 +57,17 @@ class Problem:
     key: KeyPath
     """Key path inside the document (empty for file-level problems)."""
     message: str
+    """What is wrong, through :func:`~cronstable.redact.redact` (strict: every URL's
+    userinfo and query values masked) whatever the code that made it."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", redact(self.message, strict=True))
+
+    def hiding(self, secrets: Collection[str]) -> Problem:
+        """This problem with each of ``secrets`` (inline secrets of the revision) masked."""
+        if not secrets:
+            return self
+        return replace(self, message=redact(self.message, secrets, strict=True))
 
     def __str__(self) -> str:
         where = self.file or "<config>"

@@ -4,6 +4,10 @@ Pure.  Every inline secret (a ``value`` beside ``fromFile``/``fromEnvVar``, such
 as a token, a mail password or a Sentry DSN) and every environment value is
 replaced by ``sha256:<hex>`` of its text, so two configurations can still be
 compared (``cronstable diff URL ...``) without either side showing the secret.
+A URL the models mark as holding credentials (a webhook's ``url``, etcd's
+``endpoints``) keeps its scheme, host and path; its userinfo and each query value
+become their digests (``http://sha256:…@host/h?token=sha256:…``), masked by
+:func:`cronstable.redact.redact`.
 """
 
 from __future__ import annotations
@@ -12,8 +16,13 @@ import hashlib
 import re
 from typing import Any
 
+from pydantic import BaseModel
+
 from cronstable.config.desired import DesiredState
+from cronstable.config.models import JobConfig
+from cronstable.config.secrets import hide_urls
 from cronstable.fingerprint import canonical_job
+from cronstable.redact import redact
 
 _SECRET_KEYS = frozenset({"value", "fromFile", "fromEnvVar"})
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -23,13 +32,23 @@ def secret_digest(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def hide_secrets(data: Any) -> Any:
-    """``data`` (a model dump) with every inline secret ``value`` as its digest.
+def _digested_url(url: str) -> str:
+    return redact(url, strict=True, mask=secret_digest)
+
+
+def hide_secrets(data: Any, model: type[BaseModel] | None = None) -> Any:
+    """``data`` (a model dump; of ``model`` when given) with every inline secret ``value``
+    as its digest, and the credentials of every URL ``model`` marks as digests.
 
     Idempotent: a value that already is a digest stays (a configuration read back
     from ``GET /config`` is hidden again when compared)."""
+    hidden = _hide_values(data)
+    return hidden if model is None else hide_urls(hidden, model, _digested_url)
+
+
+def _hide_values(data: Any) -> Any:
     if isinstance(data, dict):
-        out = {key: hide_secrets(value) for key, value in data.items()}
+        out = {key: _hide_values(value) for key, value in data.items()}
         if (
             "value" in out
             and isinstance(out["value"], str)
@@ -39,7 +58,7 @@ def hide_secrets(data: Any) -> Any:
             out["value"] = secret_digest(out["value"])
         return out
     if isinstance(data, list):
-        return [hide_secrets(item) for item in data]
+        return [_hide_values(item) for item in data]
     return data
 
 
@@ -51,9 +70,11 @@ def published_config(state: DesiredState) -> dict[str, Any]:
         canonical["environment"] = {
             key: secret_digest(value) for key, value in canonical["environment"].items()
         }
-        jobs[name] = {"digest": job.digest, "config": hide_secrets(canonical)}
+        jobs[name] = {"digest": job.digest, "config": hide_secrets(canonical, JobConfig)}
     sections = {
-        name: None if value is None else hide_secrets(value.model_dump(mode="json", by_alias=True))
+        name: None
+        if value is None
+        else hide_secrets(value.model_dump(mode="json", by_alias=True), type(value))
         for name, value in (("web", state.web), ("logging", state.logging))
     }
     return {"jobSetId": state.job_set_id, "jobs": jobs, "sections": sections}

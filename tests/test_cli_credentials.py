@@ -119,7 +119,7 @@ def test_successful_commands_do_not_print_the_password(
         assert result.returncode == 0, shown
         assert SECRET not in result.stdout + result.stderr, shown
     validated = cli("validate", spec, cache=tmp_path)
-    assert f"deploy:***@{http}" in validated.stdout
+    assert f"deploy:<hidden>@{http}" in validated.stdout
 
 
 @pytest.mark.slow
@@ -204,6 +204,6 @@ def test_a_password_with_an_unencoded_slash_question_mark_or_hash_is_refused(
         assert result.returncode != 0, shown
         assert SECRET not in result.stdout + result.stderr, shown
         assert "pa" + odd not in result.stdout + result.stderr, shown
-        assert f"{scheme}://deploy:***@127.0.0.1:" in result.stderr, shown
+        assert f"{scheme}://deploy:<hidden>@127.0.0.1:" in result.stderr, shown
         if scheme != "https":
             assert "percent-encode them (%2F, %3F, %23)" in result.stderr, shown

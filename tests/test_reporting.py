@@ -307,6 +307,35 @@ async def test_webhook_retries_transient_answers_and_never_logs_header_secrets(
 
 
 @pytest.mark.asyncio
+async def test_webhook_logs_never_show_the_credentials_of_its_url(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with http_receiver() as hook:
+        hook.statuses = [503, 503, 503]
+        url = hook.url("/h?token=hooktok77&x=hookx").replace("://", "://hookuser:hookpw99@")
+        with caplog.at_level(logging.DEBUG):
+            async with running(
+                f"""\
+                jobs:
+                  - name: hooked
+                    command: "exit 1"
+                    schedule: "@reboot"
+                    onFailure:
+                      report:
+                        webhook: {{url: "{url}"}}
+                """
+            ) as reports:
+                await hook.wait_for(3)
+                await settled(reports)
+    assert sent(reports, "webhook", "failed") == 1
+    retried = [m for m in caplog.messages if "attempt 1 failed" in m]
+    assert retried and "webhook http://<hidden>@127.0.0.1:" in retried[0], caplog.messages
+    ours = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("cronstable"))
+    for secret in ("hookuser", "hookpw99", "hooktok77", "hookx"):  # (the receiver logs its own)
+        assert secret not in ours
+
+
+@pytest.mark.asyncio
 async def test_a_template_failing_to_render_sends_a_fallback_body(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -64,6 +64,9 @@ class DesiredState:
     """Leader election between the nodes (None: every job runs on every node)."""
     state: StateConfig | None = None
     """Durable state (None: retries, last fires and run history live in memory only)."""
+    secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+    """The inline secrets written in the revision (see :mod:`cronstable.config.secrets`),
+    masked in every error found after loading (:meth:`Problem.hiding`)."""
 
     def problem(self, key: KeyPath, message: str) -> Problem:
         """A problem about a section's value, at the nearest of ``key``'s positions."""

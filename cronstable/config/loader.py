@@ -34,10 +34,11 @@ from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
-from typing import Any
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 from yaml.nodes import Node
 
 from cronstable.config import yamlread
@@ -59,10 +60,12 @@ from cronstable.config.models import (
     schedule_source,
     secret_paths,
 )
+from cronstable.config.secrets import inline_secrets, secret_at
 from cronstable.config.tree import ConfigTree, TreeError, normalize
 from cronstable.errors import ConfigError, KeyPath, Problem
 from cronstable.fingerprint import job_digest, job_set_id
 from cronstable.platform import local_timezone
+from cronstable.redact import redact
 from cronstable.schedule import parse_schedule
 
 TOP_LEVEL_KEYS = known_keys(ConfigFile)
@@ -292,6 +295,9 @@ class _Loader:
         for error in exc.errors():
             loc = clean_loc(error["loc"])
             key, message = describe(error, model, loc)
+            secret = secret_at(model, loc)
+            if secret is not None:
+                message = _secret_quoted(error, message, secret)
             # locate the value itself when some layer has it, else the mapping that lacks it
             source = _attribute(layers, loc)
             if source is not None:
@@ -302,6 +308,14 @@ class _Loader:
                 layer, path = source if source is not None else (own, key)
                 shown = path
             self.problem(layer.file, (*layer.prefix, *shown), message, at=(*layer.prefix, *path))
+
+    def inline_secrets(self) -> set[str]:
+        """The inline secrets written in every document read (see :mod:`.secrets`)."""
+        found: set[str] = set()
+        for doc in self._docs.values():
+            if doc is not None:
+                found |= inline_secrets(doc)
+        return found
 
     # ------------------------------------------------------------ reading
 
@@ -846,6 +860,34 @@ class _Loader:
         return environment, env_files
 
 
+_PLAIN_SECRET_HINT = (
+    "; give a secret as fromFile: PATH or fromEnvVar: NAME "
+    "(value: TEXT would keep it in the repository)"
+)
+
+
+def _secret_quoted(error: ErrorDetails, message: str, secret: Literal["text", "url"]) -> str:
+    """``message`` about a secret's own text, without that text (however short); a plain
+    text where a secret's mapping was due gets the way to write one.  A URL keeps what
+    is not its credentials (redact finds those), unless it has no scheme: then nothing
+    tells its parts apart, and the whole text goes."""
+    value = error.get("input")
+    text = value if isinstance(value, str) else None
+    if text is None and isinstance(value, int | float) and not isinstance(value, bool):
+        text = str(value)
+    if text is None or (secret == "url" and "://" in text):
+        return message
+    message = redact(message, [text], strict=True)
+    if secret == "text" and error["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        message += _PLAIN_SECRET_HINT
+    return message
+
+
+def _hidden(problems: list[Problem], secrets: set[str]) -> list[Problem]:
+    """``problems`` with every inline secret of the revision masked in their messages."""
+    return [p.hiding(secrets) for p in problems] if secrets else problems
+
+
 @contextmanager
 def _gc_paused() -> Iterator[None]:
     """Loading allocates hundreds of thousands of small objects and frees none of
@@ -891,8 +933,9 @@ def load(
     finally:
         if cache is not None:
             cache.finish(ok=finished and not loader.problems)
+    secrets = loader.inline_secrets()
     if loader.problems:
-        raise ConfigError(loader.problems)
+        raise ConfigError(_hidden(loader.problems, secrets))
     return DesiredState(
         jobs=jobs,
         web=loader.web,
@@ -902,8 +945,9 @@ def load(
         job_set_id=job_set_id(job.digest for job in jobs.values()),
         files=tuple(loader.read_order),
         directories=tuple(dict.fromkeys(loader.listed)),
-        warnings=tuple(dict.fromkeys(loader.warnings)),
+        warnings=tuple(dict.fromkeys(_hidden(loader.warnings, secrets))),
         positions=loader.positions,
+        secrets=frozenset(secrets),
     )
 
 

@@ -157,6 +157,27 @@ def _command(value: Any) -> str | list[str]:
 Command = Annotated[str | list[str], BeforeValidator(_command)]
 
 
+class Hides:
+    """Marks a text field (``Annotated[..., CREDENTIAL_URL]``) that is or holds a secret
+    without being a :class:`SecretSource` (which marks itself by its type):
+    :mod:`cronstable.config.secrets` finds the marked fields, so errors hide them and
+    ``GET /config`` shows them as digests."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: Literal["secret", "url"]) -> None:
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        return f"Hides({self.kind!r})"
+
+
+SECRET_TEXT = Hides("secret")
+"""The whole text is a secret."""
+CREDENTIAL_URL = Hides("url")
+"""A URL whose userinfo (``user:password@``) and query values are secrets."""
+
+
 class SecretSource(Model):
     """A secret, read when it is needed: value, else fromFile, else fromEnvVar
     (the first one set wins; the loader warns when more than one is set)."""
@@ -353,12 +374,22 @@ def _headers(value: Any) -> Any:
     return value
 
 
+def _webhook_url(url: str | None) -> str | None:
+    if url is not None and not re.match(r"^https?://[^/?#\s]", url, re.IGNORECASE):
+        raise PydanticCustomError(
+            "webhook_url", "{url} is not an http:// or https:// URL", {"url": repr(url)}
+        )
+    return url
+
+
 class WebhookReport(ReporterSettings):
     """POST the report to a URL (retried a few times on transient failures)."""
 
     REQUIRED: ClassVar[tuple[str, ...]] = ("url",)
 
-    url: OptText = Field(None, examples=["https://hooks.slack.com/services/T000/B000/XXXX"])
+    url: Annotated[OptText, AfterValidator(_webhook_url), CREDENTIAL_URL] = Field(
+        None, examples=["https://hooks.slack.com/services/T000/B000/XXXX"]
+    )
     """Where to POST. The reporter is off until set."""
     headers: Annotated[dict[str, SecretSource], BeforeValidator(_headers)] = Field(
         default_factory=dict, examples=[{"Authorization": {"fromEnvVar": "HOOK_TOKEN"}}]
@@ -1055,6 +1086,7 @@ class ClusterEtcd(Model):
     endpoints: Annotated[
         list[Annotated[str, BeforeValidator(_etcd_endpoint)]],
         BeforeValidator(to_list, json_schema_input_type=list[str] | None),
+        CREDENTIAL_URL,
     ] = Field(min_length=1, examples=[["http://127.0.0.1:2379"]])
     """Client URLs of etcd, tried in order when one does not answer."""
     prefix: Text = "/cronstable/"

@@ -232,6 +232,8 @@ class Applier:
             else:
                 logger.exception("Preparing revision %s failed unexpectedly", snapshot.revision)
                 problems = [_internal(exc)]
+            # what a section found may quote the revision's values: its inline secrets go
+            problems = [p.hiding(desired.secrets) for p in problems]
             return self._rejected(snapshot, started, problems, the_plan)
         for section, state in prepared:
             section.commit(state, desired)

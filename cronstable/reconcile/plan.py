@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from cronstable.config.desired import DesiredState, Job
+from cronstable.config.models import JobConfig
 from cronstable.published import hide_secrets
 
 JobChangeKind = Literal["added", "removed", "changed"]
@@ -86,7 +87,7 @@ class Plan:
 
 def job_settings(job: Job) -> dict[str, Any]:
     """A job's resolved settings as flat ``path → value`` (what a diff compares)."""
-    data = hide_secrets(job.config.model_dump(mode="json", by_alias=True))
+    data = hide_secrets(job.config.model_dump(mode="json", by_alias=True), JobConfig)
     data["schedule"] = job.schedule.text
     data["environment"] = dict(job.environment)
     data.pop("env_file", None)
@@ -123,7 +124,9 @@ def _section(state: DesiredState | None, name: str) -> Any:
         return None
     # what the revision sets, an inline secret (a token) as its digest: a diff is
     # posted on pull requests and printed in CI logs
-    return hide_secrets(value.model_dump(mode="json", by_alias=True, exclude_defaults=True))
+    return hide_secrets(
+        value.model_dump(mode="json", by_alias=True, exclude_defaults=True), type(value)
+    )
 
 
 def plan(

@@ -74,7 +74,7 @@ class WebhookReporter(Reporter):
         hook: WebhookReport = settings
         assert hook.url is not None
         url = hook.url
-        shown = redact(url)
+        shown = redact(url, strict=True)  # a configured URL: every credential goes
         text = message.render(hook.body or DEFAULT_TEMPLATE, what="webhook body").strip()
         headers: dict[str, str] = {}
         for name, source in hook.headers.items():

@@ -895,10 +895,7 @@ class GitSource(Source):
     def _scrub(self, text: str) -> str:
         """``text`` without any credential this source knows of, then :func:`redact`-ed."""
         text = text.replace(self.spec.url, self._safe_url)
-        for secret in sorted(self._secrets, key=len, reverse=True):
-            if len(secret) >= 4:
-                text = text.replace(secret, "***")
-        return redact(text)
+        return redact(text, [secret for secret in self._secrets if len(secret) >= 4])
 
     # ----------------------------------------------------------------- worker thread
 
