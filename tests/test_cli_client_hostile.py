@@ -199,7 +199,7 @@ def trickling(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Trickl
 def _assert_gave_up(done: Done, url: str, timeout: float = TIMEOUT) -> None:
     assert done.returncode == 3, done
     assert done.seconds < timeout + MARGIN, done
-    shown = url.replace(":hunter2@", ":***@")
+    shown = url.replace(":hunter2@", ":<hidden>@")
     assert f"cannot reach {shown}: no complete answer within the timeout of {timeout:g} s" in (
         done.stderr
     ), done.stderr
