@@ -611,8 +611,9 @@ def etcd_fault(exc: EtcdError) -> Literal["unreachable", "refused"]:
     reset connection, a name that does not resolve, gRPC ``unavailable`` (14),
     ``deadline exceeded`` or ``resource exhausted``, an HTTP 5xx) or *refused* what was
     asked (a login or permission it does not accept, a certificate that does not verify
-    or that it does not accept, plain HTTP to a TLS port, any other error it answers
-    with).  Decided by the error alone, never by how long it took."""
+    or that it does not accept, any other error it answers with).  Decided by the error
+    alone, never by how long it took; a wrong scheme gives no error of its own to tell
+    it by (etcd closes or resets the connection), so it counts as unreachable."""
     if not isinstance(exc, EtcdUnavailable):
         return "refused"
     tls = _ssl_error(exc)
