@@ -485,3 +485,6 @@ jobs:
     assert [s for s, _, _ in waiting.scheduled("plain")] == [T0 + timedelta(minutes=10)]
     started = [s for s, _, began in waiting.scheduled("t") if began is not None]
     assert started == ([T0 + timedelta(minutes=10)] if policy == "degrade" else [])
+    # runs that came and went meanwhile leave nothing queued (the queue stays bounded)
+    assert waiting.keeper.writer is not None
+    assert [k for k in waiting.keeper.writer._queued if "/running/" in k] == []

@@ -33,8 +33,8 @@ restores what the previous daemon left, read before any of this daemon's records
 is written, as a start would, except that what this daemon did meanwhile wins:
 
 * a key this daemon already queued a value for (the last fire of a job it fired
-  or skipped, a retry it armed or settled, a run record) keeps this daemon's
-  value: that fire is not resumed, that retry not re-armed;
+  or skipped, a retry it armed or settled) keeps this daemon's value: that fire
+  is not resumed, that retry not re-armed;
 * a pending retry of a job that started a run here meanwhile is settled
   (``superseded_by_run``): a newer run came first;
 * the rest is restored as at a start (a missed fire still within
@@ -137,9 +137,12 @@ class StateKeeper:
         self._dirty_history: set[str] = set()
         self._history_task: asyncio.Task[None] | None = None
         self._queued_meanwhile: set[str] = set()
-        """Keys this daemon queued while its store had not answered yet."""
+        """Last-fire and retry keys this daemon queued while its store had not answered
+        yet (at most two a job)."""
         self._ran_meanwhile: set[str] = set()
         """Jobs that started a run here while the store had not answered yet."""
+        self._running_meanwhile: set[str] = set()
+        """Records of runs going now that started while the store had not answered yet."""
 
     # ------------------------------------------------------------ the store in use
 
@@ -159,6 +162,7 @@ class StateKeeper:
         )
         self._queued_meanwhile.clear()
         self._ran_meanwhile.clear()
+        self._running_meanwhile.clear()
         if waiting is not None:
             self.available, self.last_error = False, redact(waiting)
         elif store is not None:
@@ -182,6 +186,7 @@ class StateKeeper:
         self.available, self.last_error = True, None
         self._queued_meanwhile.clear()
         self._ran_meanwhile.clear()
+        self._running_meanwhile.clear()
         if self.writer is not None:
             self.writer.release()
 
@@ -231,7 +236,9 @@ class StateKeeper:
     def _submit(self, key_text: str, record: Record | None) -> asyncio.Future[bool] | None:
         if self.writer is None:
             return None
-        if self.writer.held:
+        if self.writer.held and key_text.startswith(
+            (self._key("fires") + "/", self._key("retries") + "/")
+        ):
             self._queued_meanwhile.add(key_text)
         return self.writer.submit(key_text, record)
 
@@ -413,6 +420,8 @@ class StateKeeper:
             self._ran_meanwhile.add(run.job)
         if run.pid is None:
             return
+        if self.writer.held:
+            self._running_meanwhile.add(self._key("running", run.id))
         job = self.scheduler.job(run.job)
         ticks = process_start_ticks(run.pid)
         self._submit(
@@ -435,7 +444,13 @@ class StateKeeper:
     def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
         if self.writer is None:
             return
-        self._submit(self._key("running", run.id), None)
+        running = self._key("running", run.id)
+        if running in self._running_meanwhile:
+            # started and ended while nothing was written: the store never had it
+            self._running_meanwhile.discard(running)
+            self.writer.forget(running)
+        else:
+            self._submit(running, None)
         self._dirty_history.add(run.job)
 
     # ------------------------------------------------------------ the run history
@@ -468,8 +483,7 @@ class StateKeeper:
         for record in by_kind.get("history", {}).values():
             self._restore_history(record)
         for full, record in by_kind.get("running", {}).items():
-            if full not in self._queued_meanwhile:
-                self._restore_run(full, record)
+            self._restore_run(full, record)
         for full, record in by_kind.get("fires", {}).items():
             if full not in self._queued_meanwhile:  # this daemon handled a fire since
                 self._restore_fire(full, record)

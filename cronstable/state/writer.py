@@ -89,6 +89,15 @@ class Writer:
     def queued(self) -> int:
         return len(self._queued)
 
+    def forget(self, key: str) -> None:
+        """Drop what is queued for ``key`` unwritten (a held writer's record that came and
+        went before anything was written: the store never had it)."""
+        waiting = self._queued.pop(key, None)
+        if waiting is not None:
+            _settle(waiting[1], False)
+        if not self._queued and self.held:
+            self._idle.set()
+
     async def _write(self, key: str, record: Record | None) -> None:
         if record is None:
             await asyncio.wait_for(self.store.delete(key), timeout=OP_TIMEOUT)
