@@ -25,6 +25,10 @@ Errors are translated at this edge, chained with ``from``::
     ├── EtcdCompacted      the revision asked for was compacted away
     └── EtcdLeaseNotFound  the lease expired or never existed
 
+:func:`etcd_fault` sorts a failure into *unreachable* (an outage to ride out) or
+*refused* (etcd, or its TLS, will not have what was asked: a configuration to fix);
+it is the one place that draws that line for etcd.
+
 Nothing here logs or puts in an exception message a value or a credential;
 keys do appear (they name things, they do not hold secrets).
 
@@ -76,7 +80,13 @@ GRPC_OUT_OF_RANGE = 11
 GRPC_UNAVAILABLE = 14
 GRPC_UNAUTHENTICATED = 16
 _RETRYABLE_CODES = frozenset({GRPC_DEADLINE_EXCEEDED, GRPC_RESOURCE_EXHAUSTED, GRPC_UNAVAILABLE})
-_RETRYABLE_HTTP = frozenset({502, 503, 504})
+
+
+def _retryable_status(status: int | None) -> bool:
+    """An HTTP answer without a gRPC code that says etcd (or a proxy before it) cannot
+    serve now: any 5xx."""
+    return status is not None and 500 <= status < 600
+
 
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_BACKOFF_INITIAL = 0.1
@@ -547,7 +557,7 @@ def _error(payload: Mapping[str, Any], *, status: int | None, what: str) -> Etcd
         return EtcdCompacted(None, text)
     if code == GRPC_NOT_FOUND and "lease" in message:
         return EtcdLeaseNotFound(text, code=code)
-    if code in _RETRYABLE_CODES or (code is None and status in _RETRYABLE_HTTP):
+    if code in _RETRYABLE_CODES or (code is None and _retryable_status(status)):
         return EtcdUnavailable(text, code=code)
     return EtcdError(text, code=code)
 
@@ -590,6 +600,26 @@ def _ssl_error(exc: BaseException) -> ssl.SSLError | None:
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+_TRANSPORT_TLS_ERRORS = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
+"""TLS errors that say the connection broke, not that a certificate or protocol was refused."""
+
+
+def etcd_fault(exc: EtcdError) -> Literal["unreachable", "refused"]:
+    """Whether ``exc`` means etcd is *unreachable* (no answer, a timeout, a refused or
+    reset connection, a name that does not resolve, gRPC ``unavailable`` (14),
+    ``deadline exceeded`` or ``resource exhausted``, an HTTP 5xx) or *refused* what was
+    asked (a login or permission it does not accept, a certificate that does not verify
+    or that it does not accept, any other error it answers with).  Decided by the error
+    alone, never by how long it took; a wrong scheme gives no error of its own to tell
+    it by (etcd closes or resets the connection), so it counts as unreachable."""
+    if not isinstance(exc, EtcdUnavailable):
+        return "refused"
+    tls = _ssl_error(exc)
+    if tls is not None and not isinstance(tls, _TRANSPORT_TLS_ERRORS):
+        return "refused"
+    return "unreachable"
 
 
 def _needs_login(exc: EtcdError) -> bool:
@@ -731,7 +761,7 @@ class EtcdClient:
         try:
             payload = _decode(data)
         except ValueError as exc:
-            cls = EtcdUnavailable if status in _RETRYABLE_HTTP else EtcdError
+            cls = EtcdUnavailable if _retryable_status(status) else EtcdError
             raise cls(f"etcd {what}: HTTP {status} with no JSON answer") from exc
         if status != 200 or "error" in payload:
             raise _error(payload, status=status, what=what)

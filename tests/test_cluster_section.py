@@ -4,16 +4,19 @@ serves the scheduler, /cluster's view and the cluster metrics."""
 from __future__ import annotations
 
 import asyncio
+import os
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from etcd_server import EtcdServer, free_port
+from etcd_server import EtcdServer
 from prometheus_client import CollectorRegistry, generate_latest
 
 from cronstable.cluster.section import ClusterSection
 from cronstable.config import ConfigError, DesiredState, MemoryTree, load
+from cronstable.etcd import EtcdClient
+from cronstable.store_link import StoreLinks
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio]
 
@@ -100,21 +103,118 @@ async def test_an_etcd_cluster_leads_then_releases(
     await section.close()
 
 
-async def test_an_unreachable_store_rejects_the_revision_at_its_key(tmp_path: Path) -> None:
-    section = ClusterSection("n1")
-    text = (
-        "cluster:\n  backend: etcd\n  leaseTtl: 2\n"
-        f"  etcd:\n    endpoints: ['http://127.0.0.1:{free_port()}']\n"
+def leader_revision(backend: str, where: str, ttl: int = 2) -> str:
+    head = f"cluster:\n  backend: {backend}\n  leaseTtl: {ttl}\n"
+    if backend == "etcd":
+        return head + f"  etcd:\n    endpoints: ['{where}']\n"
+    return head + f"  filesystem:\n    path: {where}\n"
+
+
+def link_tasks() -> list[asyncio.Task[object]]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("store-link-")]
+
+
+@pytest.mark.parametrize("backend", ["etcd", "filesystem"])
+async def test_a_store_that_does_not_answer_is_waited_for_then_joined_without_a_reload(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if backend == "etcd":
+        server: EtcdServer = request.getfixturevalue("etcd_server")
+        server.stop()  # down before the revision is applied
+        where, back = server.endpoint, server.start
+    else:
+        shared = tmp_path / "mnt" / "cronstable"  # the share is not mounted yet
+
+        def back() -> None:
+            shared.mkdir(parents=True)
+
+        where = str(shared)
+    registry = CollectorRegistry()
+    section = ClusterSection("n1", registry)
+    links = StoreLinks({"cluster": lambda: section.link})
+    registry.register(links.collector())
+    state = desired(leader_revision(backend, where) + JOBS)
+    lead, prefer, every = state.jobs.values()
+    await apply(section, state)  # applied, not rejected
+    assert section.link is not None and section.link.connecting
+    assert section.link.fault == "unreachable" and section.link.last_error
+    # meanwhile: Leader waits, PreferLeader follows its no-leader rule (runs), EveryNode runs
+    assert section.allows(lead) == "leadership_unknown"
+    assert section.allows(prefer) is None and section.allows(every) is None
+    view = section.view()
+    assert (view["role"], view["store"]["state"]) == ("unknown", "connecting")
+    assert f"the {backend} store has not answered since" in view["unknownReason"]
+    assert links.view()["cluster"]["state"] == "connecting"
+    metrics = generate_latest(registry).decode()
+    assert 'cronstable_store_unreachable{store="cluster"} 1.0' in metrics
+    # a revision that changes a job only keeps waiting on the same link
+    waiting = section.link
+    more = desired(
+        leader_revision(backend, where)
+        + JOBS
+        + '  - {name: extra, command: "true", schedule: "@daily"}\n'
     )
+    await apply(section, more)
+    assert section.link is waiting and len(link_tasks()) == 1
+    back()
+    await until_true(lambda: section.allows(lead) is None, timeout=15)
+    assert not section.link.connecting and section.view()["role"] == "leader"
+    assert section.view()["members"][0]["jobSetId"] == more.job_set_id
+    assert 'cronstable_store_unreachable{store="cluster"} 0.0' in generate_latest(registry).decode()
+    await section.close()
+    assert link_tasks() == []
+
+
+async def test_a_waiting_section_replaced_or_closed_leaves_no_task(tmp_path: Path) -> None:
+    section = ClusterSection("n1")
+    absent = tmp_path / "absent"
+    await apply(section, desired(leader_revision("filesystem", str(absent)) + JOBS))
+    first = section.link
+    assert first is not None and first.connecting and len(link_tasks()) == 1
+    # the cluster section changes while its store is still down: applied, a new wait
+    await apply(section, desired(leader_revision("filesystem", str(absent), ttl=3) + JOBS))
+    assert section.link is not first and section.link is not None and section.link.connecting
+    await until_true(lambda: len(link_tasks()) == 1)  # the first one was stopped
+    # the section goes away: nothing waits any more
+    await apply(section, desired(JOBS))
+    assert section.link is None
+    await until_true(lambda: link_tasks() == [])
+    await apply(section, desired(leader_revision("filesystem", str(absent)) + JOBS))
+    await section.close()
+    assert link_tasks() == []
+
+
+async def test_a_store_that_refuses_rejects_the_revision_at_its_key(
+    tmp_path: Path, etcd_server: EtcdServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    section = ClusterSection("n1")
+    async with EtcdClient(etcd_server.endpoint) as admin:
+        for path, body in (
+            ("/v3/auth/user/add", {"name": "root", "password": "right-pw"}),
+            ("/v3/auth/role/add", {"name": "root"}),
+            ("/v3/auth/user/grant", {"user": "root", "role": "root"}),
+            ("/v3/auth/enable", {}),
+        ):
+            await admin._call(path, body, what=path)
+    monkeypatch.setenv("CRONSTABLE_ETCD_USERNAME", "root")
+    monkeypatch.setenv("CRONSTABLE_ETCD_PASSWORD", "wrong-pw")
     with pytest.raises(ConfigError) as caught:
-        await section.prepare(desired(text + JOBS))
+        await section.prepare(desired(leader_revision("etcd", etcd_server.endpoint) + JOBS))
     [problem] = caught.value.problems
     assert (problem.file, problem.line) == ("c.yaml", 5)
     assert "cannot use the etcd store" in problem.message
-    missing = tmp_path / "absent"
-    text = f"cluster:\n  backend: filesystem\n  filesystem:\n    path: {missing}\n"
+    assert "authentication failed" in problem.message and "wrong-pw" not in problem.message
+    # a file where the shared directory should be
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
     with pytest.raises(ConfigError) as caught:
-        await section.prepare(desired(text + JOBS))
+        await section.prepare(desired(leader_revision("filesystem", str(blocker)) + JOBS))
     [problem] = caught.value.problems
-    assert (problem.line, problem.key) == (4, ("cluster", "filesystem", "path"))
+    assert (problem.line, problem.key) == (5, ("cluster", "filesystem", "path"))
     assert "is not a directory" in problem.message
+    if os.geteuid() != 0:  # a directory that exists but this daemon may not write
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        with pytest.raises(ConfigError, match="Permission denied"):
+            await section.prepare(desired(leader_revision("filesystem", str(locked)) + JOBS))
+    assert section.link is None and link_tasks() == []

@@ -360,6 +360,7 @@ def test_the_run_history_survives_a_restart(tmp_path: Path, daemons: list[Daemon
         "backend": "filesystem",
         "node": "n1",
         "onStoreUnavailable": "degrade",
+        "connecting": False,
         "available": True,
         "lastError": None,
         "queued": 0,

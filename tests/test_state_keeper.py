@@ -60,6 +60,7 @@ class Life:
     history: RunHistory
     runs: list[StandInRun]
     task: asyncio.Task[None]
+    store: FilesystemStore
 
     def scheduled(self, name: str) -> list[tuple[datetime, int, datetime | None]]:
         return [(r.scheduled, r.attempt, r.started) for r in self.runs if r.job.name == name]
@@ -75,7 +76,15 @@ class Life:
 
     async def settle(self) -> None:
         assert self.keeper.writer is not None
+        if self.keeper.waiting:
+            return  # nothing is written until the store answers
         assert await self.keeper.writer.flush(within=5)
+
+    async def come_up(self) -> None:
+        """The store it waited for answers: its records, read before this life's."""
+        records = await self.store.list(node_key("n1") + "/")
+        self.keeper.came_up(records, self.clock.now())
+        await self.settle()
 
     async def crash(self) -> None:
         """Like kill -9: nothing settles, nothing drains (what was written stays)."""
@@ -98,6 +107,8 @@ async def life(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
         *,
         gated: bool = False,
         gate: Any = None,
+        waiting: bool = False,
+        policy: str = "degrade",
     ) -> Life:
         clock = ManualClock(now)
         runs: list[StandInRun] = []
@@ -118,10 +129,15 @@ async def life(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
         scheduler.replace_jobs(table)
         store = FilesystemStore(tmp_path / "state")
         await store.check()
-        records = await store.list(node_key("n1") + "/")
-        keeper.use(store)
-        keeper.restore(records, clock.now())
-        made = Life(clock, scheduler, keeper, history, runs, asyncio.create_task(scheduler.run()))
+        if waiting:  # as if the store had not answered at the start: restored later
+            keeper.use(store, policy, waiting="no answer in time")  # type: ignore[arg-type]
+        else:
+            records = await store.list(node_key("n1") + "/")
+            keeper.use(store, policy)  # type: ignore[arg-type]
+            keeper.restore(records, clock.now())
+        made = Life(
+            clock, scheduler, keeper, history, runs, asyncio.create_task(scheduler.run()), store
+        )
         lives.append(made)
         await asyncio.sleep(0)
         return made
@@ -386,3 +402,89 @@ async def test_a_rearmed_retry_waits_while_the_leadership_is_unknown(
     gate.answer = None  # known now, and this node may run it
     await second.advance(2)
     assert [a for _, a, _ in second.scheduled("flaky")] == [2]
+
+
+LATE = """\
+jobs:
+  - name: t
+    command: "true"
+    schedule: "*/10 * * * *"
+    startingDeadlineSeconds: 900
+  - name: v
+    command: "true"
+    schedule: "5-55/10 * * * *"
+    startingDeadlineSeconds: 900
+  - name: a
+    command: "false"
+    schedule: "0 * * * *"
+    startingDeadlineSeconds: 3600
+    onFailure:
+      retry: {maximumRetries: 3, initialDelay: 300, backoffMultiplier: 2, maximumDelay: 600}
+  - name: b
+    command: "false"
+    schedule: "0 * * * *"
+    startingDeadlineSeconds: 3600
+    onFailure:
+      retry: {maximumRetries: 3, initialDelay: 300, backoffMultiplier: 2, maximumDelay: 600}
+"""
+
+
+async def test_a_store_that_answers_late_restores_but_what_ran_meanwhile_wins(
+    life: Callable[..., Any], tmp_path: Path
+) -> None:
+    table = jobs(LATE)
+    failing = {"a": (1.0, 1), "b": (1.0, 1)}
+    first: Life = await life(table, T0 + timedelta(minutes=54, seconds=30), failing)
+    await first.advance(360, step=10)  # v 12:55, t 13:00; a and b fail at 13:00, retry 13:05
+    await first.crash()
+    # down from 13:00:30; back at 13:20:30, the store not answering yet
+    second: Life = await life(
+        table, T0 + timedelta(hours=1, minutes=20, seconds=30), {"b": (1.0, 1)}, waiting=True
+    )
+    assert second.keeper.view()["connecting"] is True
+    assert second.keeper.view()["available"] is False
+    second.scheduler.start_now("a", second.clock.now())  # a runs here (and succeeds)
+    await second.advance(280, step=10)  # 13:25 v fires here; nothing is written yet
+    assert [s for s, _, _ in second.scheduled("v")] == [T0 + timedelta(hours=1, minutes=25)]
+    assert second.scheduled("t") == [] and second.scheduled("b") == []
+    assert (await record(tmp_path, "fires", "v"))["fire"] == "2026-06-01T12:55:00Z"  # type: ignore[index]
+    await second.come_up()  # 13:25:10
+    await second.advance(30, step=5)
+    # t never fired here: it resumes from 13:00 and catches 13:20 up, once (within 900 s)
+    assert [s for s, _, _ in second.scheduled("t")] == [T0 + timedelta(hours=1, minutes=20)]
+    # v fired here at 13:25: its old record does not rewind it (no second 13:25, no 13:15)
+    assert [s for s, _, _ in second.scheduled("v")] == [T0 + timedelta(hours=1, minutes=25)]
+    # b's retry was pending and b did not run here: re-armed, overdue within the deadline
+    assert [(s, n) for s, n, _ in second.scheduled("b")] == [(T0 + timedelta(hours=1), 2)]
+    # a ran here meanwhile: the old retry is settled, not run
+    assert [n for _, n, _ in second.scheduled("a")] == [1]
+    await second.settle()
+    settled = await record(tmp_path, "retries", "a")
+    assert settled is not None and (settled["status"], settled["reason"]) == (
+        "settled",
+        "superseded_by_run",
+    )
+    assert (await record(tmp_path, "fires", "v"))["fire"] == "2026-06-01T13:25:00Z"  # type: ignore[index]
+    assert (await record(tmp_path, "fires", "t"))["fire"] == "2026-06-01T13:20:00Z"  # type: ignore[index]
+    assert second.keeper.view()["connecting"] is False
+
+
+@pytest.mark.parametrize("policy", ["degrade", "fail-closed"])
+async def test_while_the_store_has_not_answered_on_store_unavailable_decides(
+    life: Callable[..., Any], policy: str
+) -> None:
+    text = """\
+jobs:
+  - {name: t, command: "true", schedule: "*/10 * * * *", startingDeadlineSeconds: 900}
+  - {name: plain, command: "true", schedule: "*/10 * * * *"}
+"""
+    waiting: Life = await life(
+        jobs(text), T0 + timedelta(minutes=9, seconds=50), {}, waiting=True, policy=policy
+    )
+    await waiting.advance(20, step=5)
+    assert [s for s, _, _ in waiting.scheduled("plain")] == [T0 + timedelta(minutes=10)]
+    started = [s for s, _, began in waiting.scheduled("t") if began is not None]
+    assert started == ([T0 + timedelta(minutes=10)] if policy == "degrade" else [])
+    # runs that came and went meanwhile leave nothing queued (the queue stays bounded)
+    assert waiting.keeper.writer is not None
+    assert [k for k in waiting.keeper.writer._queued if "/running/" in k] == []

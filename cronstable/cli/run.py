@@ -50,6 +50,7 @@ def cmd_run(
         from cronstable.platform import default_state_dir
         from cronstable.state.keeper import StateKeeper
         from cronstable.state.section import StateSection
+        from cronstable.store_link import StoreLinks
         from cronstable.web.section import WebSection
 
         overrides = LogOverrides(level=log_level, format=log_format)
@@ -71,9 +72,8 @@ def cmd_run(
         scheduler.state = keeper
         scheduler.run_listeners.append(keeper)
         daemon.control.state = keeper.view
-        daemon.add_section(
-            StateSection(keeper, state_dir or default_state_dir(), daemon.metrics.registry)
-        )
+        state = StateSection(keeper, state_dir or default_state_dir(), daemon.metrics.registry)
+        daemon.add_section(state)
         slots = SlotGuard(
             node_name,
             replace_runs=scheduler.replace_runs,
@@ -83,7 +83,18 @@ def cmd_run(
         )
         scheduler.guards.insert(0, slots)  # a held slot refuses before any record is written
         daemon.control.start_check = slots.refusal
-        daemon.add_section(SlotSection(slots, daemon.metrics.registry))
+        slot_section = SlotSection(slots, daemon.metrics.registry)
+        daemon.add_section(slot_section)
+        # a store that does not answer: /readyz, /status and the metrics say which
+        stores = StoreLinks(
+            {
+                "cluster": lambda: cluster.link,
+                "slots": lambda: slot_section.link,
+                "state": lambda: state.link,
+            }
+        )
+        daemon.metrics.registry.register(stores.collector())
+        daemon.control.stores = stores.view
         daemon.add_section(WebSection(daemon.control, daemon.metrics.registry))
         return await daemon.run()
 

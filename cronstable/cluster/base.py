@@ -161,6 +161,10 @@ class Leadership(ABC):
             return
         self._stopped = True
         task, self._task = self._task, None
+        if task is None:  # never started (its store never answered): nothing to release
+            self._view = _View(unknown_reason="stopped")
+            await self.close()
+            return
         if task is not None:
             task.cancel()
             # Python 3.11's wait_for can swallow a cancel that lands as the round ends:

@@ -38,9 +38,11 @@ from cronstable.cluster.shareddir import (
     CLOCK_SKEW,
     FORMAT_VERSION,
     LockBusy,
+    describe,
     live,
     locked,
     read,
+    usable,
     write,
 )
 
@@ -75,15 +77,10 @@ class FilesystemLeadership(Leadership):
         await asyncio.to_thread(self._check)
 
     def _check(self) -> None:
-        if not self.path.is_dir():
-            raise LeadershipError(f"{self.path} is not a directory")
         try:
-            for sub in ("members", "duplicates"):
-                (self.path / sub).mkdir(exist_ok=True)
-            with self._locked(self.ttl / 2):
-                pass
-        except OSError as exc:
-            raise LeadershipError(f"{self.path}: {exc.strerror or exc}") from exc
+            usable(self.path, self.ttl / 2, ("members", "duplicates"))
+        except OSError as exc:  # LockBusy too
+            raise LeadershipError(describe(self.path, exc)) from exc
 
     async def round(self) -> Observation:
         return await asyncio.to_thread(self._round)
@@ -99,7 +96,7 @@ class FilesystemLeadership(Leadership):
             with locked(self.path, timeout):
                 yield
         except LockBusy as exc:
-            raise LeadershipError(str(exc)) from None
+            raise LeadershipError(str(exc)) from exc
 
     def _round(self) -> Observation:
         try:
@@ -108,7 +105,7 @@ class FilesystemLeadership(Leadership):
                     raise LeadershipError("stopped")
                 return self._round_locked()
         except OSError as exc:
-            raise LeadershipError(f"{self.path}: {exc.strerror or exc}") from exc
+            raise LeadershipError(describe(self.path, exc)) from exc
 
     def _round_locked(self) -> Observation:
         for sub in ("members", "duplicates"):
@@ -177,4 +174,4 @@ class FilesystemLeadership(Leadership):
                 if member is not None and member.get("instance") == self.instance:
                     self._member_file.unlink(missing_ok=True)
         except OSError as exc:
-            raise LeadershipError(f"{self.path}: {exc.strerror or exc}") from exc
+            raise LeadershipError(describe(self.path, exc)) from exc

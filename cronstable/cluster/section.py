@@ -1,12 +1,17 @@
 """The ``cluster`` section of the Applier, and the gate the scheduler asks.
 
 * prepare: when the section changed, build the backend the revision names and
-  reach its store once (etcd answers, the shared directory is writable); a
-  store that cannot be used rejects the revision, naming the key.  An unchanged
+  reach its store once (etcd answers, the shared directory is writable).  A
+  store that *refuses* (a login or certificate etcd does not accept, a directory
+  this daemon may not write: :mod:`cronstable.store_errors`) rejects the
+  revision, naming the key; one that does not answer does not.  An unchanged
   section keeps the running backend (and its leadership).
 * commit: the new backend starts and the old one is stopped (its leadership
   released); every revision's job-set id goes into this node's membership
-  record.
+  record.  A backend whose store did not answer is committed *connecting*: it
+  does not campaign, so ``Leader`` jobs wait (``leadership_unknown``) while the
+  others run, and its :class:`~cronstable.store_link.StoreLink` tries the store
+  again with capped back-off; the first answer starts it, with no new revision.
 * discard: close the prepared backend.
 
 Without a ``cluster`` section, or with ``electLeader: false``, the gate lets
@@ -19,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -35,11 +41,25 @@ from cronstable.errors import KeyPath
 from cronstable.etcd import EtcdError, login_from_environment
 from cronstable.reconcile.plan import Plan
 from cronstable.redact import redact
+from cronstable.store_errors import fault_of
+from cronstable.store_link import StoreLink, retry_cap
 
 logger = logging.getLogger(__name__)
 
 _KEEP = object()
 """prepare's answer for an unchanged section: the running backend stays."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """prepare's answer when the store did not answer: the backend, committed connecting."""
+
+    leadership: Leadership
+    error: BaseException
+
+
+def _check_timeout(config: ClusterConfig) -> float:
+    return max(2.0, float(config.lease_ttl))
 
 
 def _store_key(config: ClusterConfig) -> KeyPath:
@@ -66,6 +86,8 @@ class ClusterSection:
         self.stats = LeadershipStats()
         self._stopping: set[asyncio.Task[None]] = set()
         self._released = False
+        self.link: StoreLink[Any] | None = None
+        """The store of the leadership in use: up, or connecting while it does not answer."""
         self.on_change: Callable[[], None] | None = None
         """Called when what this node sees of the leadership changed (wakes the scheduler)."""
         if registry is not None:
@@ -89,8 +111,10 @@ class ClusterSection:
         except (EtcdError, ValueError) as exc:
             raise ConfigError([desired.problem(where, redact(str(exc)))]) from exc
         try:
-            await asyncio.wait_for(leadership.check(), timeout=max(2.0, float(config.lease_ttl)))
+            await asyncio.wait_for(leadership.check(), timeout=_check_timeout(config))
         except (LeadershipError, TimeoutError) as exc:
+            if fault_of(exc) == "unreachable":
+                return _Waiting(leadership, exc)
             await leadership.close()
             reason = str(exc) or "no answer in time"
             raise ConfigError(
@@ -100,32 +124,84 @@ class ClusterSection:
 
     def commit(self, prepared: Any, desired: DesiredState) -> None:
         if prepared is not _KEEP:
-            old, self.leadership = self.leadership, prepared
+            waiting = prepared if isinstance(prepared, _Waiting) else None
+            new = waiting.leadership if waiting is not None else prepared
+            old, self.leadership = self.leadership, new
+            old_link, self.link = self.link, None
             self.config = desired.cluster
             if old is not None:
-                self._stop_later(old)
-            if isinstance(prepared, Leadership):
-                prepared.job_set_id = desired.job_set_id
-                prepared.on_change = self.on_change
-                prepared.start()
-                logger.info(
-                    "Cluster: node %s joins through %r (leaseTtl %s s, %s)",
-                    self.node_name,
-                    prepared,
-                    prepared.ttl,
-                    desired.cluster.distribution if desired.cluster else "",
-                )
+                self._stop_later(old, old_link)
+            if isinstance(new, Leadership):
+                new.job_set_id = desired.job_set_id
+                new.on_change = self.on_change
+                if waiting is None:
+                    self.link = StoreLink.up("cluster", new.backend, title="Cluster")
+                    self._join(new)
+                else:
+                    self._wait_for(new, waiting.error, desired.cluster)
             elif old is not None:
                 logger.info("Cluster: leader election is off; every job runs on this node")
         if self.leadership is not None:
             self.leadership.job_set_id = desired.job_set_id
 
+    def _join(self, leadership: Leadership) -> None:
+        leadership.start()
+        config = self.config
+        logger.info(
+            "Cluster: node %s joins through %r (leaseTtl %s s, %s)",
+            self.node_name,
+            leadership,
+            leadership.ttl,
+            config.distribution if config is not None else "",
+        )
+
+    def _wait_for(
+        self, leadership: Leadership, error: BaseException, config: ClusterConfig | None
+    ) -> None:
+        """Commit ``leadership`` connecting: it joins when its store first answers."""
+        assert config is not None
+
+        def answered(_: None) -> None:
+            if leadership is self.leadership and not self._released:
+                self._join(leadership)
+                if self.on_change is not None:
+                    self.on_change()
+
+        link: StoreLink[None] = StoreLink.waiting(
+            "cluster",
+            leadership.backend,
+            title="Cluster",
+            error=error,
+            probe=leadership.check,
+            on_up=answered,
+            timeout=_check_timeout(config),
+            cap=retry_cap(config.lease_ttl),
+        )
+        self.link = link
+        logger.warning(
+            "Cluster: the %s store does not answer (%s); node %s waits for it: Leader jobs "
+            "do not run meanwhile, PreferLeader and EveryNode jobs do (trying again with "
+            "back-off up to %g s)",
+            leadership.backend,
+            link.last_error,
+            self.node_name,
+            link.cap,
+        )
+        link.start()
+
     async def discard(self, prepared: Any) -> None:
-        if isinstance(prepared, Leadership):
+        if isinstance(prepared, _Waiting):
+            await prepared.leadership.close()
+        elif isinstance(prepared, Leadership):
             await prepared.close()
 
-    def _stop_later(self, leadership: Leadership) -> None:
-        task = asyncio.ensure_future(leadership.stop())
+    def _stop_later(self, leadership: Leadership, link: StoreLink[Any] | None) -> None:
+        async def stop() -> None:
+            if link is not None:
+                await link.close()
+            await leadership.stop()
+
+        task = asyncio.ensure_future(stop())
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
 
@@ -172,6 +248,8 @@ class ClusterSection:
     async def release(self) -> None:
         """Give up the leadership now (before the shutdown drain): Leader jobs stop here."""
         self._released = True
+        if self.link is not None:
+            await self.link.close()  # a store that answers now must not start it
         lead = self.leadership
         if lead is not None:
             await lead.stop()
@@ -198,7 +276,7 @@ class ClusterSection:
             "leader": seen.leader,
             "fence": lead.fence() if lead is not None else None,
             "leaseValidFor": lead.lease_valid_for() if lead is not None else None,
-            "unknownReason": lead.unknown_reason() if lead is not None else "not started",
+            "unknownReason": self._unknown_reason(lead),
             "nodeNameConflict": seen.conflict,
             "members": [
                 {
@@ -210,6 +288,8 @@ class ClusterSection:
                 for m in members
             ],
         }
+        if self.link is not None:
+            data["store"] = self.link.view()
         if config.distribution == "spread" and jobs is not None and seen.known:
             data["ownedJobs"] = sorted(
                 job.name
@@ -218,6 +298,15 @@ class ClusterSection:
                 and owner(job.name, seen.members) == self.node_name
             )
         return data
+
+    def _unknown_reason(self, lead: Leadership | None) -> str | None:
+        link = self.link
+        if link is not None and link.connecting:
+            return (
+                f"the {link.backend} store has not answered since {link.view()['since']}: "
+                f"{link.last_error}"
+            )
+        return lead.unknown_reason() if lead is not None else "not started"
 
 
 class _ClusterCollector(Collector):

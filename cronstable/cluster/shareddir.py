@@ -20,6 +20,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -32,8 +33,34 @@ FORMAT_VERSION = 1
 LOCK_POLL = 0.02
 
 
-class LockBusy(Exception):
-    """The directory's lock was not had within the time allowed; says where."""
+class LockBusy(TimeoutError):
+    """The directory's lock was not had within the time allowed; says where.  A timeout:
+    the directory (or whoever holds its lock) does not answer in time."""
+
+
+def usable(path: Path, timeout: float, subdirectories: tuple[str, ...] = ()) -> None:
+    """Prove ``path`` a directory this daemon can use: it exists (FileNotFoundError when
+    not: its share is not mounted yet), is a directory (NotADirectoryError), holds
+    ``subdirectories`` (made when missing) and its lock can be had within ``timeout``
+    (:class:`LockBusy`).  Other OSErrors say why it cannot be written."""
+    if not stat.S_ISDIR(os.stat(path).st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
+    for sub in subdirectories:
+        (path / sub).mkdir(exist_ok=True)
+    with locked(path, timeout):
+        pass
+
+
+def describe(path: Path, exc: OSError) -> str:
+    """What went wrong with the shared directory ``path``, in words."""
+    if isinstance(exc, LockBusy):
+        return str(exc)
+    named = str(exc.filename) if exc.filename is not None else str(path)
+    if isinstance(exc, FileNotFoundError) and named == str(path):
+        return f"{path} does not exist (is its share mounted?)"
+    if isinstance(exc, NotADirectoryError) and named == str(path):
+        return f"{path} is not a directory"
+    return f"{path}: {exc.strerror or exc}"
 
 
 @contextlib.contextmanager

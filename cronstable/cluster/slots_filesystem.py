@@ -17,10 +17,11 @@ from typing import Any, TypeVar
 from cronstable.cluster.shareddir import (
     CLOCK_SKEW,
     FORMAT_VERSION,
-    LockBusy,
+    describe,
     live,
     locked,
     read,
+    usable,
     write,
 )
 from cronstable.cluster.slots import Claim, Holder, SlotError, SlotStore, slot_name
@@ -53,15 +54,14 @@ class FilesystemSlots(SlotStore):
 
         try:
             return await asyncio.to_thread(run)
-        except LockBusy as exc:
-            raise SlotError(str(exc)) from None
-        except OSError as exc:
-            raise SlotError(f"{self.path}: {exc.strerror or exc}") from exc
+        except OSError as exc:  # LockBusy too
+            raise SlotError(describe(self.path, exc)) from exc
 
     async def check(self) -> None:
-        if not await asyncio.to_thread(self.path.is_dir):
-            raise SlotError(f"{self.path} is not a directory")
-        await self._locked(lambda: None)
+        try:
+            await asyncio.to_thread(usable, self.path, max(0.5, self.ttl / 4), ("slots",))
+        except OSError as exc:
+            raise SlotError(describe(self.path, exc)) from exc
 
     async def claim(self, jobs: Sequence[str]) -> dict[str, Claim]:
         return await self._locked(lambda: {job: self._claim(job) for job in jobs})

@@ -1112,7 +1112,8 @@ class ClusterFilesystem(Model):
     """A directory every node mounts (NFS, CephFS); host clocks must agree within 1 s."""
 
     path: AbsolutePath
-    """Absolute path of the shared directory (it must exist)."""
+    """Absolute path of the shared directory: point it inside the share, not at its mount
+    point; while it does not exist (the share not mounted yet) the node waits for it."""
 
 
 class ClusterConfig(Model):

@@ -74,6 +74,10 @@ class DaemonControl:
         """What ``GET /cluster`` shows (set by whoever adds the cluster section)."""
         self.state: Callable[[], dict[str, Any]] | None = None
         """What ``/status`` shows of durable state (set by whoever adds the state section)."""
+        self.stores: Callable[[], dict[str, dict[str, Any]]] | None = None
+        """The stores the sections use, by name (``cluster``, ``slots``, ``state``): what
+        ``/status`` shows of each (:meth:`cronstable.store_link.StoreLink.view`); a store
+        ``connecting`` makes the daemon not ready."""
         self.start_check: Callable[[Job], Awaitable[str | None]] | None = None
         """Asked before a start on request: why it would be refused (a cluster slot held
         by another node); None lets it start."""
@@ -87,6 +91,14 @@ class DaemonControl:
         """None when ready; otherwise why not."""
         if self.applier.status.applied is None:
             return "no configuration revision has been applied yet"
+        waiting = [
+            f"the {name} store ({store['backend']}) has not answered since {store['since']}"
+            f" ({store['lastError']}); retrying"
+            for name, store in self._stores().items()
+            if store.get("state") == "connecting"
+        ]
+        if waiting:
+            return "; ".join(waiting)
         source = self.source
         window = source.contact_window() if source is not None else None
         if source is None or window is None:
@@ -148,7 +160,11 @@ class DaemonControl:
             "lastRejected": _record_json(rejected, errors=True),
             "jobs": jobs,
             "state": self.state() if self.state is not None else {"enabled": False},
+            "stores": self._stores(),
         }
+
+    def _stores(self) -> dict[str, dict[str, Any]]:
+        return self.stores() if self.stores is not None else {}
 
     def runs(self, name: str) -> list[dict[str, Any]]:
         """Running runs first, then finished ones newest first; KeyError for an unknown job."""

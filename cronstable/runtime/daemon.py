@@ -2,7 +2,9 @@
 
 * Start: the source's first snapshot is loaded, planned and applied; if it is
   invalid the daemon exits 1 with every error.  A source whose origin is down
-  starts from its cached last good revision.
+  starts from its cached last good revision.  A cluster or state store that
+  does not answer is no reason to exit: its section is applied connecting and
+  waits for it (:mod:`cronstable.store_link`); only one that refuses rejects.
 * Each new revision the source yields is reconciled (load → plan → two-phase
   apply); a rejected one is logged with every error and the running revision
   stays.  SIGHUP asks the source to look now (yacron dies on SIGHUP).

@@ -24,6 +24,23 @@ launches anyway (as if stateless; a WARNING when the store first fails, INFO whe
 it answers again), ``fail-closed`` skips the launch (reason ``state_unavailable``).
 Every ambiguous record at restart settles rather than runs: the bias is toward no
 run over a double run.
+
+A store that did not answer when the daemon started is used *waiting*
+(:meth:`StateKeeper.use` with ``waiting``): it counts as unavailable from the
+first launch (``onStoreUnavailable`` decides at once, with no wait), and records
+are queued but not written.  When it first answers, :meth:`StateKeeper.came_up`
+restores what the previous daemon left, read before any of this daemon's records
+is written, as a start would, except that what this daemon did meanwhile wins:
+
+* a key this daemon already queued a value for (the last fire of a job it fired
+  or skipped, a retry it armed or settled) keeps this daemon's value: that fire
+  is not resumed, that retry not re-armed;
+* a pending retry of a job that started a run here meanwhile is settled
+  (``superseded_by_run``): a newer run came first;
+* the rest is restored as at a start (a missed fire still within
+  ``startingDeadlineSeconds``, judged now, runs once; a pending retry is re-armed;
+  a run still alive is adopted; the previous runs go before this daemon's in the
+  history, which is then written whole).
 """
 
 from __future__ import annotations
@@ -119,18 +136,59 @@ class StateKeeper:
         self.last_error: str | None = None
         self._dirty_history: set[str] = set()
         self._history_task: asyncio.Task[None] | None = None
+        self._queued_meanwhile: set[str] = set()
+        """Last-fire and retry keys this daemon queued while its store had not answered
+        yet (at most two a job)."""
+        self._ran_meanwhile: set[str] = set()
+        """Jobs that started a run here while the store had not answered yet."""
+        self._running_meanwhile: set[str] = set()
+        """Records of runs going now that started while the store had not answered yet."""
 
     # ------------------------------------------------------------ the store in use
 
-    def use(self, store: StateStore | None, policy: Policy = "degrade") -> StateStore | None:
+    def use(
+        self, store: StateStore | None, policy: Policy = "degrade", *, waiting: str | None = None
+    ) -> StateStore | None:
         """Write to ``store`` from now on (None: stop keeping state); the previous store,
-        for the caller to close once :meth:`retire` flushed its queue."""
+        for the caller to close once :meth:`retire` flushed its queue.  ``waiting``: why
+        ``store`` has not answered yet; records are queued, not written, until
+        :meth:`came_up`."""
         old = self.store
         self.store, self.policy = store, policy
-        self.writer = Writer(store, on_result=self._written) if store is not None else None
+        self.writer = (
+            Writer(store, on_result=self._written, held=waiting is not None)
+            if store is not None
+            else None
+        )
+        self._queued_meanwhile.clear()
+        self._ran_meanwhile.clear()
+        self._running_meanwhile.clear()
+        if waiting is not None:
+            self.available, self.last_error = False, redact(waiting)
+        elif store is not None:
+            self.available, self.last_error = True, None  # it answered when prepared
         if store is not None and self._history_task is None:
             self._history_task = asyncio.create_task(self._history_rounds(), name="state-history")
         return old
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the store in use has not answered yet (records wait in memory)."""
+        return self.writer is not None and self.writer.held
+
+    def came_up(self, records: Mapping[str, Record | None] | None, now: datetime) -> None:
+        """The store waited for answers: restore ``records`` (this node's, read before any
+        record of this daemon's was written; None: nothing to restore) with the rules of
+        the module docstring, then write what was queued meanwhile."""
+        if records is not None:
+            self.restore(records, now)
+            self._flush_history()  # a merged history replaces the one queued meanwhile
+        self.available, self.last_error = True, None
+        self._queued_meanwhile.clear()
+        self._ran_meanwhile.clear()
+        self._running_meanwhile.clear()
+        if self.writer is not None:
+            self.writer.release()
 
     async def retire(self, writer: Writer | None) -> None:
         if writer is not None:
@@ -166,6 +224,7 @@ class StateKeeper:
             "backend": self.store.backend,
             "node": self.node,
             "onStoreUnavailable": self.policy,
+            "connecting": self.waiting,
             "available": self.available,
             "lastError": self.last_error,
             "queued": self.writer.queued() if self.writer is not None else 0,
@@ -177,6 +236,10 @@ class StateKeeper:
     def _submit(self, key_text: str, record: Record | None) -> asyncio.Future[bool] | None:
         if self.writer is None:
             return None
+        if self.writer.held and key_text.startswith(
+            (self._key("fires") + "/", self._key("retries") + "/")
+        ):
+            self._queued_meanwhile.add(key_text)
         return self.writer.submit(key_text, record)
 
     def _written(self, ok: bool, error: str | None) -> None:
@@ -258,36 +321,40 @@ class StateKeeper:
 
     async def _reboot(self, job: Job) -> str | None:
         """Once per boot (and job digest) on this host; once per digest in the cluster
-        for a ``Leader`` job under leader election.  Recorded before the launch."""
+        for a ``Leader`` job under leader election.  Recorded before the launch.  When the
+        store cannot tell, ``onStoreUnavailable`` decides, and a run it lets start has its
+        marker queued for when the store answers."""
         store = self.store
         assert store is not None
         now = utc_text(datetime.now(UTC))
-        try:
-            if self._once_per_cluster(job):
-                marker = key("cluster", "reboot", job.name)
-                held = await store.get(marker)
-                if held is not None and held.get("digest") == job.digest:
-                    return self._ran_before(job, f"in the cluster (by node {held.get('node')})")
-                await store.put(
-                    marker, {"job": job.name, "digest": job.digest, "node": self.node, "at": now}
-                )
-                return None
-            if self.boot is None:
-                return None  # no boot id here: every start is a boot
+        cluster = self._once_per_cluster(job)
+        if cluster:
+            marker = key("cluster", "reboot", job.name)
+            mine: Record = {"job": job.name, "digest": job.digest, "node": self.node, "at": now}
+        elif self.boot is None:
+            return None  # no boot id here: every start is a boot
+        else:
             marker = self._key("reboot", job.name)
-            held = await store.get(marker)
-            if held is not None and (held.get("bootId"), held.get("digest")) == (
-                self.boot,
-                job.digest,
-            ):
-                return self._ran_before(job, "in this boot")
-            await store.put(
-                marker, {"job": job.name, "digest": job.digest, "bootId": self.boot, "at": now}
-            )
-        except (StateError, TimeoutError) as exc:
-            self._written(False, str(exc) or "no answer in time")
-            return self._unavailable("the @reboot run", job)
-        return None
+            mine = {"job": job.name, "digest": job.digest, "bootId": self.boot, "at": now}
+        if self.available:  # not while the store is known not to answer
+            try:
+                held = await store.get(marker)
+                if cluster and held is not None and held.get("digest") == job.digest:
+                    return self._ran_before(job, f"in the cluster (by node {held.get('node')})")
+                if (
+                    not cluster
+                    and held is not None
+                    and (held.get("bootId"), held.get("digest")) == (self.boot, job.digest)
+                ):
+                    return self._ran_before(job, "in this boot")
+                await store.put(marker, mine)
+                return None
+            except (StateError, TimeoutError) as exc:
+                self._written(False, str(exc) or "no answer in time")
+        refused = self._unavailable("the @reboot run", job)
+        if refused is None:
+            self._submit(marker, mine)  # it runs: say so once the store answers
+        return refused
 
     def _once_per_cluster(self, job: Job) -> bool:
         """A ``Leader`` @reboot job under leader election, on a store the nodes share (on a
@@ -347,8 +414,14 @@ class StateKeeper:
     # ------------------------------------------------------------ RunListener
 
     def run_started(self, run: RunStart) -> None:
-        if self.writer is None or run.pid is None:
+        if self.writer is None:
             return
+        if self.writer.held:
+            self._ran_meanwhile.add(run.job)
+        if run.pid is None:
+            return
+        if self.writer.held:
+            self._running_meanwhile.add(self._key("running", run.id))
         job = self.scheduler.job(run.job)
         ticks = process_start_ticks(run.pid)
         self._submit(
@@ -371,7 +444,13 @@ class StateKeeper:
     def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
         if self.writer is None:
             return
-        self._submit(self._key("running", run.id), None)
+        running = self._key("running", run.id)
+        if running in self._running_meanwhile:
+            # started and ended while nothing was written: the store never had it
+            self._running_meanwhile.discard(running)
+            self.writer.forget(running)
+        else:
+            self._submit(running, None)
         self._dirty_history.add(run.job)
 
     # ------------------------------------------------------------ the run history
@@ -406,14 +485,16 @@ class StateKeeper:
         for full, record in by_kind.get("running", {}).items():
             self._restore_run(full, record)
         for full, record in by_kind.get("fires", {}).items():
-            self._restore_fire(full, record)
+            if full not in self._queued_meanwhile:  # this daemon handled a fire since
+                self._restore_fire(full, record)
         booted = {
             str(record.get("job")): (record.get("bootId"), record.get("digest"))
             for record in by_kind.get("reboot", {}).values()
             if record is not None
         }
         for full, record in by_kind.get("retries", {}).items():
-            self._restore_retry(full, record, now, booted)
+            if full not in self._queued_meanwhile:  # this daemon armed or settled one since
+                self._restore_retry(full, record, now, booted)
 
     def _restore_history(self, record: Record | None) -> None:
         if record is None or not isinstance(record.get("runs"), list):
@@ -421,7 +502,10 @@ class StateKeeper:
         job = str(record.get("job"))
         runs = [run for item in record["runs"] if (run := FinishedRun.from_json(item)) is not None]
         if self.scheduler.has_job(job) and runs:
+            late = bool(self.history.finished(job))
             self.history.restore(job, runs)
+            if late:  # runs of this daemon's came first: write the merged history
+                self._dirty_history.add(job)
 
     def _restore_run(self, full: str, record: Record | None) -> None:
         adopted = False
@@ -499,6 +583,8 @@ class StateKeeper:
             why = "disabled"
         elif record.get("digest") != job.digest:
             why = "redefined"
+        elif name in self._ran_meanwhile:
+            why = "superseded_by_run"  # the store answered late; a newer run came first
         elif not_before is None or scheduled is None or not isinstance(count, int):
             why = "malformed"
         elif (

@@ -9,6 +9,11 @@ came meanwhile) and the task backs off (:data:`BACKOFF_FIRST` doubling to
 :data:`BACKOFF_MAX`) before it tries again, so an outage loses no record that
 was not superseded.  At most :data:`MAX_QUEUED` keys wait; past that the oldest
 is dropped with a warning.
+
+A writer made *held* queues without writing until :meth:`Writer.release`: the
+state keeper holds its writes while it waits for a store that has not answered
+yet, so the records a previous daemon left are read before any of this one's
+replaces them.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class Writer:
         *,
         on_result: Callable[[bool, str | None], None] | None = None,
         max_queued: int = MAX_QUEUED,
+        held: bool = False,
     ) -> None:
         self.store = store
         self.on_result = on_result
@@ -44,8 +50,20 @@ class Writer:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._open = asyncio.Event()
+        if not held:
+            self._open.set()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+
+    @property
+    def held(self) -> bool:
+        """Whether writes wait for :meth:`release`."""
+        return not self._open.is_set()
+
+    def release(self) -> None:
+        """Write what is queued, and every record from now on."""
+        self._open.set()
 
     def submit(self, key: str, record: Record | None) -> asyncio.Future[bool]:
         """Queue ``record`` (None: remove) for ``key``; the future says whether it (or a
@@ -71,6 +89,15 @@ class Writer:
     def queued(self) -> int:
         return len(self._queued)
 
+    def forget(self, key: str) -> None:
+        """Drop what is queued for ``key`` unwritten (a held writer's record that came and
+        went before anything was written: the store never had it)."""
+        waiting = self._queued.pop(key, None)
+        if waiting is not None:
+            _settle(waiting[1], False)
+        if not self._queued and self.held:
+            self._idle.set()
+
     async def _write(self, key: str, record: Record | None) -> None:
         if record is None:
             await asyncio.wait_for(self.store.delete(key), timeout=OP_TIMEOUT)
@@ -80,6 +107,9 @@ class Writer:
     async def _run(self) -> None:
         backoff = BACKOFF_FIRST
         while not self._closing:
+            if not self._open.is_set():
+                await self._open.wait()
+                continue
             if not self._queued:
                 self._idle.set()
                 self._wake.clear()
@@ -114,7 +144,10 @@ class Writer:
                 logger.exception("State: a write listener failed")
 
     async def flush(self, *, within: float) -> bool:
-        """Wait until nothing is queued (at most ``within`` seconds); whether it emptied."""
+        """Wait until nothing is queued (at most ``within`` seconds); whether it emptied.
+        A held writer does not wait: it writes nothing until released."""
+        if self.held:
+            return not self._queued
         try:
             await asyncio.wait_for(self._idle.wait(), timeout=within)
         except TimeoutError:
