@@ -162,6 +162,34 @@ async def test_a_body_trickled_past_body_timeout_gets_408_and_the_connection_clo
 
 
 @pytest.mark.asyncio
+async def test_a_refused_request_whose_body_keeps_coming_is_closed_within_body_timeout(
+    stack: Stack,
+) -> None:
+    """aiohttp drains the unread rest of a refused body before it closes, 10 s by default:
+    here never longer than bodyTimeout (1.5 s), however long the sender keeps trickling."""
+    unsigned = {k: v for k, v in SIGNED.items() if k != "X-Hub-Signature-256"}
+    connection = await headers_only(stack.url(), unsigned, 1000)
+    try:
+        answer = await connection.answer(timeout=5)
+        assert answer.status == 401
+        started = time.monotonic()
+        closed = False
+        while time.monotonic() - started < 8:
+            try:
+                await connection.send(b" ")
+            except ConnectionError:
+                closed = True
+                break
+            if connection.reader.at_eof():
+                closed = True
+                break
+            await asyncio.sleep(0.1)
+        assert closed, "the daemon kept reading a refused body for 8 s"
+    finally:
+        await connection.close()
+
+
+@pytest.mark.asyncio
 async def test_other_routes_read_small_bodies_and_refuse_big_ones(stack: Stack) -> None:
     base = stack.url()
     token = {"Authorization": "Bearer t0ken"}

@@ -37,12 +37,25 @@ SERVER_NAME = "cronstable"
 """The ``Server`` header of every answer the low-level protocol makes itself."""
 
 
+LINGERING_TIME = 10.0
+"""aiohttp's own lingering time, the most a refused body's rest is drained for."""
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionSettings:
-    """What a revision sets about new connections (``web.keepAliveTimeout``, ``headerTimeout``)."""
+    """What a revision sets about new connections (``web.keepAliveTimeout``, ``headerTimeout``,
+    ``bodyTimeout``)."""
 
     keep_alive_timeout: float = 15.0
     header_timeout: float = 10.0
+    body_timeout: float = 30.0
+
+    @property
+    def lingering_time(self) -> float:
+        """Seconds the unread rest of a refused request's body is read and dropped before the
+        connection closes (so the client sees the answer): aiohttp's 10 s, never more than
+        ``bodyTimeout``."""
+        return min(LINGERING_TIME, self.body_timeout)
 
 
 def parse_problem(exc: BaseException | None) -> str:
@@ -74,6 +87,7 @@ class Connection(web.RequestHandler):
             manager,
             loop=loop,
             keepalive_timeout=settings.keep_alive_timeout,
+            lingering_time=settings.lingering_time,
             access_log=None,  # type: ignore[arg-type]  # None: no access log (as AppRunner's)
         )
         self._slot = slot

@@ -254,7 +254,9 @@ class WebSection:
             web_config.mode,
             web_config,
             mtimes,
-            ConnectionSettings(web_config.keep_alive_timeout, web_config.header_timeout),
+            ConnectionSettings(
+                web_config.keep_alive_timeout, web_config.header_timeout, web_config.body_timeout
+            ),
         )
         if problems:
             await self.discard(prepared)
