@@ -1,0 +1,105 @@
+"""Builds the exec shim (cronstable/runtime/shim/cronstable-exec.c) with the package.
+
+Everything else about the package is in pyproject.toml.  The shim is the small C
+program jobs are started from, so that a job's maxRss is its own and not the
+daemon's (cronstable/runtime/exec_shim.py).  It is compiled by ``build_py``: into
+the build directory for a wheel (which is then tagged for this platform), into the
+source tree for an editable install (``pip install -e .``).  Without a working C
+compiler the package installs without it, and the daemon says so when it starts.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from setuptools import Distribution, setup
+from setuptools.command.bdist_wheel import bdist_wheel
+from setuptools.command.build_py import build_py
+
+HERE = Path(__file__).resolve().parent
+SHIM_PACKAGE_DIR = Path("cronstable", "runtime", "shim")
+SHIM_NAME = "cronstable-exec"
+CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra"]
+
+
+def compile_shim(source: Path, target: Path) -> bool:
+    """Compile the shim to ``target``: static where the C library allows it (an exec
+    without the dynamic loader is faster), else dynamic.  False without a compiler."""
+    compiler = shlex.split(os.environ.get("CC", "cc"))
+    if not compiler or shutil.which(compiler[0]) is None:
+        print(
+            f"cronstable: no C compiler ({compiler[0] if compiler else 'CC'}): "
+            "the exec shim is not built",
+            file=sys.stderr,
+        )
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        built = Path(tmp, SHIM_NAME)
+        errors = ""
+        for link in (["-static"], []):
+            done = subprocess.run(
+                [*compiler, *CFLAGS, *link, "-o", str(built), str(source)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode == 0:
+                os.replace(built, target)  # atomic: a running daemon never sees half a file
+                os.chmod(target, 0o755)
+                return True
+            errors = done.stderr
+        print(f"cronstable: the exec shim did not compile:\n{errors}", file=sys.stderr)
+        return False
+
+
+class BuildWithShim(build_py):
+    """build_py, plus the exec shim."""
+
+    def run(self) -> None:
+        super().run()
+        source = HERE / SHIM_PACKAGE_DIR / f"{SHIM_NAME}.c"
+        if self.editable_mode:
+            compile_shim(source, HERE / SHIM_PACKAGE_DIR / SHIM_NAME)
+        else:
+            compile_shim(source, Path(self.build_lib) / SHIM_PACKAGE_DIR / SHIM_NAME)
+
+    def get_outputs(self, include_bytecode: bool = True) -> list[str]:
+        outputs = super().get_outputs(include_bytecode)
+        built = Path(self.build_lib) / SHIM_PACKAGE_DIR / SHIM_NAME
+        if not self.editable_mode and built.exists():
+            outputs.append(str(built))
+        return outputs
+
+
+class WithCompiledCode(Distribution):
+    """A distribution holding a compiled program: built as platform code (platlib)."""
+
+    def has_ext_modules(self) -> bool:
+        return True
+
+
+class PlatformWheel(bdist_wheel):
+    """The wheel is for this platform, any Python 3 (the shim uses no Python ABI)."""
+
+    def get_tag(self) -> tuple[str, str, str]:
+        _, _, platform = super().get_tag()
+        return "py3", "none", platform
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["shim"]:
+    # `make` in a checkout: the shim beside its source, as an editable install builds it;
+    # without a compiler that is said, and the daemon falls back (exit 0 either way)
+    compile_shim(HERE / SHIM_PACKAGE_DIR / f"{SHIM_NAME}.c", HERE / SHIM_PACKAGE_DIR / SHIM_NAME)
+    sys.exit(0)
+
+setup(
+    distclass=WithCompiledCode,
+    cmdclass={"build_py": BuildWithShim, "bdist_wheel": PlatformWheel},
+)
