@@ -28,9 +28,26 @@ SHIM_NAME = "cronstable-exec"
 CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra"]
 
 
-def compile_shim(source: Path, target: Path) -> bool:
-    """Compile the shim to ``target``: static where the C library allows it (an exec
-    without the dynamic loader is faster), else dynamic.  False without a compiler."""
+# the builds tried in turn: the one without a C library (Linux on x86_64 and aarch64;
+# the source refuses it elsewhere), then the C library's, static, then dynamic
+SHIM_BUILDS = (
+    [
+        "-DCRONSTABLE_EXEC_RAW",
+        "-static",
+        "-nostdlib",
+        "-fno-stack-protector",
+        "-fno-builtin",
+        "-fno-pie",
+        "-no-pie",
+    ],
+    ["-static"],
+    [],
+)
+
+
+def compile_shim(source: Path, target: Path, builds: tuple[list[str], ...] = SHIM_BUILDS) -> bool:
+    """Compile the shim to ``target`` with the first of ``builds`` that works.
+    False (and a line saying why) without a working C compiler."""
     compiler = shlex.split(os.environ.get("CC", "cc"))
     if not compiler or shutil.which(compiler[0]) is None:
         print(
@@ -43,20 +60,43 @@ def compile_shim(source: Path, target: Path) -> bool:
     with tempfile.TemporaryDirectory() as tmp:
         built = Path(tmp, SHIM_NAME)
         errors = ""
-        for link in (["-static"], []):
+        for flags in builds:
             done = subprocess.run(
-                [*compiler, *CFLAGS, *link, "-o", str(built), str(source)],
+                [*compiler, *CFLAGS, *flags, "-o", str(built), str(source)],
                 capture_output=True,
                 text=True,
                 check=False,
             )
-            if done.returncode == 0:
+            if done.returncode == 0 and _runs(built):
                 os.replace(built, target)  # atomic: a running daemon never sees half a file
                 os.chmod(target, 0o755)
                 return True
             errors = done.stderr
         print(f"cronstable: the exec shim did not compile:\n{errors}", file=sys.stderr)
         return False
+
+
+def _runs(shim: Path) -> bool:
+    """Whether a built shim starts ``true`` and says so (a build can link and not run)."""
+    read_end, write_end = os.pipe()
+    try:
+        probe = subprocess.run(
+            [str(shim), str(write_end), "-", "true"],
+            pass_fds=(write_end,),
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+        os.close(write_end)
+        write_end = -1
+        said = os.read(read_end, 256)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+    return probe.returncode == 0 and said.startswith(b"started ") and b"\nended " in said
 
 
 class BuildWithShim(build_py):
@@ -97,9 +137,8 @@ if __name__ == "__main__" and sys.argv[1:] == ["shim"]:
     # `make` in a checkout: the shim beside its source, as an editable install builds it;
     # without a compiler that is said, and the daemon falls back (exit 0 either way)
     compile_shim(HERE / SHIM_PACKAGE_DIR / f"{SHIM_NAME}.c", HERE / SHIM_PACKAGE_DIR / SHIM_NAME)
-    sys.exit(0)
-
-setup(
-    distclass=WithCompiledCode,
-    cmdclass={"build_py": BuildWithShim, "bdist_wheel": PlatformWheel},
-)
+elif __name__ == "__main__":  # (the build backend runs this file as __main__ too)
+    setup(
+        distclass=WithCompiledCode,
+        cmdclass={"build_py": BuildWithShim, "bdist_wheel": PlatformWheel},
+    )

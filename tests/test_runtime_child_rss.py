@@ -5,18 +5,26 @@ exec'd it; spawned straight from a daemon that once held 500 MB, ``echo`` report
 those 500 MB (issue 15).  These tests run real processes from a parent that really
 holds 500 MB (this test process, and in the last one a real daemon that loaded a
 large configuration), and check every other thing the shim must keep as it was:
-exit codes and signals, spawn errors, killing the group, no leaked descriptors.
+exit codes and signals, spawn errors, the job's ids, killing the group, no leaked
+descriptors.  The cases that depend on the shim's code run against both of its
+builds: the one installed here (no C library, on Linux x86_64/aarch64) and the C
+library one that other systems get, compiled for the test by setup.py's own code.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
+import pwd
 import resource
+import shutil
 import signal
 import socket
+import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +36,7 @@ import yaml
 from cronstable.config import Job, MemoryTree, load
 from cronstable.runtime import exec_shim
 from cronstable.runtime.child import spawn
+from cronstable.runtime.identity import Identity
 from cronstable.runtime.process import JobProcess, RunResult
 from tests.daemon_proc import DaemonProcess, http, wait_for, write_config
 
@@ -35,6 +44,7 @@ pytestmark = pytest.mark.timeout(60)
 async_test = pytest.mark.asyncio
 
 PY = sys.executable
+REPO = Path(__file__).resolve().parent.parent
 SCHEDULED = datetime(2026, 3, 8, 7, 0, tzinfo=UTC)
 MiB = 1024 * 1024
 ALLOCATE_50MB = "import time; block = b'x' * (50 * 1024 * 1024); time.sleep(0.05)"
@@ -68,6 +78,41 @@ def parent_at_500mb() -> Iterator[None]:
     del block
 
 
+def _setup_module() -> Any:
+    spec = importlib.util.spec_from_file_location("cronstable_setup", REPO / "setup.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # (setup() runs only as __main__)
+    return module
+
+
+@pytest.fixture(scope="module")
+def libc_shim() -> Iterator[str]:
+    """The shim's C library build (what a system other than Linux x86_64/aarch64 gets),
+    in a directory any user may reach (jobs may run as nobody)."""
+    setup_py = _setup_module()
+    directory = Path(tempfile.mkdtemp(prefix="cronstable-libc-shim-"))
+    directory.chmod(0o755)
+    target = directory / exec_shim.SHIM_NAME
+    try:
+        assert setup_py.compile_shim(Path(exec_shim.SHIM_SOURCE), target, (["-static"], []))
+        yield str(target)
+    finally:
+        shutil.rmtree(directory)
+
+
+@pytest.fixture(params=["installed", "libc"])
+def shim(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each build in turn, as the one spawn() finds."""
+    installed = exec_shim.shim_path()
+    assert installed is not None, "the exec shim is not built"
+    if request.param == "installed":
+        return installed
+    path: str = request.getfixturevalue("libc_shim")
+    monkeypatch.setattr(exec_shim, "shim_path", lambda: path)
+    return path
+
+
 # ------------------------------------------------------------------ the shim in use
 
 
@@ -82,10 +127,15 @@ def test_the_exec_shim_is_built_here() -> None:
     assert os.path.getmtime(path) >= os.path.getmtime(exec_shim.SHIM_SOURCE), (
         "the exec shim is older than its source: run `make` again"
     )
+    if sys.platform == "linux" and os.uname().machine in ("x86_64", "aarch64"):
+        # the build without a C library (a C library's start-up would double the cost
+        # of every job start): small, and naming no C library function
+        assert os.path.getsize(path) < 100_000, os.path.getsize(path)
+        assert b"__libc_start_main" not in Path(path).read_bytes()
 
 
 @async_test
-async def test_jobs_start_from_the_shim_and_lead_a_session_of_their_own() -> None:
+async def test_jobs_start_from_the_shim_and_lead_a_session_of_their_own(shim: str) -> None:
     probe = (
         "import os; print(os.getpid(), os.getpgid(0), os.getsid(0), "
         "open(f'/proc/{os.getppid()}/comm').read().strip())"
@@ -93,7 +143,7 @@ async def test_jobs_start_from_the_shim_and_lead_a_session_of_their_own() -> Non
     result = await run(make_job([PY, "-c", probe], captureStdout=True))
     assert result.returncode == 0, result
     pid, pgid, sid, parent = (result.stdout or "").split()
-    assert parent == exec_shim.SHIM_NAME
+    assert parent == Path(shim).name
     # the run's pid is the command's, and its group and session are the run's own
     assert int(pid) == int(pgid) == int(sid) == result.pid
 
@@ -103,7 +153,7 @@ async def test_jobs_start_from_the_shim_and_lead_a_session_of_their_own() -> Non
 
 @async_test
 async def test_echo_reports_its_own_memory_after_the_parent_held_500mb(
-    parent_at_500mb: None,
+    parent_at_500mb: None, shim: str
 ) -> None:
     result = await run(make_job(["echo", "hi"], captureStdout=True))
     assert result.returncode == 0 and result.stdout == "hi"
@@ -117,7 +167,7 @@ async def test_echo_reports_its_own_memory_after_the_parent_held_500mb(
 
 @async_test
 async def test_a_job_that_allocates_50mb_reports_50mb_not_the_parents_500(
-    parent_at_500mb: None,
+    parent_at_500mb: None, shim: str
 ) -> None:
     for command in (
         [PY, "-c", ALLOCATE_50MB],
@@ -133,7 +183,7 @@ async def test_a_job_that_allocates_50mb_reports_50mb_not_the_parents_500(
 
 
 @async_test
-async def test_exit_codes_and_signals_are_the_commands() -> None:
+async def test_exit_codes_and_signals_are_the_commands(shim: str) -> None:
     assert (await run(make_job("exit 3"))).returncode == 3
     assert (await run(make_job("kill -TERM $$"))).returncode == -signal.SIGTERM
     assert (await run(make_job("kill -KILL $$"))).returncode == -signal.SIGKILL
@@ -151,7 +201,7 @@ def core_files(directory: Path) -> list[Path]:
 
 @async_test
 async def test_a_command_killed_by_sigsegv_is_minus_11_and_the_shim_dumps_no_core(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shim: str
 ) -> None:
     pattern = core_pattern()
     if pattern.startswith("|") or "/" in pattern:
@@ -176,7 +226,7 @@ async def test_a_command_killed_by_sigsegv_is_minus_11_and_the_shim_dumps_no_cor
 
 
 @async_test
-async def test_a_run_killed_after_kill_timeout_still_has_its_figures() -> None:
+async def test_a_run_killed_after_kill_timeout_still_has_its_figures(shim: str) -> None:
     # the group gets SIGTERM, then SIGKILL: the shim is outside it, reaps the
     # command and reports on it (a shim in the group would die with it, unheard)
     job = make_job(
@@ -193,6 +243,51 @@ async def test_a_run_killed_after_kill_timeout_still_has_its_figures() -> None:
     assert result.cpu_seconds is not None and result.cpu_seconds > 0
 
 
+# ------------------------------------------------------------------ the job's ids
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch ids")
+@async_test
+async def test_the_shim_takes_the_jobs_user_and_groups(shim: str) -> None:
+    nobody = pwd.getpwnam("nobody")
+    identity = Identity(nobody.pw_uid, nobody.pw_gid, (nobody.pw_gid, 1, 2))
+    child, readers = await spawn(
+        ["sh", "-c", "id -u; id -g; id -G"],
+        env=os.environ,
+        capture=[1],
+        reader_limit=1024,
+        identity=identity,
+    )
+    out = (await readers[1].read()).decode().split("\n")
+    await child.exited
+    child.close()
+    assert child.returncode == 0
+    assert out[:2] == [str(nobody.pw_uid), str(nobody.pw_gid)]
+    assert sorted(map(int, out[2].split())) == sorted({nobody.pw_gid, 1, 2})
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a process as nobody")
+def test_a_switch_the_shim_may_not_make_is_popens_error(shim: str) -> None:
+    # the shim run by a daemon that is nobody, asked for root: setreuid fails in the
+    # setup stage, which Popen reports without a file name
+    read_end, write_end = os.pipe()
+    done = subprocess.run(
+        [shim, str(write_end), "0:0:", "true"],
+        pass_fds=(write_end,),
+        user="nobody",
+        timeout=10,
+        check=False,
+    )
+    os.close(write_end)
+    line = os.read(read_end, 256)
+    os.close(read_end)
+    assert (done.returncode, line) == (127, b"failed 1 setup\n")
+    answer = exec_shim.parse_first(line.rstrip(b"\n"))
+    assert isinstance(answer, exec_shim.Failed)
+    error = answer.error("true")
+    assert (type(error), str(error)) == (PermissionError, "[Errno 1] Operation not permitted")
+
+
 # ------------------------------------------------------------------ spawn errors
 
 
@@ -203,7 +298,7 @@ async def _spawn_error(argv: list[str], env: dict[str, str], direct: bool) -> st
 
 
 @async_test
-async def test_spawn_errors_are_the_ones_popen_raises(tmp_path: Path) -> None:
+async def test_spawn_errors_are_the_ones_popen_raises(tmp_path: Path, shim: str) -> None:
     not_executable = tmp_path / "not-executable"
     not_executable.write_text("#!/bin/sh\n")
     garbage = tmp_path / "garbage"
@@ -252,7 +347,7 @@ def open_fds() -> int:
 
 
 @async_test
-async def test_no_descriptor_outlives_its_run() -> None:
+async def test_no_descriptor_outlives_its_run(shim: str) -> None:
     await run(make_job(["true"]))  # the loop's own descriptors exist from here on
     before = open_fds()
     for _ in range(5):

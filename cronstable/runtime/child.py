@@ -256,6 +256,7 @@ async def spawn(
     stdin: bytes | None = None,
     identity: Identity | None = None,
     direct: bool = False,
+    shim: str | None = None,
 ) -> tuple[Child, dict[int, asyncio.StreamReader]]:
     """Start ``argv`` in a session of its own; readers of ``capture``.
 
@@ -264,12 +265,15 @@ async def spawn(
     command runs as (None: the daemon's).
 
     ``capture`` names the descriptors (1, 2) to pipe; the others are inherited.
-    The command is started through the exec shim where it is built, unless
-    ``direct``.  Raises what :class:`subprocess.Popen` raises when the command
+    The command is started through the exec shim where it is built (``shim``: another
+    build of it), unless ``direct``.  Raises what :class:`subprocess.Popen` raises when the command
     cannot start, with the same errno and message whichever way it was spawned.
     """
     loop = asyncio.get_running_loop()
-    shim = None if direct else exec_shim.shim_path()
+    if direct:
+        shim = None
+    elif shim is None:
+        shim = exec_shim.shim_path()
     if shim is None:
         popen = _popen(list(argv), env, capture, stdin, identity, new_session=True)
         child = Child(popen, loop)
