@@ -6,6 +6,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 EXAMPLE := examples/gitops-repo
+# the exec shim jobs are started from (cronstable/runtime/exec_shim.py): built by
+# `pip install`, and again here whenever its source is newer (not in git)
+SHIM    := cronstable/runtime/shim/cronstable-exec
 
 .PHONY: run test deps lint typecheck imports pytest schema bench clean
 
@@ -26,14 +29,17 @@ deps:
 		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+$(SHIM): $(SHIM).c setup.py | $(STAMP)
+	$(BIN)/python setup.py shim
+
 # the daemon in the foreground on the example repository, until Ctrl-C
-run: $(STAMP)
+run: $(STAMP) $(SHIM)
 	$(BIN)/cronstable run $(EXAMPLE)
 
 test: lint typecheck imports pytest
@@ -48,7 +54,7 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-pytest: $(STAMP) deps
+pytest: $(STAMP) deps $(SHIM)
 	$(BIN)/pytest
 
 schema: $(STAMP)
@@ -56,7 +62,7 @@ schema: $(STAMP)
 
 # on demand, never in `make test`: each prints ratios against yacron 0.19.0 (installed
 # from PyPI into bench/.venv-yacron on first use) or against a floor, measured in the same run
-bench: $(STAMP) deps
+bench: $(STAMP) deps $(SHIM)
 	$(BIN)/python bench/bench_load.py
 	$(BIN)/python bench/bench_schedule.py
 	$(BIN)/python bench/bench_cli.py
@@ -69,4 +75,4 @@ bench: $(STAMP) deps
 	$(BIN)/python bench/bench_webhook.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis $(SHIM)

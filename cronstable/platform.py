@@ -74,6 +74,16 @@ def maxrss_bytes(ru_maxrss: int) -> int:
     return ru_maxrss if sys.platform == "darwin" else ru_maxrss * 1024
 
 
+def exec_shim_supported() -> bool:
+    """Whether jobs are started through the exec shim (:mod:`cronstable.runtime.exec_shim`).
+
+    On every POSIX system, where its C source builds (fork, vfork, wait4).  It matters
+    on Linux, whose exec charges a program the peak resident size of the process that
+    exec'd it (the daemon's, without the shim); elsewhere it costs one small exec.
+    """
+    return os.name == "posix"
+
+
 def pidfd_open(pid: int) -> int | None:
     """A pidfd for ``pid`` (readable once it exits), or None where the OS has none.
 

@@ -28,7 +28,7 @@ def _children(pid: int) -> list[int]:
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 def test_make_run_runs_the_daemon_until_ctrl_c(tmp_path: Path) -> None:
     # the Makefile's own recipe, with $(BIN)/cronstable running this checkout and the
-    # install step (the stamp) left alone
+    # install steps (the stamp, the exec shim's build) left alone
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "cronstable"
@@ -44,7 +44,8 @@ def test_make_run_runs_the_daemon_until_ctrl_c(tmp_path: Path) -> None:
     assert "- http://127.0.0.1:8080\n" in text
     root_file.write_text(text.replace("- http://127.0.0.1:8080\n", "- http://127.0.0.1:0\n"))
     make = subprocess.Popen(
-        ["make", "--no-print-directory", "-o", ".venv/.installed-stamp", "run"]
+        ["make", "--no-print-directory", "-o", ".venv/.installed-stamp"]
+        + ["-o", "cronstable/runtime/shim/cronstable-exec", "run"]
         + [f"BIN={bin_dir}", f"EXAMPLE={example}"],
         cwd=REPO,
         stdout=subprocess.PIPE,

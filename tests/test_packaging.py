@@ -1,10 +1,12 @@
-"""Packaging facts: the wheel says MIT, carries the LICENSE, and builds without warnings."""
+"""Packaging facts: the wheel says MIT, carries the LICENSE and the exec shim, and builds
+without warnings."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tomllib
 import zipfile
 from pathlib import Path
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+SHIM_NAME = "cronstable-exec"
 
 
 def test_license_file_matches_the_metadata() -> None:
@@ -29,10 +32,13 @@ def test_the_wheel_builds_without_warnings_and_carries_the_license(tmp_path: Pat
     # a copy, so the in-tree build leaves nothing in the checkout
     source = tmp_path / "src"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy(REPO / name, source / name)
     shutil.copytree(
-        REPO / "cronstable", source / "cronstable", ignore=shutil.ignore_patterns("__pycache__")
+        REPO / "cronstable",
+        source / "cronstable",
+        # not the exec shim built in this checkout: the wheel's build compiles its own
+        ignore=shutil.ignore_patterns("__pycache__", SHIM_NAME),
     )
     out = tmp_path / "wheels"
     build = subprocess.run(
@@ -54,5 +60,14 @@ def test_the_wheel_builds_without_warnings_and_carries_the_license(tmp_path: Pat
         assert archive.read(license_file) == (REPO / "LICENSE").read_bytes()
         # the dashboard page is package data, read at run time
         assert "cronstable/web/dashboard.html" in names
+        # the exec shim, compiled by the build (setup.py), executable once unpacked
+        shim = archive.getinfo(f"cronstable/runtime/shim/{SHIM_NAME}")
+        assert shim.external_attr >> 16 & 0o111 == 0o111
+        assert f"cronstable/runtime/shim/{SHIM_NAME}.c" in names
+        (wheel_info,) = [n for n in names if n.endswith(".dist-info/WHEEL")]
+        tags = archive.read(wheel_info).decode()
+    # a compiled program inside: the wheel is for this platform (any Python 3)
+    assert "Root-Is-Purelib: false\n" in tags
+    assert f"Tag: py3-none-{sysconfig.get_platform().replace('-', '_').replace('.', '_')}" in tags
     assert "License-Expression: MIT\n" in headers
     assert "License-File: LICENSE\n" in headers

@@ -56,9 +56,10 @@ async def run(job: Job) -> RunResult:
 
 
 def hog_mib() -> int:
-    """What the hog allocates: 200 MiB above what this process ever held. Linux charges
-    a child, at its exec, the resident size it was forked with (up to this process's
-    peak, which depends on the tests run before), so only more than that is the hog's."""
+    """What the hog allocates: 200 MiB above what this process ever held, so that the
+    figure is the hog's even if it were charged this process's memory (Linux charges a
+    program exec'd straight from a process that process's peak; jobs start from the
+    exec shim, tests/test_runtime_child_rss.py)."""
     return own_max_rss() // MiB + 200
 
 
@@ -83,9 +84,8 @@ async def test_cpu_and_max_rss_of_a_descendant_are_recorded(tmp_path: Path) -> N
 async def test_a_small_run_uses_little() -> None:
     result = await run(make_job(["true"]))
     assert result.returncode == 0
-    # Linux charges a child, at its exec, the resident size it was forked with: the
-    # daemon's (documented); nothing more for `true`
-    assert result.max_rss is not None and 0 < result.max_rss <= own_max_rss() + 20 * MiB
+    # its own megabyte or two, not this process's size (the exec shim)
+    assert result.max_rss is not None and 0 < result.max_rss < 10 * MiB
     assert result.cpu_seconds is not None and result.cpu_seconds < 1
 
 

@@ -7,6 +7,13 @@ attached to the loop, and it is reaped by ``os.wait4(pid, WNOHANG)`` once its
 pidfd (Linux 5.3+) turns readable, or by a blocking ``os.wait4`` in a thread
 of its own where there is no pidfd.
 
+The child the daemon spawns is the exec shim (:mod:`cronstable.runtime.exec_shim`)
+where it is built: the shim starts the job's command in a session of its own
+and reports, on a pipe, the command's pid (:attr:`Child.pid`, the process group
+the run is signalled through) and, once it ended, its peak resident size.  The
+daemon reaps the shim, which exits as the command did.  Without the shim the
+command itself is spawned and reaped.
+
 The rusage of a reaped child covers it and every descendant it reaped in turn
 (a shell's commands): :attr:`Usage.cpu_seconds` is their user + system CPU
 time; :attr:`Usage.max_rss` is the resident set of the largest single one of
@@ -17,8 +24,10 @@ never reaped by the job (daemonised helpers) are not counted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
@@ -26,8 +35,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from cronstable.platform import maxrss_bytes, pidfd_open
+from cronstable.runtime import exec_shim
+from cronstable.runtime.identity import Identity
 
 logger = logging.getLogger(__name__)
+
+SHIM_EXIT_GRACE = 5.0
+"""Seconds a spawn that failed waits for the exec shim to be reaped (it exits at once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,46 +50,162 @@ class Usage:
 
     cpu_seconds: float
     """User plus system CPU time."""
-    max_rss: int
-    """Bytes: the largest resident set among the child and its reaped descendants."""
+    max_rss: int | None
+    """Bytes: the largest resident set among the command and its reaped descendants;
+    None when the exec shim was killed before it could tell."""
+
+
+class ShimReport:
+    """The read end of the exec shim's report pipe (non-blocking, attached to the loop).
+
+    :attr:`first` resolves with the shim's first line (``started``/``failed``), or
+    None if the pipe ends without one; :meth:`ended` reads the rest once the shim is
+    reaped, and closes the pipe.
+    """
+
+    def __init__(self, fd: int, loop: asyncio.AbstractEventLoop) -> None:
+        self._fd: int | None = fd
+        self._loop = loop
+        self._buffer = b""
+        self._eof = False
+        self.first: asyncio.Future[bytes | None] = loop.create_future()
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, self._readable)
+        self._watching = True
+
+    def _readable(self) -> None:
+        self._drain()
+        self._settle_first()
+
+    def _drain(self) -> None:
+        while self._fd is not None and not self._eof:
+            try:
+                data = os.read(self._fd, 4096)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._eof = True
+            self._buffer += data
+
+    def _settle_first(self) -> None:
+        if self.first.done():
+            return
+        line, newline, rest = self._buffer.partition(b"\n")
+        if newline:
+            self._buffer = rest
+            self.first.set_result(line)
+        elif self._eof:
+            self.first.set_result(None)
+        else:
+            return
+        self._unwatch()
+
+    def _unwatch(self) -> None:
+        if self._watching and self._fd is not None:
+            self._loop.remove_reader(self._fd)
+            self._watching = False
+
+    def ended(self) -> int | None:
+        """``ru_maxrss`` of the command from the shim's last line (written before it
+        exited), or None without one; the pipe is closed."""
+        self._drain()
+        self._settle_first()
+        lines = self._buffer.split(b"\n")
+        self.close()
+        return exec_shim.parse_ended(lines)
+
+    def close(self) -> None:
+        self._unwatch()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if not self.first.done():
+            self.first.set_result(None)
 
 
 class Child:
     """A spawned child: its pid, its captured pipes, its exit (:attr:`exited`) and usage.
 
-    Created by :func:`spawn`.  :attr:`exited` resolves once the child is reaped;
-    :attr:`returncode` is then its exit code, or minus the signal that killed it.
+    Created by :func:`spawn`.  :attr:`pid` is the command's (a session leader: its
+    process group is the run's); with the exec shim the reaped process is the shim,
+    its parent.  :attr:`exited` resolves once it is reaped; :attr:`returncode` is then
+    the command's exit code, or minus the signal that killed it.
     """
 
-    def __init__(self, popen: subprocess.Popen[bytes], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        loop: asyncio.AbstractEventLoop,
+        report: ShimReport | None = None,
+    ) -> None:
         self._popen = popen  # kept: a collected Popen would reap the child behind our back
         self.pid = popen.pid
+        """The command's pid: the shim's until its ``started`` line gives the command's."""
+        self.reaped_pid = popen.pid
+        self._report = report
         self.returncode: int | None = None
         self.usage: Usage | None = None
         self.exited: asyncio.Future[None] = loop.create_future()
         self.pipes: dict[int, asyncio.ReadTransport] = {}
         self._loop = loop
-        self._pidfd = pidfd_open(self.pid)
+        self._pidfd = pidfd_open(self.reaped_pid)
         if self._pidfd is not None:
             loop.add_reader(self._pidfd, self._poll)
         else:
             threading.Thread(
-                target=self._wait_blocking, name=f"cronstable-reap-{self.pid}", daemon=True
+                target=self._wait_blocking, name=f"cronstable-reap-{self.reaped_pid}", daemon=True
             ).start()
 
     def close(self) -> None:
-        """Close the captured pipes; the child is still reaped when it exits."""
+        """Close the captured pipes; the child is still reaped when it exits (and the
+        shim's report pipe closed then)."""
         for pipe in self.pipes.values():
             if not pipe.is_closing():
+                pipe.close()
+
+    async def command_started(self, argv0: str) -> None:
+        """Wait (without blocking the loop) for the shim's first line: the command's pid
+        becomes :attr:`pid`, or the error Popen would have raised is raised.  Cancelled
+        meanwhile, the command is killed as soon as its pid is known."""
+        report = self._report
+        assert report is not None
+        try:
+            line = await asyncio.shield(report.first)
+        except asyncio.CancelledError:
+            report.first.add_done_callback(_kill_started)
+            self.close_popen_pipes()
+            raise
+        answer = None if line is None else exec_shim.parse_first(line)
+        if isinstance(answer, exec_shim.Started):
+            self.pid = answer.pid
+            return
+        self.close_popen_pipes()
+        # the shim exits right after its line: reaped (and its pipe closed) before the
+        # error is raised, as Popen has reaped a child whose exec failed
+        await asyncio.wait([self.exited], timeout=SHIM_EXIT_GRACE)
+        if isinstance(answer, exec_shim.Failed):
+            raise answer.error(argv0)
+        raise subprocess.SubprocessError(
+            f"the exec shim (pid {self.reaped_pid}) ended without starting the command"
+            if line is None
+            else f"the exec shim (pid {self.reaped_pid}) said {line[:80]!r}"
+        )
+
+    def close_popen_pipes(self) -> None:
+        """Close the Popen's own pipe ends (a child that never started)."""
+        for pipe in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
+            if pipe is not None:
                 pipe.close()
 
     # ---------------------------------------------------------------- reaping
 
     def _poll(self) -> None:
         try:
-            pid, status, rusage = os.wait4(self.pid, os.WNOHANG)
+            pid, status, rusage = os.wait4(self.reaped_pid, os.WNOHANG)
         except ChildProcessError:  # reaped elsewhere: the exit status is lost
-            pid, status, rusage = self.pid, None, None
+            pid, status, rusage = self.reaped_pid, None, None
         if pid == 0:
             return  # not a zombie yet (cannot happen once the pidfd is readable)
         self._stop_polling()
@@ -89,7 +219,7 @@ class Child:
 
     def _wait_blocking(self) -> None:
         try:
-            _, status, rusage = os.wait4(self.pid, 0)
+            _, status, rusage = os.wait4(self.reaped_pid, 0)
         except ChildProcessError:
             status, rusage = None, None
         try:
@@ -98,13 +228,19 @@ class Child:
             pass
 
     def _reaped(self, status: int | None, rusage: Any) -> None:
+        # with the shim, the command's own peak; the shim's figure is the daemon's
+        own_maxrss = rusage.ru_maxrss if rusage is not None else None
+        if self._report is not None:
+            own_maxrss = self._report.ended()
         if status is None:
-            logger.warning("pid %d was reaped by someone else; its exit status is lost", self.pid)
+            logger.warning(
+                "pid %d was reaped by someone else; its exit status is lost", self.reaped_pid
+            )
         else:
             self.returncode = os.waitstatus_to_exitcode(status)
             self.usage = Usage(
                 cpu_seconds=rusage.ru_utime + rusage.ru_stime,
-                max_rss=maxrss_bytes(rusage.ru_maxrss),
+                max_rss=None if own_maxrss is None else maxrss_bytes(own_maxrss),
             )
         self._popen.returncode = self.returncode if self.returncode is not None else -1
         if not self.exited.done():
@@ -118,30 +254,49 @@ async def spawn(
     capture: Sequence[int],
     reader_limit: int,
     stdin: bytes | None = None,
-    **popen_kwargs: Any,
+    identity: Identity | None = None,
+    direct: bool = False,
+    shim: str | None = None,
 ) -> tuple[Child, dict[int, asyncio.StreamReader]]:
     """Start ``argv`` in a session of its own; readers of ``capture``.
 
     ``stdin`` is written to the child's standard input, which is then closed (EOF);
-    without it the child reads /dev/null.
+    without it the child reads /dev/null.  ``identity``: the user and groups the
+    command runs as (None: the daemon's).
 
     ``capture`` names the descriptors (1, 2) to pipe; the others are inherited.
-    Raises what :class:`subprocess.Popen` raises when the command cannot start.
+    The command is started through the exec shim where it is built (``shim``: another
+    build of it), unless ``direct``.  Raises what :class:`subprocess.Popen` raises when the command
+    cannot start, with the same errno and message whichever way it was spawned.
     """
     loop = asyncio.get_running_loop()
-    # as loop.subprocess_exec does: the fork/exec itself is quick, and a failed exec
-    # is reported by Popen on the spot (its error pipe)
-    popen = subprocess.Popen(  # noqa: ASYNC220
-        list(argv),
-        stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-        stdout=subprocess.PIPE if 1 in capture else None,
-        stderr=subprocess.PIPE if 2 in capture else None,
-        env=dict(env),
-        start_new_session=True,
-        bufsize=0,
-        **popen_kwargs,
-    )
-    child = Child(popen, loop)
+    if direct:
+        shim = None
+    elif shim is None:
+        shim = exec_shim.shim_path()
+    if shim is None:
+        popen = _popen(list(argv), env, capture, stdin, identity, new_session=True)
+        child = Child(popen, loop)
+    else:
+        read_end, write_end = os.pipe()
+        try:
+            ids = None if identity is None else _identity_tuple(identity)
+            popen = _popen(
+                [shim, str(write_end), exec_shim.identity_argument(ids), *argv],
+                env,
+                capture,
+                stdin,
+                None,
+                new_session=False,
+                pass_fds=(write_end,),
+            )
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        child = Child(popen, loop, ShimReport(read_end, loop))
+        await child.command_started(argv[0])
     if stdin is not None and popen.stdin is not None:
         # buffered by the transport and flushed before the pipe closes; a child that
         # exits without reading it breaks the pipe, which asyncio only logs in debug mode
@@ -160,3 +315,50 @@ async def spawn(
         child.pipes[fd] = transport
         readers[fd] = reader
     return child, readers
+
+
+def _identity_tuple(identity: Identity) -> tuple[int, int, Sequence[int]]:
+    return identity.uid, identity.gid, identity.extra_groups
+
+
+def _popen(
+    argv: list[str],
+    env: Mapping[str, str],
+    capture: Sequence[int],
+    stdin: bytes | None,
+    identity: Identity | None,
+    *,
+    new_session: bool,
+    pass_fds: Sequence[int] = (),
+) -> subprocess.Popen[bytes]:
+    """The spawn itself.  As loop.subprocess_exec does: the fork/exec is quick, and a
+    failed exec is reported by Popen on the spot (its error pipe).  Straight from the
+    daemon the command is a session leader; through the shim, the command is (the
+    shim starts it so), and the shim stays in the daemon's group, out of reach of the
+    signals the run's group gets, so that it can report on the command's end."""
+    ids: dict[str, Any] = {}
+    if identity is not None:
+        ids = {
+            "user": identity.uid,
+            "group": identity.gid,
+            "extra_groups": list(identity.extra_groups),
+        }
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+        stdout=subprocess.PIPE if 1 in capture else None,
+        stderr=subprocess.PIPE if 2 in capture else None,
+        env=dict(env),
+        start_new_session=new_session,
+        pass_fds=pass_fds,
+        bufsize=0,
+        **ids,
+    )
+
+
+def _kill_started(first: asyncio.Future[bytes | None]) -> None:
+    line = first.result()
+    answer = None if line is None else exec_shim.parse_first(line)
+    if isinstance(answer, exec_shim.Started):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(answer.pid, signal.SIGKILL)

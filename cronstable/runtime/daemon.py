@@ -37,6 +37,7 @@ from cronstable.reconcile.plan import Plan
 from cronstable.redact import redact
 from cronstable.reporting.dispatcher import ReportDispatcher
 from cronstable.reporting.statsd import StatsdListener
+from cronstable.runtime import exec_shim
 from cronstable.runtime.clock import Clock, SystemClock
 from cronstable.runtime.control import DaemonControl, RunRecordsSection
 from cronstable.runtime.events import EventHub
@@ -301,6 +302,7 @@ class Daemon:
 
     async def run(self) -> int:
         """Run until stopped; the process exit code."""
+        exec_shim.warn_if_missing(exec_shim.shim_path())
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)

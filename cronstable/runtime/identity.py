@@ -2,9 +2,10 @@
 
 Resolution happens when a revision is prepared, so an unknown user or a daemon
 that cannot switch is reported with the configuration, not at 3 a.m. when the job
-fires.  Spawning applies an :class:`Identity` through :mod:`subprocess`'s own
-``user=``/``group=``/``extra_groups=`` arguments, which drop privileges in the
-safe order (supplementary groups, gid, uid) in C between fork and exec.
+fires.  Spawning applies an :class:`Identity` in C between fork and exec, in the
+safe order (supplementary groups, gid, uid): in the exec shim
+(:mod:`cronstable.runtime.exec_shim`), or where it is not built through
+:mod:`subprocess`'s own ``user=``/``group=``/``extra_groups=`` arguments.
 """
 
 from __future__ import annotations

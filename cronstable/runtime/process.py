@@ -15,9 +15,10 @@ Nothing here raises because of the job: a command that cannot be spawned ends
 as a :class:`RunResult` with return code 127.
 
 Every run is monitored: the child is reaped with ``os.wait4``
-(:mod:`cronstable.runtime.child`) and its CPU time and largest resident set
-land in the result.  A job's ``monitor`` limits are judged once it has exited:
-a run over one fails (``monitor: maxRss exceeded``), and nothing is killed.
+(:mod:`cronstable.runtime.child`, through the exec shim where it is built) and
+its CPU time and largest resident set land in the result.  A job's ``monitor``
+limits are judged once it has exited: a run over one fails (``monitor: maxRss
+exceeded``), and nothing is killed.
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ def monitor_reason(config: JobConfig, usage: Usage | None) -> str | None:
     limits = config.monitor
     if limits is None or usage is None:
         return None
-    if limits.max_rss is not None and usage.max_rss > limits.max_rss:
+    if limits.max_rss is not None and usage.max_rss is not None and usage.max_rss > limits.max_rss:
         return "monitor: maxRss exceeded"
     if limits.max_cpu_seconds is not None and usage.cpu_seconds > limits.max_cpu_seconds:
         return "monitor: maxCpuSeconds exceeded"
@@ -233,13 +234,6 @@ class JobProcess:
         config = self.job.config
         self._started_at = self._wall_clock()
         self._started_mono = time.monotonic()
-        kwargs: dict[str, Any] = {}
-        if self.identity is not None:
-            kwargs = {
-                "user": self.identity.uid,
-                "group": self.identity.gid,
-                "extra_groups": list(self.identity.extra_groups),
-            }
         try:
             env = job_environment(
                 self.job,
@@ -255,7 +249,7 @@ class JobProcess:
                 ],
                 reader_limit=CHUNK_SIZE,
                 stdin=None if config.stdin is None else config.stdin.encode(),
-                **kwargs,
+                identity=self.identity,
             )
         except (OSError, ValueError, UnicodeEncodeError, subprocess.SubprocessError) as exc:
             logger.error("job %s: could not start the command: %s", self.name, exc)
@@ -414,7 +408,7 @@ class JobProcess:
         reason = monitor_reason(self.job.config, usage)
         if reason is not None and usage is not None:
             logger.warning(
-                "job %s: %s (cpu %.3f s, max rss %d bytes; limits %s)",
+                "job %s: %s (cpu %.3f s, max rss %s bytes; limits %s)",
                 self.name,
                 reason,
                 usage.cpu_seconds,
