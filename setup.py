@@ -81,7 +81,7 @@ def _runs(shim: Path) -> bool:
     read_end, write_end = os.pipe()
     try:
         probe = subprocess.run(
-            [str(shim), str(write_end), "-", "true"],
+            [str(shim), str(write_end), "-", "-", "true"],
             pass_fds=(write_end,),
             capture_output=True,
             timeout=10,

@@ -220,11 +220,14 @@ class OpenFilesLimit:
 def raise_open_files_limit() -> OpenFilesLimit:
     """Raise this process's soft RLIMIT_NOFILE to its hard limit (as far as the OS lets).
 
-    Children inherit the raised soft limit; :attr:`OpenFilesLimit.soft_before` is the
-    one the daemon was started with.  An unlimited hard limit (macOS) is tried, then
+    Children would inherit the raised soft limit (a program that closes every
+    possible descriptor gets slow with a very high one), so the first raise records
+    the soft limit the process was started with for :func:`jobs_open_files_limit`:
+    jobs are given that one back.  An unlimited hard limit (macOS) is tried, then
     ``OPEN_MAX`` (10240) there."""
     import resource
 
+    global _jobs_open_files
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == hard:
         return OpenFilesLimit(soft, soft, hard)
@@ -236,8 +239,21 @@ def raise_open_files_limit() -> OpenFilesLimit:
         except (ValueError, OSError) as exc:
             error = str(exc)
             continue
+        if _jobs_open_files is None:
+            _jobs_open_files = soft
         return OpenFilesLimit(soft, target, hard)
     return OpenFilesLimit(soft, soft, hard, error)
+
+
+_jobs_open_files: int | None = None
+"""The soft open-files limit the process started with, once it raised its own (a fact
+about the process, recorded once, like the limit itself)."""
+
+
+def jobs_open_files_limit() -> int | None:
+    """The soft open-files limit jobs get: the one the daemon started with, or None when
+    the daemon did not raise its own (jobs then inherit it as it is)."""
+    return _jobs_open_files
 
 
 def open_files_limit() -> int:

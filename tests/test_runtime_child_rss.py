@@ -32,13 +32,13 @@ from typing import Any
 
 import pytest
 import yaml
+from daemon_proc import DaemonProcess, http, wait_for, write_config
 
 from cronstable.config import Job, MemoryTree, load
 from cronstable.runtime import exec_shim
 from cronstable.runtime.child import spawn
 from cronstable.runtime.identity import Identity
 from cronstable.runtime.process import JobProcess, RunResult
-from tests.daemon_proc import DaemonProcess, http, wait_for, write_config
 
 pytestmark = pytest.mark.timeout(60)
 async_test = pytest.mark.asyncio
@@ -146,6 +146,30 @@ async def test_jobs_start_from_the_shim_and_lead_a_session_of_their_own(shim: st
     assert parent == Path(shim).name
     # the run's pid is the command's, and its group and session are the run's own
     assert int(pid) == int(pgid) == int(sid) == result.pid
+
+
+@async_test
+async def test_a_job_gets_back_the_open_files_limit_the_daemon_started_with(
+    shim: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon raises its soft RLIMIT_NOFILE to the hard limit (issue 15, item 3);
+    its jobs get the one it started with, not the raised one."""
+    from cronstable import platform
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"the hard open-files limit ({hard}) leaves no room to raise 1024")
+    monkeypatch.setattr(platform, "_jobs_open_files", None)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+    try:
+        raised = platform.raise_open_files_limit()
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == raised.soft > 1024
+        assert platform.jobs_open_files_limit() == 1024
+        result = await run(make_job("ulimit -Sn; ulimit -Hn", captureStdout=True))
+        assert result.returncode == 0, result
+        assert (result.stdout or "").split() == ["1024", str(hard)]
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 # ------------------------------------------------------------------ maxRss
@@ -272,7 +296,7 @@ def test_a_switch_the_shim_may_not_make_is_popens_error(shim: str) -> None:
     # setup stage, which Popen reports without a file name
     read_end, write_end = os.pipe()
     done = subprocess.run(
-        [shim, str(write_end), "0:0:", "true"],
+        [shim, str(write_end), "0:0:", "-", "true"],
         pass_fds=(write_end,),
         user="nobody",
         timeout=10,

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cronstable.platform import maxrss_bytes, pidfd_open
+from cronstable.platform import jobs_open_files_limit, maxrss_bytes, pidfd_open
 from cronstable.runtime import exec_shim
 from cronstable.runtime.identity import Identity
 
@@ -282,7 +282,13 @@ async def spawn(
         try:
             ids = None if identity is None else _identity_tuple(identity)
             popen = _popen(
-                [shim, str(write_end), exec_shim.identity_argument(ids), *argv],
+                [
+                    shim,
+                    str(write_end),
+                    exec_shim.identity_argument(ids),
+                    exec_shim.nofile_argument(jobs_open_files_limit()),
+                    *argv,
+                ],
                 env,
                 capture,
                 stdin,

@@ -4,9 +4,10 @@ On Linux an exec charges the new program, as its peak resident size, the
 memory of the process that exec'd it: a command spawned straight from the
 daemon would report the daemon's peak (hundreds of MB after a busy moment) as
 its own ``maxRss``.  So the daemon spawns the shim, a few hundred KiB, with
-``[shim, REPORT_FD, IDS, *argv]``; the shim starts the command in a session of
-its own (taking the job's user and groups first), reaps it, and reports on the
-pipe ``REPORT_FD``:
+``[shim, REPORT_FD, IDS, NOFILE, *argv]``; the shim starts the command in a
+session of its own (giving it back the open-files limit the daemon started with,
+and taking the job's user and groups first), reaps it, and reports on the pipe
+``REPORT_FD``:
 
 * ``started PID``: the command runs, as PID (its own session and process group);
 * ``failed ERRNO STAGE``: it could not start (``STAGE`` ``exec``: the command
@@ -66,6 +67,11 @@ def identity_argument(identity: tuple[int, int, Sequence[int]] | None) -> str:
         return "-"
     uid, gid, groups = identity
     return f"{uid}:{gid}:{','.join(str(g) for g in groups)}"
+
+
+def nofile_argument(limit: int | None) -> str:
+    """The shim's NOFILE argument: ``-`` (keep the inherited limit) or the soft limit."""
+    return "-" if limit is None else str(limit)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 /*
  * cronstable-exec: the small process a job's command is started from.
  *
- *     cronstable-exec REPORT_FD IDS COMMAND [ARG...]
+ *     cronstable-exec REPORT_FD IDS NOFILE COMMAND [ARG...]
  *
  * Linux charges a process, when it execs, the peak resident size of the memory
  * it had before the exec.  A command spawned straight from the daemon (vfork)
@@ -15,7 +15,9 @@
  *     ignored (this process must outlive the command to report on it; it is
  *     not in the command's process group, so the run's group signals never
  *     reach it), SIGCHLD is set to its default (wait4 needs it).
- *  2. The command G is forked in a session of its own.  G takes IDS
+ *  2. The command G is forked in a session of its own.  G lowers its soft
+ *     open-files limit to NOFILE (the daemon raises its own to the hard limit,
+ *     which its jobs should not inherit), takes IDS
  *     (setgroups, setregid, setreuid, in that order), gets back the signal mask
  *     and dispositions this process was started with, and execs COMMAND,
  *     searched in PATH as Python's subprocess does: each entry in turn, the
@@ -23,7 +25,7 @@
  *  3. Lines written to REPORT_FD (a pipe to the daemon):
  *        "started PID"          G runs; PID is its pid, pgid and sid
  *        "failed ERRNO STAGE"   G could not start; STAGE is "exec" (COMMAND
- *                               itself) or "setup" (setsid, ids, fork); then
+ *                               itself) or "setup" (setsid, the limit, ids, fork); then
  *                               this process exits 127
  *        "ended MAXRSS"         G has exited; MAXRSS is its ru_maxrss from
  *                               wait4 (KiB on Linux, bytes on macOS), G and
@@ -32,7 +34,8 @@
  *     (raised with core dumps off: G dumped its own core if it was to).
  *
  * IDS is "-" (keep this process's ids) or "UID:GID:G1,G2,..." (the list may be
- * empty).  Usage errors exit 126 with a line on stderr.
+ * empty).  NOFILE is "-" (keep the limit) or a number (never above the hard
+ * limit).  Usage errors exit 126 with a line on stderr.
  *
  * Two builds of the same logic, chosen when cronstable is installed (setup.py):
  *  - CRONSTABLE_EXEC_RAW, Linux on x86_64 and aarch64: no C library, system
@@ -127,6 +130,12 @@ static NORETURN void x_exit(int code) {
     for (;;) SYS(SYS_exit_group, code, 0, 0, 0, 0);
 }
 static long x_raise(int sig) { return SYS(SYS_kill, SYS(SYS_getpid, 0, 0, 0, 0, 0), sig, 0, 0, 0); }
+static long x_get_limit(int resource, struct rlimit *limit) {
+    return SYS(SYS_prlimit64, 0, resource, 0, limit, 0);
+}
+static long x_set_limit(int resource, const struct rlimit *limit) {
+    return SYS(SYS_prlimit64, 0, resource, limit, 0, 0);
+}
 static void x_no_core(void) {
     struct rlimit limit;
     if (SYS(SYS_prlimit64, 0, RLIMIT_CORE, 0, &limit, 0) == 0) {
@@ -206,6 +215,12 @@ static long x_setregid(gid_t gid) { return result(setregid(gid, gid)); }
 static long x_setreuid(uid_t uid) { return result(setreuid(uid, uid)); }
 static NORETURN void x_exit(int code) { _exit(code); }
 static long x_raise(int sig) { return result(kill(getpid(), sig)); }
+static long x_get_limit(int resource, struct rlimit *limit) {
+    return result(getrlimit(resource, limit));
+}
+static long x_set_limit(int resource, const struct rlimit *limit) {
+    return result(setrlimit(resource, limit));
+}
 static void x_no_core(void) {
     struct rlimit limit;
     if (getrlimit(RLIMIT_CORE, &limit) == 0) {
@@ -255,6 +270,8 @@ static x_action original[N_CHANGED];
 static x_mask original_mask;
 
 static int report_fd = -1;
+static int set_nofile;
+static unsigned long nofile;
 static int switch_ids;
 static uid_t uid;
 static gid_t gid;
@@ -306,7 +323,7 @@ static void report(const char *word, long number, const char *word2) {
 }
 
 static NORETURN void usage(const char *why) {
-    static const char text[] = "usage: cronstable-exec REPORT_FD IDS COMMAND [ARG...]: ";
+    static const char text[] = "usage: cronstable-exec REPORT_FD IDS NOFILE COMMAND [ARG...]: ";
     x_write(2, text, sizeof text - 1);
     x_write(2, why, length(why));
     x_write(2, "\n", 1);
@@ -343,6 +360,25 @@ static void parse_identity(const char *text) {
         if (*text == ',') text++;
     }
     switch_ids = 1;
+}
+
+static void parse_nofile(const char *text) {
+    if (text[0] == '-' && text[1] == '\0') return;
+    long value = parse_number(&text, 0x7fffffffUL);
+    if (value < 0 || *text != '\0') usage("bad NOFILE");
+    nofile = (unsigned long)value;
+    set_nofile = 1;
+}
+
+/* the soft open-files limit back to NOFILE (lowering a soft limit is always allowed) */
+static long lower_nofile(void) {
+    if (!set_nofile) return 0;
+    struct rlimit limit;
+    long failed = x_get_limit(RLIMIT_NOFILE, &limit);
+    if (failed < 0) return failed;
+    if ((unsigned long)limit.rlim_cur <= nofile) return 0;
+    limit.rlim_cur = nofile < (unsigned long)limit.rlim_max ? nofile : limit.rlim_max;
+    return x_set_limit(RLIMIT_NOFILE, &limit);
 }
 
 static const char *find_path(char **envp) {
@@ -390,6 +426,7 @@ static long exec_command(char **argv, char **envp) {
 static NORETURN void start_command(char **argv, char **envp, int error_pipe) {
     int error[2] = {0, 0}; /* errno, stage: 0 setup, 1 exec */
     long failed = x_setsid();
+    if (failed >= 0) failed = lower_nofile();
     if (failed >= 0 && switch_ids) {
         failed = x_setgroups(n_groups, groups);
         if (failed >= 0) failed = x_setregid(gid);
@@ -422,14 +459,15 @@ static NORETURN void exit_as(int status) {
 }
 
 int main(int argc, char **argv, char **envp) {
-    if (argc < 4) usage("too few arguments");
+    if (argc < 5) usage("too few arguments");
     const char *fd_text = argv[1];
     long fd = parse_number(&fd_text, (unsigned long)INT_MAX);
     if (fd < 3 || *fd_text != '\0') usage("bad REPORT_FD");
     report_fd = (int)fd;
     if (x_cloexec(report_fd) < 0) usage("REPORT_FD is not open");
     parse_identity(argv[2]);
-    char **command = argv + 3;
+    parse_nofile(argv[3]);
+    char **command = argv + 4;
 
     x_block_all(&original_mask);
     for (size_t i = 0; i < N_CHANGED; i++)
