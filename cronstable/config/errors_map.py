@@ -21,26 +21,33 @@ def clean_loc(loc: tuple[str | int, ...]) -> KeyPath:
     return tuple(p for p in loc if p not in UNION_TAGS)
 
 
-def _candidates(tp: Any) -> list[Any]:
+def candidates(tp: Any) -> list[Any]:
     """The concrete types an annotation may hold, Annotated/Optional/unions unwrapped."""
     origin = typing.get_origin(tp)
     if origin is typing.Annotated:
-        return _candidates(typing.get_args(tp)[0])
+        return candidates(typing.get_args(tp)[0])
     if origin in (typing.Union, types.UnionType):
-        out: list[Any] = []
-        for arg in typing.get_args(tp):
-            out.extend(_candidates(arg))
-        return out
+        return [c for arg in typing.get_args(tp) for c in candidates(arg)]
     return [tp]
 
 
-def _step(tp: Any, part: str | int) -> Any | None:
-    for cand in _candidates(tp):
+def item_type(tp: Any, part: str | int) -> Any | None:
+    """The type of ``tp``'s item at ``part``: a list's or tuple's element (an index), a
+    dict's value (a key); None when ``tp`` is no such container."""
+    for cand in candidates(tp):
         origin = typing.get_origin(cand)
         if isinstance(part, int) and origin in (list, tuple):
             return typing.get_args(cand)[0]
         if isinstance(part, str) and origin is dict:
             return typing.get_args(cand)[1]
+    return None
+
+
+def _step(tp: Any, part: str | int) -> Any | None:
+    item = item_type(tp, part)
+    if item is not None:
+        return item
+    for cand in candidates(tp):
         if isinstance(part, str) and isinstance(cand, type) and issubclass(cand, BaseModel):
             for name, info in cand.model_fields.items():
                 if part in (info.alias, name):
@@ -55,7 +62,7 @@ def model_at(root: type[BaseModel], path: KeyPath) -> type[BaseModel] | None:
         tp = _step(tp, part)
         if tp is None:
             return None
-    for cand in _candidates(tp):
+    for cand in candidates(tp):
         if isinstance(cand, type) and issubclass(cand, BaseModel):
             return cand
     return None

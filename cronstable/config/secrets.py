@@ -23,7 +23,6 @@ looked at.
 from __future__ import annotations
 
 import functools
-import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from cronstable.config.errors_map import candidates, item_type
 from cronstable.config.models import ConfigFile, Hides, SecretSource
 from cronstable.errors import KeyPath
 
@@ -57,20 +57,10 @@ class SecretField:
         return f"{self.owner.__name__}.{self.key}"
 
 
-def _candidates(tp: Any) -> list[Any]:
-    """The concrete types an annotation may hold, Annotated and unions unwrapped."""
-    origin = typing.get_origin(tp)
-    if origin is typing.Annotated:
-        return _candidates(typing.get_args(tp)[0])
-    if origin in (typing.Union, types.UnionType):
-        return [c for arg in typing.get_args(tp) for c in _candidates(arg)]
-    return [tp]
-
-
 def _models(tp: Any) -> list[type[BaseModel]]:
     """Every model an annotation may hold, inside lists and mappings too."""
     out: list[type[BaseModel]] = []
-    for cand in _candidates(tp):
+    for cand in candidates(tp):
         origin = typing.get_origin(cand)
         if origin in (list, tuple):
             out.extend(_models(typing.get_args(cand)[0]))
@@ -105,7 +95,7 @@ class _Shape:
 def _shape(tp: Any) -> _Shape:
     items = values = None
     model = None
-    for cand in _candidates(tp):
+    for cand in candidates(tp):
         origin = typing.get_origin(cand)
         if origin in (list, tuple) and items is None:
             items = _shape(typing.get_args(cand)[0])
@@ -246,7 +236,7 @@ def secret_at(root: type[BaseModel], loc: KeyPath) -> Literal["text", "url"] | N
         tp: Any = slot.annotation
         # through the lists and mappings of the field's type
         while index < len(loc):
-            step = _container_item(tp, loc[index])
+            step = item_type(tp, loc[index])
             if step is None:
                 break
             tp, index = step, index + 1
@@ -259,16 +249,6 @@ def secret_at(root: type[BaseModel], loc: KeyPath) -> Literal["text", "url"] | N
             return "text" if slot.kind == "secret" else "url"
         inner = [m for m in _models(tp) if _slots(m)]
         model = inner[0] if inner else None
-    return None
-
-
-def _container_item(tp: Any, part: str | int) -> Any | None:
-    for cand in _candidates(tp):
-        origin = typing.get_origin(cand)
-        if isinstance(part, int) and origin in (list, tuple):
-            return typing.get_args(cand)[0]
-        if isinstance(part, str) and origin is dict:
-            return typing.get_args(cand)[1]
     return None
 
 
