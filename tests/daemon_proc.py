@@ -47,7 +47,16 @@ import pytest
 _LISTENING = re.compile(r"HTTP API listening on (\S+?)(?:,|\s|$)")
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
+Described = str | Callable[[], object]
+"""What a wait is for: a text, or a callable that describes the state when time is up."""
+
+
+def _late(timeout: float, what: Described) -> AssertionError:
+    said = what() if callable(what) else what
+    return AssertionError(f"condition not met within {timeout:g} s: {said}")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: Described = "") -> Any:
     """Poll ``predicate`` every 50 ms until it is true (its value); AssertionError after
     ``timeout`` s."""
     deadline = time.monotonic() + timeout
@@ -56,11 +65,15 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = ""
         if value:
             return value
         time.sleep(0.05)
-    raise AssertionError(f"condition not met within {timeout:g} s: {what}")
+    raise _late(timeout, what)
 
 
 async def until(
-    predicate: Callable[[], Any], timeout: float = 10.0, what: str = "", *, every: float = 0.01
+    predicate: Callable[[], Any],
+    timeout: float = 10.0,
+    what: Described = "",
+    *,
+    every: float = 0.01,
 ) -> Any:
     """:func:`wait_for` in a coroutine: await ``predicate`` (a plain or an ``async``
     callable) every ``every`` s until it is true (its value); AssertionError after
@@ -73,7 +86,7 @@ async def until(
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout:g} s: {what}")
+            raise _late(timeout, what)
         await asyncio.sleep(every)
 
 
