@@ -1,5 +1,8 @@
 # The README's whole set-up: `make run` and `make test`, on a fresh machine.
 # Each creates .venv when missing and installs what it needs.
+# `make test-fast` is the contributors' quick lane: the same lint, types and import
+# contracts, and every test not marked `slow` (none of the end-to-end tests that start
+# real daemons for seconds); under 3 minutes. `make test` still runs everything.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -7,7 +10,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 EXAMPLE := examples/gitops-repo
 
-.PHONY: run test deps lint typecheck imports pytest schema bench clean
+.PHONY: run test test-fast deps lint typecheck imports pytest pytest-fast schema bench clean
 
 # Debian packages the test suite needs: a real etcd server (started by the test
 # fixtures on a free loopback port), git (its daemon and http-backend serve
@@ -38,6 +41,8 @@ run: $(STAMP)
 
 test: lint typecheck imports pytest
 
+test-fast: lint typecheck imports pytest-fast
+
 lint: $(STAMP)
 	$(BIN)/ruff check cronstable tests bench
 	$(BIN)/ruff format --check cronstable tests bench
@@ -50,6 +55,9 @@ imports: $(STAMP)
 
 pytest: $(STAMP) deps
 	$(BIN)/pytest
+
+pytest-fast: $(STAMP) deps
+	$(BIN)/pytest -m "not slow"
 
 schema: $(STAMP)
 	$(BIN)/cronstable schema > schema/cronstable.schema.json
