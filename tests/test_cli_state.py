@@ -326,6 +326,7 @@ def test_a_configuration_without_state_or_invalid(tmp_path: Path) -> None:
     assert "invalid" in result.stderr
 
 
+@pytest.mark.slow  # a real `cronstable run`, started twice
 def test_records_of_a_real_daemon(tmp_path: Path) -> None:
     """A daemon with a state section runs its @reboot job once and stops; ls shows the
     marker and the history it left; rm --job clears them, so the next start runs the

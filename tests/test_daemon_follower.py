@@ -70,6 +70,7 @@ async def test_a_follower_that_dies_is_logged_and_restarted(
     assert sum(r.getMessage().startswith("Reconciling") for r in caplog.records) == 0
 
 
+@pytest.mark.slow  # a real `cronstable run`
 def test_sigint_stops_the_daemon_at_once_while_the_first_fetch_hangs(
     tmp_path: Path, daemon_procs: list[DaemonProcess]
 ) -> None:

@@ -774,6 +774,7 @@ async def test_a_file_that_does_not_load_is_rejected_once_it_holds_still(
         assert time.monotonic() - started < source.settle
 
 
+@pytest.mark.slow  # a real `cronstable run` for 6 to 9 s
 @pytest.mark.parametrize(
     ("settle", "cut"),
     [("1", VALID_HALF), ("0.4", BROKEN_HALF)],
