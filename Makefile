@@ -1,8 +1,8 @@
 # The README's whole set-up: `make run` and `make test`, on a fresh machine.
 # Each creates .venv when missing and installs what it needs.
-# `make test-fast` is the contributors' quick lane: the same lint, types and import
-# contracts, and every test not marked `slow` (none of the end-to-end tests that start
-# real daemons for seconds); under 3 minutes. `make test` still runs everything.
+# `make test-fast` is the contributors' quicker lane: the same lint, types and import
+# contracts, and every test not marked `slow` (it leaves out the end-to-end tests that
+# start real daemons for seconds). `make test` still runs everything.
 
 PYTHON ?= python3
 VENV   := .venv
