@@ -10,7 +10,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 EXAMPLE := examples/gitops-repo
 
-.PHONY: run test test-fast deps lint typecheck imports pytest pytest-fast schema bench clean
+.PHONY: run test test-fast deps lint typecheck imports pytest schema bench clean
 
 # Debian packages the test suite needs: a real etcd server (started by the test
 # fixtures on a free loopback port), git (its daemon and http-backend serve
@@ -41,7 +41,9 @@ run: $(STAMP)
 
 test: lint typecheck imports pytest
 
-test-fast: lint typecheck imports pytest-fast
+# the pytest target itself (whatever it needs first), told to leave out what is marked slow
+test-fast: lint typecheck imports
+	PYTEST_ADDOPTS="$$PYTEST_ADDOPTS -m 'not slow'" $(MAKE) --no-print-directory pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check cronstable tests bench
@@ -55,9 +57,6 @@ imports: $(STAMP)
 
 pytest: $(STAMP) deps
 	$(BIN)/pytest
-
-pytest-fast: $(STAMP) deps
-	$(BIN)/pytest -m "not slow"
 
 schema: $(STAMP)
 	$(BIN)/cronstable schema > schema/cronstable.schema.json
