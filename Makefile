@@ -1,5 +1,8 @@
 # The README's whole set-up: `make run` and `make test`, on a fresh machine.
 # Each creates .venv when missing and installs what it needs.
+# `make test-fast` is the contributors' quicker lane: the same lint, types and import
+# contracts, and every test not marked `slow` (it leaves out the end-to-end tests that
+# start real daemons for seconds). `make test` still runs everything.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -10,7 +13,7 @@ EXAMPLE := examples/gitops-repo
 # `pip install`, and again here whenever its source is newer (not in git)
 SHIM    := cronstable/runtime/shim/cronstable-exec
 
-.PHONY: run test deps lint typecheck imports pytest schema bench clean
+.PHONY: run test test-fast deps lint typecheck imports pytest schema bench clean
 
 # Debian packages the test suite needs: a real etcd server (started by the test
 # fixtures on a free loopback port), git (its daemon and http-backend serve
@@ -43,6 +46,10 @@ run: $(STAMP) $(SHIM)
 	$(BIN)/cronstable run $(EXAMPLE)
 
 test: lint typecheck imports pytest
+
+# the pytest target itself (whatever it needs first), told to leave out what is marked slow
+test-fast: lint typecheck imports
+	PYTEST_ADDOPTS="$$PYTEST_ADDOPTS -m 'not slow'" $(MAKE) --no-print-directory pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check cronstable tests bench

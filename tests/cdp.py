@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from daemon_proc import until
 
 FLAGS = [
     "--headless",
@@ -77,13 +78,8 @@ class Page:
         return answer["result"].get("value")
 
     async def wait_for(self, expression: str, timeout: float = 20) -> Any:
-        """Poll ``expression`` until it is truthy; its value."""
-        async with asyncio.timeout(timeout):
-            while True:
-                value = await self.evaluate(expression)
-                if value:
-                    return value
-                await asyncio.sleep(0.1)
+        """Poll ``expression`` (every 0.1 s) until it is truthy; its value."""
+        return await until(lambda: self.evaluate(expression), timeout, expression, every=0.1)
 
     async def screenshot(self, path: Path) -> None:
         shot = await self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)

@@ -1,3 +1,11 @@
-"""Shared test fixtures: each backend's real servers live in a module of their own."""
+"""Shared test fixtures, each kind in a plugin module of its own:
 
-pytest_plugins = ["etcd_server", "daemon_proc"]
+* ``etcd_server``: real etcd servers on loopback (``etcd_server``, ``shared_etcd_server``,
+  ``etcd_prefix``, ``tls_etcd_server``);
+* ``backends``: every cluster and state store in turn (``cluster_backend``,
+  ``own_cluster_backend``, ``state_backend``);
+* ``daemon_proc``: ``cronstable run`` as a real process (``DaemonProcess``, ``wait_for``,
+  ``until``, ``http``, the fixture ``daemon_procs``).
+"""
+
+pytest_plugins = ["etcd_server", "backends", "daemon_proc"]

@@ -26,7 +26,6 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -34,6 +33,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import unquote
+
+from daemon_proc import wait_for
 
 GIT = shutil.which("git") or "/usr/bin/git"
 GIT_CORE = Path("/usr/lib/git-core")
@@ -81,16 +82,17 @@ def free_port() -> int:
         return port
 
 
+def listening(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:``port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def wait_for_port(port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"nothing listens on 127.0.0.1:{port}") from None
-            time.sleep(0.02)
+    wait_for(lambda: listening(port), timeout, f"something listening on 127.0.0.1:{port}")
 
 
 class WorkRepo:

@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 from aiosmtpd.smtp import SMTP, Envelope, Session
+from daemon_proc import until
 
 
 @dataclass
@@ -80,9 +81,8 @@ class Receiver:
         return f"http://127.0.0.1:{self.port}{path}"
 
     async def wait_for(self, count: int, timeout: float = 20) -> list[Received]:
-        async with asyncio.timeout(timeout):
-            while len(self.requests) < count:
-                await asyncio.sleep(0.02)
+        """Until ``count`` requests came in: every request so far."""
+        await until(lambda: len(self.requests) >= count, timeout, f"{count} requests", every=0.02)
         return self.requests
 
 

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import trustme
+from daemon_proc import DaemonProcess, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -66,35 +66,16 @@ class Daemon:
     conf: Path
 
 
-def _start(conf: Path, log: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], list[str]]:
-    out = log.open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cronstable", "run", "-c", str(conf)],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env=env,
-        cwd=REPO,
-    )
-    out.close()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = re.search(r"HTTP API listening on (.+)", log.read_text())
-        if found and " applied in " in log.read_text():
-            return proc, found[1].strip().split(", ")
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise AssertionError(log.read_text())
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
+def _start(conf: Path, log: Path, env: dict[str, str]) -> tuple[DaemonProcess, list[str]]:
+    """The daemon on ``conf`` once it listens and applied its configuration; its URLs."""
+    daemon = DaemonProcess(None, log, args=["-c", str(conf)], env=env).start()
     try:
-        assert proc.wait(30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        urls = daemon.urls(30)
+        daemon.wait_log(" applied in ", 30)
+    except BaseException:
+        daemon.kill9()
+        raise
+    return daemon, urls
 
 
 def _env(**extra: str | None) -> dict[str, str]:
@@ -138,7 +119,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
             conf,
         )
     finally:
-        _stop(proc)
+        assert proc.stop(30) == 0
 
 
 def cli(
@@ -159,15 +140,14 @@ def as_token(token: str, **extra: str | None) -> dict[str, str]:
 
 
 def _wait_finished(url: str, job: str) -> dict[str, object]:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def finished() -> dict[str, object] | None:
         done = cli("runs", job, "--url", url, "--json", env=as_token("read-secret"))
         assert done.returncode == 0, done.stderr
         runs = json.loads(done.stdout)["runs"]
-        if runs and runs[0]["outcome"] != "running":
-            return dict(runs[0])
-        time.sleep(0.1)
-    raise AssertionError("the run did not finish")
+        return dict(runs[0]) if runs and runs[0]["outcome"] != "running" else None
+
+    found: dict[str, object] = wait_for(finished, 30, "the run finished")
+    return found
 
 
 # ------------------------------------------------------------ exit 0
@@ -373,7 +353,7 @@ def test_the_example_repository_answers_status_with_no_flags(tmp_path: Path) -> 
         assert done.returncode == 0, done.stderr
         assert "platform-heartbeat" in done.stdout
     finally:
-        _stop(proc)
+        assert proc.stop(30) == 0
 
 
 def test_status_does_not_import_asyncio_or_aiohttp(tmp_path: Path) -> None:

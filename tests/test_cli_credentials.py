@@ -8,13 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from daemon_proc import DaemonProcess
 from git_server import GitHttpServer, WorkRepo, free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -123,45 +122,23 @@ def test_successful_commands_do_not_print_the_password(
 
 
 @pytest.mark.slow
-def test_the_daemon_does_not_log_the_password(remote: tuple[str, Path], tmp_path: Path) -> None:
+def test_the_daemon_does_not_log_the_password(
+    remote: tuple[str, Path], tmp_path: Path, daemon_procs: list[DaemonProcess]
+) -> None:
     http, _ = remote
     spec = f"git+http://deploy:{SECRET}@{http}/cron.git?path=ops&interval=0.2"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cronstable", "run", "-l", "DEBUG"]
-        + ["--cache-dir", str(tmp_path / "cache"), spec],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    daemon = DaemonProcess(
+        None,
+        tmp_path / "daemon.log",
+        args=["-l", "DEBUG", "--cache-dir", str(tmp_path / "cache"), spec],
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
-    lines: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        lines.extend(proc.stdout)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        deadline = time.monotonic() + 60
-        while not any(" applied in " in line for line in lines):
-            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGHUP)  # a reload logs the source again
-        while not any("Reload requested" in line for line in lines):
-            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        reader.join(timeout=10)
-        assert proc.stdout is not None
-        proc.stdout.close()
-    output = "".join(lines)
+    daemon_procs.append(daemon.start())
+    daemon.wait_log(" applied in ", 60)
+    daemon.send(signal.SIGHUP)  # a reload logs the source again
+    daemon.wait_log("Reload requested", 60)
+    assert daemon.stop(60, sig=signal.SIGINT) == 0
+    output = daemon.output()
     assert "Stopped" in output
     assert SECRET not in output
 

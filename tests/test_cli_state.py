@@ -6,15 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from daemon_proc import DaemonProcess, wait_for
 from etcd_server import EtcdServer, free_port
 
 from cronstable.platform import boot_id, process_start_ticks
@@ -42,15 +41,6 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(text))
     return path
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def put_all(store: StateStore, records: dict[str, Record]) -> None:
@@ -336,6 +326,7 @@ def test_a_configuration_without_state_or_invalid(tmp_path: Path) -> None:
     assert "invalid" in result.stderr
 
 
+@pytest.mark.slow  # a real `cronstable run`, started twice
 def test_records_of_a_real_daemon(tmp_path: Path) -> None:
     """A daemon with a state section runs its @reboot job once and stops; ls shows the
     marker and the history it left; rm --job clears them, so the next start runs the
@@ -354,22 +345,15 @@ def test_records_of_a_real_daemon(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
     where = ["-c", str(conf), "--state-dir", str(state_dir), "--node-name", "n1"]
 
+    daemon = DaemonProcess(None, tmp_path / "daemon.log", args=where)
+
     def run_daemon_until(runs: int) -> None:
-        with (tmp_path / "daemon.log").open("a") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "cronstable", "run", *where],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-            try:
-                wait_for(lambda: out.exists() and len(out.read_text().splitlines()) >= runs)
-                proc.send_signal(signal.SIGTERM)
-                assert proc.wait(30) == 0
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+        daemon.start()
+        try:
+            wait_for(lambda: out.exists() and len(out.read_text().splitlines()) >= runs, 15)
+            assert daemon.stop(30) == 0
+        finally:
+            daemon.kill9()
 
     run_daemon_until(1)
     result = cli("state", "ls", *where)

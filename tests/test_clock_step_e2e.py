@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import glob
 import os
-import signal
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from daemon_proc import DaemonProcess, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
@@ -98,16 +97,12 @@ def faketime_env(stamp: Path) -> tuple[dict[str, str], str | None]:
     return env, plain
 
 
-def wait_for(predicate: Callable[[], bool], deadline: float, what: str) -> None:
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not seen in time: {what}")
-
-
 def test_a_step_back_of_an_hour_does_not_stall_a_per_second_job(tmp_path: Path) -> None:
     deadline = time.monotonic() + 50  # under the 60 s cap, with room to stop
+
+    def left() -> float:
+        return deadline - time.monotonic()
+
     stamp = tmp_path / "faketime"
     env, broken_sleep = faketime_env(stamp)
     out = tmp_path / "fires"
@@ -128,36 +123,26 @@ def test_a_step_back_of_an_hour_does_not_stall_a_per_second_job(tmp_path: Path) 
         return [datetime.fromisoformat(line) for line in text.split()]
 
     log = tmp_path / "daemon.log"
-    with log.open("w") as sink:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "cronstable", "run", "-c", str(config)],
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+    daemon = DaemonProcess(None, log, args=["-c", str(config)], env=env).start()
+    try:
+        wait_for(lambda: len(fires()) >= 2, left(), "two fires before the step")
+        stamp.write_text("-3600\n")  # an NTP step back by an hour
+        latest = max(fires())
+        earlier = latest - timedelta(minutes=50)
+
+        def after_step() -> list[datetime]:
+            return [t for t in fires() if t < earlier]
+
+        # before the fix, the next fire was an hour away on the new clock
         try:
-            wait_for(lambda: len(fires()) >= 2, deadline, "two fires before the step")
-            stamp.write_text("-3600\n")  # an NTP step back by an hour
-            latest = max(fires())
-            earlier = latest - timedelta(minutes=50)
-
-            def after_step() -> list[datetime]:
-                return [t for t in fires() if t < earlier]
-
-            # before the fix, the next fire was an hour away on the new clock
-            try:
-                wait_for(lambda: len(after_step()) >= 3, deadline, "three fires after the step")
-            except AssertionError:
-                if broken_sleep is not None and broken_sleep in log.read_text():
-                    pytest.skip(f"libfaketime breaks time.sleep ({broken_sleep}), which ran")
-                raise
-            daemon.send_signal(signal.SIGTERM)
-            assert daemon.wait(10) == 0
-        finally:
-            if daemon.poll() is None:
-                daemon.kill()
-                daemon.wait(10)
+            wait_for(lambda: len(after_step()) >= 3, left(), "three fires after the step")
+        except AssertionError:
+            if broken_sleep is not None and broken_sleep in log.read_text():
+                pytest.skip(f"libfaketime breaks time.sleep ({broken_sleep}), which ran")
+            raise
+        assert daemon.stop(10) == 0
+    finally:
+        daemon.kill9()
     repeated = after_step()
     assert repeated == sorted(repeated)
     assert len(set(repeated)) == len(repeated)  # each re-planned fire ran once

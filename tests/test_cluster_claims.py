@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from etcd_server import EtcdServer
+from backends import ClusterBackend
+from daemon_proc import until
 
 from cronstable.cluster.claims import OnUnavailable, SlotGuard
 from cronstable.cluster.factory import make_slots
@@ -65,20 +66,9 @@ class Node:
 Make = Callable[..., Node]
 
 
-@pytest_asyncio.fixture(params=["etcd", "filesystem"])
-async def make(
-    request: pytest.FixtureRequest, tmp_path: Path, etcd_prefix: str
-) -> AsyncIterator[Make]:
-    if request.param == "etcd":
-        server: EtcdServer = request.getfixturevalue("shared_etcd_server")
-        settings: dict[str, object] = {
-            "etcd": {"endpoints": [server.endpoint], "prefix": etcd_prefix}
-        }
-    else:
-        shared = tmp_path / "shared"
-        shared.mkdir()
-        settings = {"filesystem": {"path": str(shared)}}
-    config = ClusterConfig.model_validate({"backend": request.param, "leaseTtl": TTL} | settings)
+@pytest_asyncio.fixture
+async def make(cluster_backend: ClusterBackend) -> AsyncIterator[Make]:
+    config = cluster_backend.config(leaseTtl=TTL)
     nodes: list[Node] = []
 
     def factory(name: str, policy: OnUnavailable = "degrade") -> Node:
@@ -89,13 +79,6 @@ async def make(
     yield factory
     for node in nodes:
         await node.guard.close()
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 async def test_forbid_refuses_while_another_node_holds_the_slot(make: Make) -> None:
@@ -153,7 +136,7 @@ async def test_allow_and_node_scope_take_no_slot(make: Make) -> None:
         a.guard.release(launch(held))
 
 
-@pytest.mark.parametrize("make", ["filesystem"], indirect=True)
+@pytest.mark.parametrize("cluster_backend", ["filesystem"], indirect=True)
 async def test_replace_gives_up_when_the_holder_does_not_let_go(make: Make) -> None:
     a, b = make("a"), make("b")
     a.guard.replace_runs = lambda job, why: []  # a run that ignores the request
@@ -165,7 +148,7 @@ async def test_replace_gives_up_when_the_holder_does_not_let_go(make: Make) -> N
     assert a.guard.held() == ["report"]
 
 
-@pytest.mark.parametrize("make", ["filesystem"], indirect=True)
+@pytest.mark.parametrize("cluster_backend", ["filesystem"], indirect=True)
 async def test_a_store_that_cannot_answer_degrades_or_fails_closed(
     make: Make, tmp_path: Path
 ) -> None:

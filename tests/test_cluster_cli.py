@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from daemon_proc import DaemonProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
@@ -33,30 +33,26 @@ def test_a_bad_node_name_is_a_usage_error(tmp_path: Path) -> None:
     assert "CRONSTABLE_NODE_NAME" in done.stderr
 
 
-def test_the_node_name_from_the_environment_names_the_cluster_member(tmp_path: Path) -> None:
+def test_the_node_name_from_the_environment_names_the_cluster_member(
+    tmp_path: Path, daemon_procs: list[DaemonProcess]
+) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     (tmp_path / "conf").mkdir()
     (tmp_path / "conf" / "c.yaml").write_text(
         f"cluster: {{backend: filesystem, leaseTtl: 2, filesystem: {{path: {shared}}}}}\njobs: []\n"
     )
-    log = tmp_path / "daemon.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cronstable", "run", str(tmp_path / "conf")],
-            env=os.environ | {"CRONSTABLE_NODE_NAME": "from-env"},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    daemon = DaemonProcess(
+        tmp_path / "conf",
+        tmp_path / "daemon.log",
+        env=os.environ | {"CRONSTABLE_NODE_NAME": "from-env"},
+    )
+    daemon_procs.append(daemon.start())
     member = shared / "members" / "from-env.json"
     try:
-        deadline = time.monotonic() + 20
-        while "Cluster: node from-env is now the leader" not in log.read_text():
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+        daemon.wait_log("Cluster: node from-env is now the leader")
         assert member.exists()
     finally:
-        proc.terminate()
-        proc.wait(20)
-    assert "node from-env released the leadership" in log.read_text()
+        daemon.stop(20)
+    assert "node from-env released the leadership" in daemon.output()
     assert not member.exists()  # released on a graceful stop

@@ -10,32 +10,21 @@ while ``PreferLeader`` and ``EveryNode`` jobs keep running.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from etcd_server import EtcdServer
+from backends import ClusterBackend
+from daemon_proc import DaemonProcess, stop_all, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 TTL = 2
 NODES = ("n1", "n2", "n3")
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def runs(path: Path) -> list[tuple[str, datetime]]:
@@ -55,27 +44,13 @@ def doubles(path: Path) -> list[datetime]:
     return sorted(when for when, count in counts.items() if count > 1)
 
 
-class Node:
-    def __init__(self, name: str, config: Path, log: Path) -> None:
-        self.name = name
-        self.log = log
-        env = os.environ | {"CRONSTABLE_NODE_NAME": name}
-        with log.open("a") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cronstable", "run", str(config), "--node-name", name],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
-
-    def output(self) -> str:
-        return self.log.read_text()
-
-
 class Cluster:
-    def __init__(self, root: Path, section: str) -> None:
+    """Daemons, one per node name, on one configuration: three per-second jobs, one per
+    clusterPolicy, on ``backend``."""
+
+    def __init__(self, root: Path, backend: ClusterBackend) -> None:
         self.root = root
+        self.backend = backend
         self.out = root / "out"
         self.out.mkdir()
         self.config = root / "config"
@@ -90,14 +65,20 @@ class Cluster:
             """
             for policy in ("Leader", "PreferLeader", "EveryNode")
         )
-        text = textwrap.dedent(section) + "jobs:" + textwrap.dedent(jobs)
+        text = backend.yaml(TTL) + "jobs:" + textwrap.dedent(jobs)
         (self.config / "cronstable.yaml").write_text(text)
-        self.nodes: dict[str, Node] = {}
+        self.nodes: dict[str, DaemonProcess] = {}
 
-    def start(self, name: str) -> Node:
-        node = Node(name, self.config, self.root / f"{name}.log")
-        self.nodes[name] = node
-        return node
+    def start(self, name: str) -> DaemonProcess:
+        """Node ``name`` (again, after a kill: under the same name, the same log)."""
+        if name not in self.nodes:
+            self.nodes[name] = DaemonProcess(
+                self.config,
+                self.root / f"{name}.log",
+                args=["--node-name", name],
+                env=os.environ | {"CRONSTABLE_NODE_NAME": name},
+            )
+        return self.nodes[name].start()
 
     def leader_file(self) -> Path:
         return self.out / "Leader"
@@ -106,48 +87,13 @@ class Cluster:
         return runs(self.leader_file())[-1][0]
 
     def stop(self) -> None:
-        for node in self.nodes.values():
-            if node.proc.poll() is None:
-                node.proc.send_signal(signal.SIGTERM)
-        for node in self.nodes.values():
-            try:
-                node.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                node.proc.kill()
-                node.proc.wait(5)
+        stop_all(self.nodes.values(), timeout=15)
 
 
-def etcd_section(server: EtcdServer, prefix: str) -> str:
-    return f"""
-        cluster:
-          backend: etcd
-          leaseTtl: {TTL}
-          etcd: {{endpoints: ["{server.endpoint}"], prefix: "{prefix}"}}
-    """
-
-
-def filesystem_section(shared: Path) -> str:
-    return f"""
-        cluster:
-          backend: filesystem
-          leaseTtl: {TTL}
-          filesystem: {{path: "{shared}"}}
-    """
-
-
-@pytest.fixture(params=["etcd", "filesystem"])
-def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
-    if request.param == "etcd":
-        server: EtcdServer = request.getfixturevalue("etcd_server")
-        server.start()
-        section = etcd_section(server, "/cluster-e2e/")
-    else:
-        shared = tmp_path / "shared"
-        shared.mkdir()
-        section = filesystem_section(shared)
-    made = Cluster(tmp_path, section)
-    made.backend = request.param  # type: ignore[attr-defined]
-    made.store = request.getfixturevalue("etcd_server") if request.param == "etcd" else shared  # type: ignore[attr-defined]
+@pytest.fixture
+def cluster(own_cluster_backend: ClusterBackend, tmp_path: Path) -> Iterator[Cluster]:
+    """On a store of the test's own: the outage test stops it."""
+    made = Cluster(tmp_path, own_cluster_backend)
     try:
         yield made
     finally:
@@ -162,9 +108,7 @@ def test_three_daemons_one_leader_and_kill_9_failovers(cluster: Cluster) -> None
     takeovers: list[float] = []
     for _ in range(3):
         leader = cluster.current_leader()
-        victim = cluster.nodes[leader]
-        victim.proc.send_signal(signal.SIGKILL)
-        victim.proc.wait(5)
+        cluster.nodes[leader].kill9()
         killed = datetime.now(UTC)
         cluster.start(leader)  # it comes back under the same name (and may lead again)
         wait_for(lambda at=killed: any(w > at for _, w in runs(lead)), timeout=5 * TTL)
@@ -172,7 +116,7 @@ def test_three_daemons_one_leader_and_kill_9_failovers(cluster: Cluster) -> None
         takeovers.append((first - killed).total_seconds())
     time.sleep(1.5)
     cluster.stop()
-    print(f"\n{cluster.backend} takeovers after kill -9: {takeovers}")  # type: ignore[attr-defined]
+    print(f"\n{cluster.backend.name} takeovers after kill -9: {takeovers}")
     assert max(takeovers) < 5 * TTL
     assert doubles(lead) == []
     # EveryNode runs everywhere; every node logged what it saw, as one INFO line a change
@@ -188,18 +132,19 @@ def test_a_store_outage_stands_leader_jobs_down_and_others_keep_running(
         cluster.start(name)
     lead = cluster.leader_file()
     wait_for(lambda: len(runs(lead)) >= 2)
-    store = cluster.store  # type: ignore[attr-defined]
-    if cluster.backend == "etcd":  # type: ignore[attr-defined]
-        store.stop()
+    server, shared = cluster.backend.server, cluster.backend.shared
+    if server is not None:
+        server.stop()
     else:
-        store.rename(store.with_name("shared.gone"))  # the mount is gone
+        assert shared is not None
+        shared.rename(shared.with_name("shared.gone"))  # the mount is gone
     down = datetime.now(UTC)
     time.sleep(TTL + 3)  # every lease deemed lost, then three seconds of outage
     up = datetime.now(UTC)
-    if cluster.backend == "etcd":  # type: ignore[attr-defined]
-        store.start()
+    if server is not None:
+        server.start()
     else:
-        store.with_name("shared.gone").rename(store)
+        shared.with_name("shared.gone").rename(shared)
     wait_for(lambda: any(w > up for _, w in runs(lead)), timeout=5 * TTL)
     time.sleep(1)
     cluster.stop()

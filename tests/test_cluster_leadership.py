@@ -3,19 +3,17 @@ real shared directory.  Short TTLs (2 s) keep them quick."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from etcd_server import EtcdServer
+from backends import ClusterBackend
+from daemon_proc import until
 
 from cronstable.cluster.base import Leadership
 from cronstable.cluster.factory import make_leadership
-from cronstable.config.models import ClusterConfig
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio]
 
@@ -24,21 +22,10 @@ TTL = 2
 Make = Callable[[str], Leadership]
 
 
-@pytest_asyncio.fixture(params=["etcd", "filesystem"])
-async def make(
-    request: pytest.FixtureRequest, tmp_path: Path, etcd_prefix: str
-) -> AsyncIterator[Make]:
+@pytest_asyncio.fixture
+async def make(cluster_backend: ClusterBackend) -> AsyncIterator[Make]:
     """A factory of leaderships of one cluster (one etcd prefix, or one shared directory)."""
-    if request.param == "etcd":
-        server: EtcdServer = request.getfixturevalue("shared_etcd_server")
-        settings: dict[str, object] = {
-            "etcd": {"endpoints": [server.endpoint], "prefix": etcd_prefix}
-        }
-    else:
-        shared = tmp_path / "shared"
-        shared.mkdir()
-        settings = {"filesystem": {"path": str(shared)}}
-    config = ClusterConfig.model_validate({"backend": request.param, "leaseTtl": TTL} | settings)
+    config = cluster_backend.config(leaseTtl=TTL)
     made: list[Leadership] = []
 
     def factory(name: str) -> Leadership:
@@ -51,14 +38,10 @@ async def make(
         await leadership.stop()
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> float:
-    """Wait until ``predicate()``; the monotonic time it first held."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return time.monotonic()
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not met in time")
+async def held_at(predicate: Callable[[], bool], timeout: float = 10.0) -> float:
+    """Wait :func:`until` ``predicate()``; the monotonic time it first held."""
+    await until(predicate, timeout)
+    return time.monotonic()
 
 
 async def started(make: Make, *names: str) -> list[Leadership]:
@@ -96,7 +79,7 @@ async def test_a_released_leadership_moves_at_once_with_a_greater_fence(make: Ma
     began = time.monotonic()
     await holder.stop()
     assert not holder.is_leader() and not holder.known()
-    took = await until(other.is_leader) - began
+    took = await held_at(other.is_leader) - began
     # no expiry to wait for: a round or two
     assert took < TTL
     fence = other.fence()
@@ -113,8 +96,8 @@ async def test_a_silent_leader_stops_trusting_itself_before_another_can_win(
     other = next(n for n in nodes if n is not holder)
     assert holder._task is not None
     holder._task.cancel()  # no more rounds, no release: as if frozen
-    gave_up = await until(lambda: not holder.is_leader())
-    won = await until(other.is_leader, timeout=5 * TTL)
+    gave_up = await held_at(lambda: not holder.is_leader())
+    won = await held_at(other.is_leader, timeout=5 * TTL)
     gap = won - gave_up
     logging.getLogger(__name__).warning("%s: gave up %.3f s before the other won", make, gap)
     # the margin (0.5 s at ttl 2) less a round's lateness, at the least

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from daemon_proc import until
 from etcd_server import EtcdServer
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -31,15 +31,6 @@ jobs:
   - {name: prefer, command: "true", schedule: "@hourly", clusterPolicy: PreferLeader}
   - {name: every, command: "true", schedule: "@hourly"}
 """
-
-
-async def until_true(predicate: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 async def apply(section: ClusterSection, state: DesiredState) -> None:
@@ -79,7 +70,7 @@ async def test_an_etcd_cluster_leads_then_releases(
     # before the first round: Leader fails closed, the others run
     assert section.allows(lead) == "leadership_unknown"
     assert section.allows(prefer) is None and section.allows(every) is None
-    await until_true(lambda: section.allows(lead) is None)
+    await until(lambda: section.allows(lead) is None)
     view = section.view()
     assert (view["role"], view["leader"], view["known"]) == ("leader", "n1", True)
     assert view["members"] == [
@@ -157,7 +148,7 @@ async def test_a_store_that_does_not_answer_is_waited_for_then_joined_without_a_
     await apply(section, more)
     assert section.link is waiting and len(link_tasks()) == 1
     back()
-    await until_true(lambda: section.allows(lead) is None, timeout=15)
+    await until(lambda: section.allows(lead) is None, timeout=15)
     assert not section.link.connecting and section.view()["role"] == "leader"
     assert section.view()["members"][0]["jobSetId"] == more.job_set_id
     assert 'cronstable_store_unreachable{store="cluster"} 0.0' in generate_latest(registry).decode()
@@ -174,11 +165,11 @@ async def test_a_waiting_section_replaced_or_closed_leaves_no_task(tmp_path: Pat
     # the cluster section changes while its store is still down: applied, a new wait
     await apply(section, desired(leader_revision("filesystem", str(absent), ttl=3) + JOBS))
     assert section.link is not first and section.link is not None and section.link.connecting
-    await until_true(lambda: len(link_tasks()) == 1)  # the first one was stopped
+    await until(lambda: len(link_tasks()) == 1)  # the first one was stopped
     # the section goes away: nothing waits any more
     await apply(section, desired(JOBS))
     assert section.link is None
-    await until_true(lambda: link_tasks() == [])
+    await until(lambda: link_tasks() == [])
     await apply(section, desired(leader_revision("filesystem", str(absent)) + JOBS))
     await section.close()
     assert link_tasks() == []

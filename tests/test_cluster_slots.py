@@ -6,15 +6,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from etcd_server import EtcdServer
+from backends import ClusterBackend
 
 from cronstable.cluster.factory import make_slots
 from cronstable.cluster.slots import Holder, SlotStore, slot_name
-from cronstable.config.models import ClusterConfig
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -24,22 +22,11 @@ JOB = "backup/nightly"  # a slash stays inside one key segment
 Make = Callable[[str], SlotStore]
 
 
-@pytest_asyncio.fixture(params=["etcd", "filesystem"])
-async def make(
-    request: pytest.FixtureRequest, tmp_path: Path, etcd_prefix: str
-) -> AsyncIterator[Make]:
+@pytest_asyncio.fixture
+async def make(cluster_backend: ClusterBackend) -> AsyncIterator[Make]:
     """A factory of slot stores of one cluster (one etcd prefix, or one shared
     directory), one daemon instance each, named after its node."""
-    if request.param == "etcd":
-        server: EtcdServer = request.getfixturevalue("shared_etcd_server")
-        settings: dict[str, object] = {
-            "etcd": {"endpoints": [server.endpoint], "prefix": etcd_prefix}
-        }
-    else:
-        shared = tmp_path / "shared"
-        shared.mkdir()
-        settings = {"filesystem": {"path": str(shared)}}
-    config = ClusterConfig.model_validate({"backend": request.param, "leaseTtl": TTL} | settings)
+    config = cluster_backend.config(leaseTtl=TTL)
     made: list[SlotStore] = []
 
     def factory(node: str) -> SlotStore:

@@ -13,35 +13,24 @@ both stores).
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from etcd_server import EtcdServer
+from backends import ClusterBackend
+from daemon_proc import DaemonProcess, stop_all, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 TTL = 2
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 class Cluster:
     """Daemons on one configuration: one job running ``script``, with ``settings``."""
 
-    def __init__(self, root: Path, section: str, settings: str, script: str) -> None:
+    def __init__(self, root: Path, backend: ClusterBackend, settings: str, script: str) -> None:
         self.root = root
         self.out = root / "runs"
         self.config = root / "config"
@@ -50,23 +39,22 @@ class Cluster:
         job = f"- name: report\n  command: exec sh {root / 'job.sh'}\n" + textwrap.indent(
             textwrap.dedent(settings), "  "
         )
-        text = textwrap.dedent(section) + "jobs:\n" + textwrap.indent(job, "  ")
+        text = backend.yaml(TTL) + "jobs:\n" + textwrap.indent(job, "  ")
         (self.config / "cronstable.yaml").write_text(text)
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.daemons: dict[str, DaemonProcess] = {}
 
     def start(self, name: str) -> None:
-        env = os.environ | {"CRONSTABLE_NODE_NAME": name, "RUNS": str(self.out)}
-        with (self.root / f"{name}.log").open("a") as out:
-            self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "cronstable", "run", str(self.config), "--node-name", name],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
+        if name not in self.daemons:
+            self.daemons[name] = DaemonProcess(
+                self.config,
+                self.root / f"{name}.log",
+                args=["--node-name", name],
+                env=os.environ | {"CRONSTABLE_NODE_NAME": name, "RUNS": str(self.out)},
             )
+        self.daemons[name].start()
 
     def log(self, name: str) -> str:
-        return (self.root / f"{name}.log").read_text()
+        return self.daemons[name].output()
 
     def stop(self, name: str) -> None:
         """SIGTERM (once) and wait: the node's runs end, then it stops."""
@@ -74,17 +62,9 @@ class Cluster:
 
     def stop_all(self, names: list[str] | None = None, *, signals: int = 1) -> None:
         """``signals`` SIGTERMs to each live daemon (a second one stops its runs), then wait."""
-        procs = [self.procs[name] for name in names or self.procs]
-        for _ in range(signals):
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        stop_all(
+            [self.daemons[name] for name in names or self.daemons], signals=signals, timeout=15
+        )
 
     def runs(self) -> list[tuple[str, float, float | None]]:
         """(node, start, end or None while it goes) of every run, by start."""
@@ -115,28 +95,11 @@ def overlaps(runs: list[tuple[str, float, float | None]]) -> list[tuple[str, str
     return found
 
 
-def section(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "etcd":
-        server: EtcdServer = request.getfixturevalue("shared_etcd_server")
-        prefix: str = request.getfixturevalue("etcd_prefix")
-        store = f'etcd: {{endpoints: ["{server.endpoint}"], prefix: "{prefix}"}}'
-    else:
-        shared = tmp_path / "shared"
-        shared.mkdir()
-        store = f'filesystem: {{path: "{shared}"}}'
-    return f"""\
-        cluster:
-          backend: {request.param}
-          leaseTtl: {TTL}
-          {store}
-        """
-
-
 STAMP = 'echo "$CRONSTABLE_NODE_NAME {what} $(date +%s.%N)" >> "$RUNS"'
 
 
-@pytest.fixture(params=["etcd", "filesystem"])
-def forbid(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+@pytest.fixture
+def forbid(cluster_backend: ClusterBackend, tmp_path: Path) -> Iterator[Cluster]:
     settings = """\
         schedule: "* * * * * * *"
         concurrencyPolicy: Forbid
@@ -147,7 +110,7 @@ def forbid(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
         sleep 1.2
         {STAMP.format(what="end")}
         """
-    made = Cluster(tmp_path, section(request, tmp_path), settings, script)
+    made = Cluster(tmp_path, cluster_backend, settings, script)
     try:
         yield made
     finally:
@@ -176,8 +139,8 @@ def test_forbid_runs_never_overlap_across_nodes(forbid: Cluster) -> None:
     assert "Traceback" not in logs and "was lost" not in logs
 
 
-@pytest.fixture(params=["etcd"])
-def replace(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+@pytest.fixture
+def replace(cluster_backend: ClusterBackend, tmp_path: Path) -> Iterator[Cluster]:
     settings = """\
         schedule: "*/3 * * * * * *"
         concurrencyPolicy: Replace
@@ -193,13 +156,14 @@ def replace(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]
         sleep 30 &
         wait
         """
-    made = Cluster(tmp_path, section(request, tmp_path), settings, script)
+    made = Cluster(tmp_path, cluster_backend, settings, script)
     try:
         yield made
     finally:
         made.stop_all(signals=2)
 
 
+@pytest.mark.parametrize("cluster_backend", ["etcd"], indirect=True)
 def test_replace_stops_the_other_nodes_run_before_its_own_starts(replace: Cluster) -> None:
     replace.start("n1")
     replace.start("n2")

@@ -4,14 +4,13 @@ two in-process daemons on one shared directory, wired as ``run`` wires the slots
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 import pytest_asyncio
+from daemon_proc import until
 from web_stack import Stack
 
 from cronstable.cluster.claims import SlotGuard
@@ -61,13 +60,6 @@ async def nodes(tmp_path: Path) -> AsyncIterator[list[tuple[Stack, SlotGuard]]]:
     for stack, guard in made:
         await stack.stop()
         await guard.close()
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 async def post(http: aiohttp.ClientSession, url: str) -> tuple[int, dict[str, object]]:

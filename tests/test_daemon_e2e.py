@@ -6,14 +6,13 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from daemon_proc import DaemonProcess, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
@@ -25,61 +24,29 @@ def write(path: Path, text: str) -> None:
     tmp.replace(path)  # atomic, as an editor or git checkout would
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-class Daemon:
-    def __init__(self, config: Path, log: Path, *args: str) -> None:
-        self.log = log
-        self._log_file = log.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cronstable", "run", "-c", str(config), *args],
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-
-    def output(self) -> str:
-        return self.log.read_text()
-
-    def signal(self, sig: int) -> None:
-        self.proc.send_signal(sig)
-
-    def wait(self, timeout: float = 30) -> int:
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self._log_file.close()
+WAIT = 15.0
+"""How long a test waits for what the daemon does."""
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
-    started: list[Daemon] = []
+def daemon(tmp_path: Path, daemon_procs: list[DaemonProcess]) -> Callable[..., DaemonProcess]:
+    """``start(config, *args)``: ``cronstable run -c CONFIG ARGS``, killed after the test."""
 
-    def start(config: Path, *args: str) -> Daemon:
-        d = Daemon(config, tmp_path / f"daemon-{len(started)}.log", *args)
-        started.append(d)
+    def start(config: Path, *args: str) -> DaemonProcess:
+        log = tmp_path / f"daemon-{len(daemon_procs)}.log"
+        d = DaemonProcess(None, log, args=["-c", str(config), *args])
+        daemon_procs.append(d.start())
         return d
 
-    yield start
-    for d in started:
-        if d.proc.poll() is None:
-            d.proc.kill()
-            d.proc.wait(10)
+    return start
 
 
 def test_runs_reloads_on_sighup_and_keeps_the_old_config_when_the_new_is_bad(
-    tmp_path: Path, daemon: Callable[..., Daemon]
+    tmp_path: Path, daemon: Callable[..., DaemonProcess]
 ) -> None:
     conf = tmp_path / "conf"
     first, second = tmp_path / "first.out", tmp_path / "second.out"
@@ -93,7 +60,7 @@ def test_runs_reloads_on_sighup_and_keeps_the_old_config_when_the_new_is_bad(
         """,
     )
     d = daemon(conf)
-    wait_for(lambda: len(lines(first)) >= 2)
+    wait_for(lambda: len(lines(first)) >= 2, WAIT)
     # CRONSTABLE_SCHEDULED_TIME is the fire's whole second, in UTC
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", t) for t in lines(first))
 
@@ -106,25 +73,27 @@ def test_runs_reloads_on_sighup_and_keeps_the_old_config_when_the_new_is_bad(
             schedule: "* * * * * * *"
         """,
     )
-    d.signal(signal.SIGHUP)
-    wait_for(lambda: len(lines(second)) >= 2)
+    d.send(signal.SIGHUP)
+    wait_for(lambda: len(lines(second)) >= 2, WAIT)
     settled = len(lines(first))
     time.sleep(1.5)
     assert len(lines(first)) <= settled + 1  # tick is gone (at most one run in flight)
 
     write(conf / "jobs.yaml", "jobs:\n  - name: tock\n    schedule: [oops\n")
-    d.signal(signal.SIGHUP)
-    wait_for(lambda: "rejected" in d.output())
+    d.send(signal.SIGHUP)
+    wait_for(lambda: "rejected" in d.output(), WAIT)
     assert "jobs.yaml:3:15: invalid YAML: the '[' opened here is never closed" in d.output()
     before = len(lines(second))
-    wait_for(lambda: len(lines(second)) >= before + 2)  # the old schedule keeps firing
+    wait_for(lambda: len(lines(second)) >= before + 2, WAIT)  # the old schedule keeps firing
 
-    d.signal(signal.SIGTERM)
-    assert d.wait() == 0
+    d.send(signal.SIGTERM)
+    assert d.wait(30) == 0
     assert "Stopped" in d.output()
 
 
-def test_sigterm_waits_for_running_jobs(tmp_path: Path, daemon: Callable[..., Daemon]) -> None:
+def test_sigterm_waits_for_running_jobs(
+    tmp_path: Path, daemon: Callable[..., DaemonProcess]
+) -> None:
     out = tmp_path / "out"
     write(
         tmp_path / "c.yaml",
@@ -137,13 +106,15 @@ def test_sigterm_waits_for_running_jobs(tmp_path: Path, daemon: Callable[..., Da
         """,
     )
     d = daemon(tmp_path / "c.yaml")
-    wait_for(lambda: lines(out) == ["started"])
-    d.signal(signal.SIGTERM)
-    assert d.wait() == 0
+    wait_for(lambda: lines(out) == ["started"], WAIT)
+    d.send(signal.SIGTERM)
+    assert d.wait(30) == 0
     assert lines(out) == ["started", "finished"]
 
 
-def test_second_signal_stops_running_jobs(tmp_path: Path, daemon: Callable[..., Daemon]) -> None:
+def test_second_signal_stops_running_jobs(
+    tmp_path: Path, daemon: Callable[..., DaemonProcess]
+) -> None:
     out = tmp_path / "out"
     write(
         tmp_path / "c.yaml",
@@ -156,19 +127,19 @@ def test_second_signal_stops_running_jobs(tmp_path: Path, daemon: Callable[..., 
         """,
     )
     d = daemon(tmp_path / "c.yaml")
-    wait_for(lambda: len(lines(out)) == 1)
+    wait_for(lambda: len(lines(out)) == 1, WAIT)
     pid = int(lines(out)[0])
-    d.signal(signal.SIGINT)
+    d.send(signal.SIGINT)
     time.sleep(0.3)
-    assert d.proc.poll() is None  # still waiting for the job
-    d.signal(signal.SIGINT)
-    assert d.wait() == 0
+    assert d.alive()  # still waiting for the job
+    d.send(signal.SIGINT)
+    assert d.wait(30) == 0
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 
 
 def test_invalid_config_at_start_exits_1_with_every_error(
-    tmp_path: Path, daemon: Callable[..., Daemon]
+    tmp_path: Path, daemon: Callable[..., DaemonProcess]
 ) -> None:
     write(
         tmp_path / "c.yaml",
@@ -184,13 +155,15 @@ def test_invalid_config_at_start_exits_1_with_every_error(
         """,
     )
     d = daemon(tmp_path / "c.yaml")
-    assert d.wait() == 1
+    assert d.wait(30) == 1
     out = d.output()
     assert "c.yaml:4:5: jobs[0].schedule: '61 * * * *': minute 61 is out of range 0-59" in out
     assert "c.yaml:8:5: jobs[1].concurrencyPolicy" in out
 
 
-def test_unknown_user_fails_the_revision(tmp_path: Path, daemon: Callable[..., Daemon]) -> None:
+def test_unknown_user_fails_the_revision(
+    tmp_path: Path, daemon: Callable[..., DaemonProcess]
+) -> None:
     write(
         tmp_path / "c.yaml",
         """\
@@ -199,11 +172,11 @@ def test_unknown_user_fails_the_revision(tmp_path: Path, daemon: Callable[..., D
         """,
     )
     d = daemon(tmp_path / "c.yaml")
-    assert d.wait() == 1
+    assert d.wait(30) == 1
     assert "no-such-user-here" in d.output()
 
 
-def test_json_log_format(tmp_path: Path, daemon: Callable[..., Daemon]) -> None:
+def test_json_log_format(tmp_path: Path, daemon: Callable[..., DaemonProcess]) -> None:
     write(
         tmp_path / "c.yaml",
         """\
@@ -212,9 +185,9 @@ def test_json_log_format(tmp_path: Path, daemon: Callable[..., Daemon]) -> None:
         """,
     )
     d = daemon(tmp_path / "c.yaml", "--log-format", "json")
-    wait_for(lambda: '"outcome": "failed"' in d.output())
-    d.signal(signal.SIGTERM)
-    assert d.wait() == 0
+    wait_for(lambda: '"outcome": "failed"' in d.output(), WAIT)
+    d.send(signal.SIGTERM)
+    assert d.wait(30) == 0
     records = [json.loads(line) for line in d.output().splitlines() if line.startswith("{")]
     finished = next(r for r in records if r.get("outcome") == "failed")
     assert finished["job"] == "once"
@@ -224,7 +197,7 @@ def test_json_log_format(tmp_path: Path, daemon: Callable[..., Daemon]) -> None:
 
 
 def test_a_helper_holding_the_output_blocks_neither_forbid_nor_a_graceful_stop(
-    tmp_path: Path, daemon: Callable[..., Daemon]
+    tmp_path: Path, daemon: Callable[..., DaemonProcess]
 ) -> None:
     # issue 7 item 10: each run leaves a `setsid` helper holding its stdout and
     # stderr for 30 s; the run ends 5 s (the stream grace) after its shell exits
@@ -243,7 +216,7 @@ def test_a_helper_holding_the_output_blocks_neither_forbid_nor_a_graceful_stop(
     try:
         d = daemon(tmp_path / "c.yaml", "--log-format", "json")
         wait_for(lambda: len(lines(runs)) >= 2, timeout=20)  # Forbid let the next fire run
-        d.signal(signal.SIGTERM)
+        d.send(signal.SIGTERM)
         assert d.wait(20) == 0  # the run in flight ends with the grace, not with the helper
         records = [json.loads(line) for line in d.output().splitlines() if line.startswith("{")]
         warned = [r for r in records if r["level"] == "WARNING" and r.get("job") == "spawner"]

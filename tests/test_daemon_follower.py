@@ -6,13 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from daemon_proc import DaemonProcess, until, wait_for
 from git_server import GitDaemon, SilentServer, WorkRepo
 
 from cronstable.runtime import daemon as daemon_module
@@ -21,14 +19,6 @@ from cronstable.sources.factory import open_source
 from cronstable.sources.git import GitSource
 
 pytestmark = [pytest.mark.timeout(60)]
-
-
-async def wait_until(predicate: Callable[[], bool], what: str, within: float = 15.0) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still no {what} after {within} s")
-        await asyncio.sleep(0.02)
 
 
 def applied(daemon: Daemon) -> str | None:
@@ -53,20 +43,20 @@ async def test_a_follower_that_dies_is_logged_and_restarted(
         daemon = Daemon(source)
         running = asyncio.create_task(daemon.run())
         try:
-            await wait_until(lambda: applied(daemon) == first, "first revision")
+            await until(lambda: applied(daemon) == first, 15, "first revision")
             # The fault: the source's poll task dies (as an unforeseen error in it would
             # end it).  Before supervision the daemon went on, deaf to every push.
             poller = source._task
             assert poller is not None
             poller.cancel()
-            await wait_until(lambda: "stopped unexpectedly" in caplog.text, "ERROR line")
+            await until(lambda: "stopped unexpectedly" in caplog.text, 15, "ERROR line")
             second = repo.commit({"jobs.yaml": "jobs: []\n# second\n"})
             repo.push()
-            await wait_until(
-                lambda: "Following" in caplog.text and "again" in caplog.text, "restart"
+            await until(
+                lambda: "Following" in caplog.text and "again" in caplog.text, 15, "restart"
             )
             source.nudge()  # SIGHUP's path: heard again
-            await wait_until(lambda: applied(daemon) == second, "second revision")
+            await until(lambda: applied(daemon) == second, 15, "second revision")
         finally:
             daemon.request_stop()
             assert await asyncio.wait_for(running, 15) == 0
@@ -80,40 +70,26 @@ async def test_a_follower_that_dies_is_logged_and_restarted(
     assert sum(r.getMessage().startswith("Reconciling") for r in caplog.records) == 0
 
 
-def test_sigint_stops_the_daemon_at_once_while_the_first_fetch_hangs(tmp_path: Path) -> None:
+@pytest.mark.slow  # a real `cronstable run`
+def test_sigint_stops_the_daemon_at_once_while_the_first_fetch_hangs(
+    tmp_path: Path, daemon_procs: list[DaemonProcess]
+) -> None:
     """Ctrl-C while ``git://`` accepts and never answers: exit 0, "Stopped", in a second or so."""
     with SilentServer() as silent:
         log = tmp_path / "daemon.log"
-        with log.open("w") as out:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "cronstable",
-                    "run",
-                    "--source",
-                    silent.url("git", "x.git"),
-                    "--cache-dir",
-                    str(tmp_path / "cache"),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-            try:
-                deadline = time.monotonic() + 30
-                while silent.accepted == 0 and time.monotonic() < deadline:
-                    time.sleep(0.02)
-                assert silent.accepted == 1, "the daemon never connected"
-                time.sleep(0.3)  # well inside the fetch (its timeout is 30 s)
-                sent = time.monotonic()
-                proc.send_signal(signal.SIGINT)
-                code = proc.wait(20)
-                took = time.monotonic() - sent
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+        daemon = DaemonProcess(
+            None,
+            log,
+            args=["--source", silent.url("git", "x.git"), "--cache-dir", str(tmp_path / "cache")],
+        )
+        daemon_procs.append(daemon.start())
+        wait_for(lambda: silent.accepted > 0, 30, "the daemon's connection")
+        assert silent.accepted == 1, "the daemon never connected"
+        time.sleep(0.3)  # well inside the fetch (its timeout is 30 s)
+        sent = time.monotonic()
+        daemon.send(signal.SIGINT)
+        code = daemon.wait(20)
+        took = time.monotonic() - sent
     output = log.read_text()
     print(f"stop time while the first fetch hangs: {took:.2f} s")
     assert code == 0, output

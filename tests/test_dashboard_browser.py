@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import re
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from cdp import browser, chromium_binary
+from daemon_proc import DaemonProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -36,34 +33,29 @@ jobs:
 TOKEN = "d4shb0ard-token"
 
 
-def _start_daemon(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
+def _start_daemon(tmp_path: Path) -> DaemonProcess:
     (tmp_path / "conf").mkdir()
     (tmp_path / "conf" / "cronstable.yaml").write_text(CONFIG)
-    log = tmp_path / "daemon.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cronstable", "run", "-c", str(tmp_path / "conf")],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=os.environ | {"DASH_TOKEN": TOKEN},
-        )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        found = re.search(r"HTTP API listening on (http://\S+)", log.read_text())
-        if found:
-            return proc, found[1], log
-        assert proc.poll() is None, log.read_text()
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError(log.read_text())
+    daemon = DaemonProcess(
+        None,
+        tmp_path / "daemon.log",
+        args=["-c", str(tmp_path / "conf")],
+        env=os.environ | {"DASH_TOKEN": TOKEN},
+    )
+    return daemon.start()
 
 
 @pytest.mark.asyncio
-async def test_the_dashboard_starts_a_job_and_shows_its_outcome(tmp_path: Path) -> None:
+async def test_the_dashboard_starts_a_job_and_shows_its_outcome(
+    tmp_path: Path, daemon_procs: list[DaemonProcess]
+) -> None:
     binary = chromium_binary()
     if binary is None:
         pytest.skip("no chromium binary on PATH (Debian: apt-get install chromium; make deps)")
-    proc, url, log = _start_daemon(tmp_path)
+    daemon = _start_daemon(tmp_path)
+    daemon_procs.append(daemon)
+    log = daemon.log
+    url = await asyncio.to_thread(daemon.url, 30)
     try:
         async with browser(binary, tmp_path / "profile") as page:
             await page.send("Page.enable")
@@ -112,5 +104,4 @@ async def test_the_dashboard_starts_a_job_and_shows_its_outcome(tmp_path: Path) 
             print(f"screenshot: {tmp_path / 'dashboard.png'}")
         assert "POST /jobs/{name}/start (job greet) by dashboard from 127.0.0.1" in log.read_text()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(20) == 0
+        assert await asyncio.to_thread(daemon.stop, 20) == 0

@@ -26,11 +26,12 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 import pytest_asyncio
+from daemon_proc import until
 from etcd_server import EtcdServer
 
 from cronstable.cluster.etcd import EtcdLeadership
@@ -237,28 +238,22 @@ async def test_a_watch_notices_a_frozen_etcd_and_resumes_when_it_thaws(
         async for event in watching.watch("/f", start_revision=1, on_status=statuses.append):
             events.append(event)
 
-    async def until(predicate: Callable[[], bool], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert time.monotonic() < deadline, (statuses, events)
-            await asyncio.sleep(0.05)
-
     task = asyncio.create_task(watch())
     pid = etcd_server._proc.pid if etcd_server._proc is not None else 0
     try:
         await etcd.put("/f", b"1")
-        await until(lambda: len(events) == 1, 15)
+        await until(lambda: len(events) == 1, 15, lambda: (statuses, events))
         os.kill(pid, signal.SIGSTOP)
         try:
-            await until(lambda: bool(statuses), 10)
+            await until(lambda: bool(statuses), 10, lambda: (statuses, events))
             assert isinstance(statuses[0], EtcdUnavailable)
             assert "beside a silent watch" in str(statuses[0])
         finally:
             os.kill(pid, signal.SIGCONT)
         await etcd.put("/f", b"2")
-        await until(lambda: len(events) == 2, 20)
+        await until(lambda: len(events) == 2, 20, lambda: (statuses, events))
         assert [e.kv.value for e in events] == [b"1", b"2"]
-        await until(lambda: statuses[-1] is None, 10)
+        await until(lambda: statuses[-1] is None, 10, lambda: (statuses, events))
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, EtcdError):

@@ -10,23 +10,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from daemon_proc import DaemonProcess, wait_for
 from git_server import GitDaemon, WorkRepo
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def job_file(name: str, out: Path, schedule: str) -> str:
@@ -38,9 +29,9 @@ def job_file(name: str, out: Path, schedule: str) -> str:
     )
 
 
-def run_argv(spec: str, cache: Path) -> list[str]:
+def follower(spec: str, cache: Path, log: Path) -> DaemonProcess:
     """`cronstable run` on a source spec, as a daemon in these tests is started."""
-    return [sys.executable, "-m", "cronstable", "run", "--source", spec, "--cache-dir", str(cache)]
+    return DaemonProcess(None, log, args=["--source", spec, "--cache-dir", str(cache)])
 
 
 def lines(path: Path) -> list[str]:
@@ -60,16 +51,8 @@ def test_daemon_follows_a_git_remote(tmp_path: Path, origin: tuple[WorkRepo, Git
     repo.commit({"cron/jobs.yaml": job_file("every2", out, "*/2 * * * * * *")}, "first")
     repo.push()
     spec = f"{server.url('cron.git')}?path=cron&interval=0.5"
-    log = (tmp_path / "daemon.log").open("w")
-    daemon = subprocess.Popen(
-        run_argv(spec, tmp_path / "cache"),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-    )
-
-    def output() -> str:
-        return (tmp_path / "daemon.log").read_text()
+    daemon = follower(spec, tmp_path / "cache", tmp_path / "daemon.log").start()
+    output = daemon.output
 
     try:
         wait_for(lambda: len(lines(out)) >= 2)
@@ -96,10 +79,8 @@ def test_daemon_follows_a_git_remote(tmp_path: Path, origin: tuple[WorkRepo, Git
         wait_for(lambda: f"Revision {fixed}" in output())
         wait_for(lambda: any(line.startswith("fixed") for line in lines(out)))
     finally:
-        daemon.terminate()
-        daemon.wait(30)
-        log.close()
-    assert daemon.returncode == 0
+        status = daemon.stop(30)
+    assert status == 0
 
 
 def diff(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -183,26 +164,22 @@ def test_restart_after_a_bad_push_runs_the_last_applied_revision(
     good = repo.commit({"jobs.yaml": job_file("good", out, "* * * * * * *")}, "good")
     repo.push()
     spec = f"{server.url('cron.git')}?interval=0.5"
-    argv = run_argv(spec, tmp_path / "cache")
-    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cache = tmp_path / "cache"
+    first = follower(spec, cache, tmp_path / "first.log").start()
     try:
         wait_for(lambda: len(lines(out)) >= 1)  # applied, and so recorded as last good
     finally:
-        first.terminate()
-        first.wait(30)
+        first.stop(30)
 
     repo.commit({"jobs.yaml": "jobs: [{name: broken}]\n"}, "bad")
     repo.push()
-    log_path = tmp_path / "second.log"
-    with log_path.open("w") as log:
-        second = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            before = len(lines(out))
-            wait_for(lambda: len(lines(out)) >= before + 2)  # the good job keeps firing
-            text = log_path.read_text()
-            assert "rejected" in text
-            assert f"starting from the last applied one, {good}" in text
-        finally:
-            second.terminate()
-            second.wait(30)
-    assert second.returncode == 0
+    second = follower(spec, cache, tmp_path / "second.log").start()
+    try:
+        before = len(lines(out))
+        wait_for(lambda: len(lines(out)) >= before + 2)  # the good job keeps firing
+        text = second.output()
+        assert "rejected" in text
+        assert f"starting from the last applied one, {good}" in text
+    finally:
+        status = second.stop(30)
+    assert status == 0

@@ -10,16 +10,14 @@ import json
 import logging
 import os
 import signal
-import subprocess
-import sys
 import textwrap
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_proc import DaemonProcess, wait_for
 
 from cronstable import logconfig
 from cronstable.config import ConfigError, DesiredState, Problem
@@ -308,36 +306,16 @@ def write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[bytes], Path]]]:
-    started: list[subprocess.Popen[bytes]] = []
+def daemon(tmp_path: Path, daemon_procs: list[DaemonProcess]) -> Callable[..., DaemonProcess]:
+    """``start(config, *args)``: ``cronstable run CONFIG ARGS``, killed after the test."""
 
-    def start(config: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
-        out = tmp_path / f"daemon-{len(started)}.out"
-        with out.open("wb") as sink:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "cronstable", "run", str(config), *args],
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        started.append(proc)
-        return proc, out
+    def start(config: Path, *args: str) -> DaemonProcess:
+        proc = DaemonProcess(config, tmp_path / f"daemon-{len(daemon_procs)}.out", args=args)
+        daemon_procs.append(proc.start())
+        return proc
 
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
+    return start
 
 
 CONSOLE_LOGGING = JOBS.replace('"0 * * * *"', '"* * * * * * *"') + textwrap.dedent(
@@ -357,34 +335,33 @@ CONSOLE_LOGGING = JOBS.replace('"0 * * * *"', '"* * * * * * *"') + textwrap.dede
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_daemon_command_line_log_options_win_over_the_section(
-    tmp_path: Path, daemon: Callable[..., tuple[subprocess.Popen[bytes], Path]]
+    tmp_path: Path, daemon: Callable[..., DaemonProcess]
 ) -> None:
     config = tmp_path / "c.yaml"
     write(config, CONSOLE_LOGGING)
-    proc, out = daemon(config, "-l", "DEBUG", "--log-format", "json")
+    proc = daemon(config, "-l", "DEBUG", "--log-format", "json")
 
     def debug_job_lines() -> list[dict[str, Any]]:
         records = []
-        for line in out.read_text().splitlines():
+        for line in proc.output().splitlines():
             if line.startswith("{"):
                 records.append(json.loads(line))
         return [r for r in records if r["level"] == "DEBUG" and "started, pid" in r["message"]]
 
     wait_for(lambda: len(debug_job_lines()) >= 2)  # runs start after the section is applied
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(20) == 0
-    assert "plain " not in out.read_text()  # the section's formatter never showed
+    assert proc.stop(20) == 0
+    assert "plain " not in proc.output()  # the section's formatter never showed
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_daemon_without_log_options_follows_the_section_and_rejects_a_broken_one(
-    tmp_path: Path, daemon: Callable[..., tuple[subprocess.Popen[bytes], Path]]
+    tmp_path: Path, daemon: Callable[..., DaemonProcess]
 ) -> None:
     config = tmp_path / "c.yaml"
     write(config, CONSOLE_LOGGING)
-    proc, out = daemon(config)
-    wait_for(lambda: "plain INFO cronstable.reconcile.apply: Revision " in out.read_text())
+    proc = daemon(config)
+    wait_for(lambda: "plain INFO cronstable.reconcile.apply: Revision " in proc.output())
 
     missing = tmp_path / "missing" / "cron.log"
     broken = CONSOLE_LOGGING.replace(
@@ -392,14 +369,13 @@ def test_daemon_without_log_options_follows_the_section_and_rejects_a_broken_one
         f"console: {{class: logging.FileHandler, formatter: plain, filename: {missing}}}",
     )
     write(config, broken)
-    proc.send_signal(signal.SIGHUP)
+    proc.send(signal.SIGHUP)
     # the old logging stays: the rejection is reported through the section's console handler
-    wait_for(lambda: "plain ERROR cronstable.reconcile.apply: Revision " in out.read_text())
-    text = out.read_text()
+    wait_for(lambda: "plain ERROR cronstable.reconcile.apply: Revision " in proc.output())
+    text = proc.output()
     assert (
         f"c.yaml:9:5: logging.handlers.console: cannot be built: "
         f"[Errno 2] No such file or directory: '{missing}'" in text
     )
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(20) == 0
-    assert "plain INFO cronstable.runtime.daemon: Stopped" in out.read_text()
+    assert proc.stop(20) == 0
+    assert "plain INFO cronstable.runtime.daemon: Stopped" in proc.output()

@@ -3,82 +3,56 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
-import sys
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
+from daemon_proc import DaemonProcess
 
 DAILY = "jobs:\n  - {name: a, command: 'true', schedule: '@daily'}\n"
 HOURLY = "jobs:\n  - {name: a, command: 'true', schedule: '@hourly'}\n"
 
 
-class Daemon:
-    def __init__(self, args: list[str], stdin: int | None) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cronstable", "run", *args],
-            cwd=REPO,
-            stdin=stdin,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+@pytest.fixture
+def reader(tmp_path: Path, daemon_procs: list[DaemonProcess]) -> Callable[..., DaemonProcess]:
+    """``start(args, stdin)``: ``cronstable run ARGS`` reading ``stdin``, killed after the test."""
 
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
+    def start(args: list[str], stdin: int) -> DaemonProcess:
+        daemon = DaemonProcess(None, tmp_path / "daemon.log", args=args, stdin=stdin)
+        daemon_procs.append(daemon.start())
+        return daemon
 
-    def wait_for(self, text: str, count: int = 1, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while sum(text in line for line in self.lines) < count:
-            assert time.monotonic() < deadline, f"no {text!r} in:\n{''.join(self.lines)}"
-            assert self.proc.poll() is None, "".join(self.lines)
-            time.sleep(0.05)
+    return start
 
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            status = self.proc.wait(timeout=30)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            self._reader.join(timeout=10)
-            assert self.proc.stderr is not None
-            self.proc.stderr.close()
-        return status
 
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
+def wait_log(daemon: DaemonProcess, text: str, count: int = 1) -> None:
+    """Until ``text`` shows ``count`` times in the daemon's log (it must not exit)."""
+    daemon.wait_log(re.escape(text), 30, count=count)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["-", "/dev/stdin"])
-def test_run_reads_standard_input_once_and_keeps_it_on_reload(name: str) -> None:
+def test_run_reads_standard_input_once_and_keeps_it_on_reload(
+    name: str, reader: Callable[..., DaemonProcess]
+) -> None:
     read, write = os.pipe()
     os.write(write, DAILY.encode())
     os.close(write)
     try:
-        daemon = Daemon(["-c", name], stdin=read)
+        daemon = reader(["-c", name], stdin=read)
     finally:
         os.close(read)
     shown = "<stdin>" if name == "-" else name
-    daemon.wait_for(f"from {shown} applied")
-    daemon.proc.send_signal(signal.SIGHUP)
-    daemon.wait_for(f"Reload read no configuration from {shown}, which gives its bytes once")
-    assert daemon.stop() == 0
-    assert "cronstable.runtime.daemon: Stopped" in daemon.output
-    assert "rejected" not in daemon.output
+    wait_log(daemon, f"from {shown} applied")
+    daemon.send(signal.SIGHUP)
+    wait_log(daemon, f"Reload read no configuration from {shown}, which gives its bytes once")
+    assert daemon.stop(30, sig=signal.SIGINT) == 0
+    assert "cronstable.runtime.daemon: Stopped" in daemon.output()
+    assert "rejected" not in daemon.output()
 
 
 def _write_later(path: Path, text: str) -> threading.Thread:
@@ -92,38 +66,37 @@ def _write_later(path: Path, text: str) -> threading.Thread:
 
 
 @pytest.mark.slow
-def test_run_reads_a_fifo_at_start_and_on_each_reload(tmp_path: Path) -> None:
+def test_run_reads_a_fifo_at_start_and_on_each_reload(
+    tmp_path: Path, reader: Callable[..., DaemonProcess]
+) -> None:
     fifo = tmp_path / "cron.fifo"
     os.mkfifo(fifo)
     writer = _write_later(fifo, DAILY)
-    daemon = Daemon(["-c", str(fifo)], stdin=subprocess.DEVNULL)
-    daemon.wait_for(f"from {fifo} applied")
-    assert "1 added" in daemon.output
+    daemon = reader(["-c", str(fifo)], stdin=subprocess.DEVNULL)
+    wait_log(daemon, f"from {fifo} applied")
+    assert "1 added" in daemon.output()
     writer.join(timeout=10)
-    daemon.proc.send_signal(signal.SIGHUP)
-    daemon.wait_for("waiting for a writer to open the FIFO")
+    daemon.send(signal.SIGHUP)
+    wait_log(daemon, "waiting for a writer to open the FIFO")
     writer = _write_later(fifo, HOURLY)
-    daemon.wait_for("0 added, 1 changed")
+    wait_log(daemon, "0 added, 1 changed")
     writer.join(timeout=10)
     # a reload that waits for a writer never holds the stop
-    daemon.proc.send_signal(signal.SIGHUP)
-    daemon.wait_for("waiting for a writer to open the FIFO", count=2)
-    assert daemon.stop() == 0
-    assert "cronstable.runtime.daemon: Stopped" in daemon.output
+    daemon.send(signal.SIGHUP)
+    wait_log(daemon, "waiting for a writer to open the FIFO", count=2)
+    assert daemon.stop(30, sig=signal.SIGINT) == 0
+    assert "cronstable.runtime.daemon: Stopped" in daemon.output()
 
 
 @pytest.mark.slow
-def test_run_refuses_include_from_a_stream() -> None:
+def test_run_refuses_include_from_a_stream(reader: Callable[..., DaemonProcess]) -> None:
     read, write = os.pipe()
     os.write(write, b"include: [other.yaml]\njobs: []\n")
     os.close(write)
     try:
-        daemon = Daemon(["-"], stdin=read)
+        daemon = reader(["-"], stdin=read)
     finally:
         os.close(read)
-    status = daemon.proc.wait(timeout=30)
-    daemon._reader.join(timeout=10)
-    assert daemon.proc.stderr is not None
-    daemon.proc.stderr.close()
+    status = daemon.wait(30)
     assert status == 1
-    assert "read once, as one file on its own" in daemon.output
+    assert "read once, as one file on its own" in daemon.output()

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from daemon_proc import until
 
 from cronstable.config import Job, MemoryTree, load
 from cronstable.runtime.output import OutputMirror
@@ -72,14 +73,14 @@ def read_pids(path: Path) -> list[int]:
 
 
 async def wait_for_file(path: Path, lines: int = 1, within: float = 3.0) -> list[int]:
-    """The pids a job wrote to ``path``, once there are ``lines`` of them."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+    """The pids a job wrote to ``path``, once there are ``lines`` (at least one) of them."""
+
+    def enough() -> list[int] | None:
         found = read_pids(path)
-        if len(found) >= lines:
-            return found
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{path} never got {lines} lines")
+        return found if len(found) >= max(lines, 1) else None
+
+    found: list[int] = await until(enough, within, f"{path} getting {lines} lines", every=0.02)
+    return found
 
 
 @pytest.fixture

@@ -9,10 +9,11 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from daemon_proc import until
 from git_server import GitDaemon, GitHttpServer, SilentServer, WorkRepo, git, outage
 
 from cronstable.snapshot import Snapshot
@@ -74,16 +75,8 @@ async def first_snapshot(source: GitSource) -> Snapshot:
     return await next_snapshot(source.watch())
 
 
-async def wait_until(predicate: Callable[[], bool], what: str, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still no {what} after {within} s")
-        await asyncio.sleep(0.02)
-
-
 async def wait_for_log(caplog: pytest.LogCaptureFixture, text: str) -> None:
-    await wait_until(lambda: count(caplog, text) > 0, f"log line containing {text!r}")
+    await until(lambda: count(caplog, text) > 0, what=f"log line containing {text!r}")
 
 
 def count(caplog: pytest.LogCaptureFixture, text: str, level: int | None = None) -> int:
@@ -300,7 +293,7 @@ async def test_fetched_refs_are_kept_and_a_refetch_transfers_nothing(
         for _ in range(3):
             polls = count(caplog, "unchanged at")
             source.nudge()
-            await wait_until(lambda: count(caplog, "unchanged at") > polls, "poll")  # noqa: B023
+            await until(lambda: count(caplog, "unchanged at") > polls, what="poll")  # noqa: B023
         assert in_pack_objects(path) == objects
         assert sorted(p.name for p in (path / "objects/pack").glob("*.pack")) == packs
 
@@ -564,7 +557,7 @@ async def test_a_live_lock_file_never_stops_the_source_nor_its_restart(
         source.nudge(second)
         assert (await next_snapshot(it)).revision == second
         source.nudge()
-        await wait_until(lambda: count(caplog, "unchanged at") > 0, "a second fetch")
+        await until(lambda: count(caplog, "unchanged at") > 0, what="a second fetch")
         assert count(caplog, "cannot record the applied commit as", logging.WARNING) == 1
     finally:
         await source.close()  # the pending ref write fails again: logged, never raised
@@ -773,7 +766,7 @@ async def test_close_does_not_wait_for_a_hung_fetch(
     with SilentServer() as silent:
         source = make_source(silent.url("git", "config.git"), tmp_path / "cache", timeout=20.0)
         starting = asyncio.ensure_future(source.start())
-        await wait_until(lambda: silent.accepted == 1, "connection")
+        await until(lambda: silent.accepted == 1, what="connection")
         started = time.monotonic()
         starting.cancel()
         await asyncio.gather(starting, return_exceptions=True)

@@ -9,17 +9,18 @@ import logging
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+from daemon_proc import DaemonProcess
+from daemon_proc import until as wait_until
 from harness_local import make_tree, write_atomically
 
 from cronstable.config.limits import Limits
@@ -773,13 +774,14 @@ async def test_a_file_that_does_not_load_is_rejected_once_it_holds_still(
         assert time.monotonic() - started < source.settle
 
 
+@pytest.mark.slow  # a real `cronstable run` for 6 to 9 s
 @pytest.mark.parametrize(
     ("settle", "cut"),
     [("1", VALID_HALF), ("0.4", BROKEN_HALF)],
     ids=["valid-half-settle-above-the-pause", "broken-half-one-more-settle"],
 )
 async def test_the_daemon_applies_no_truncated_revision_from_a_slow_writer(
-    tmp_path: Path, settle: str, cut: int
+    tmp_path: Path, settle: str, cut: int, daemon_procs: list[DaemonProcess]
 ) -> None:
     """`cronstable run --settle`: a real writer pausing 0.5 s mid-file.  A half that is a
     valid configuration needs a settle time above the pause; a half that does not load
@@ -787,35 +789,22 @@ async def test_the_daemon_applies_no_truncated_revision_from_a_slow_writer(
     root = tmp_path / "cfg"
     make_tree(root, {"jobs.yaml": FOUR_JOBS})
     log = tmp_path / "daemon.log"
-    with log.open("wb") as out:
-        daemon = subprocess.Popen(  # noqa: ASYNC220 - starting it does not wait
-            [sys.executable, "-m", "cronstable", "run", str(root), "--settle", settle],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+    daemon = DaemonProcess(root, log, args=["--settle", settle])
+    daemon_procs.append(daemon.start())
     try:
 
         def applied() -> list[str]:
             return re.findall(r"(?:applied|unchanged) in .*", log.read_text())
 
-        await wait_until(lambda: len(applied()) == 1)
+        await wait_until(lambda: len(applied()) == 1, 15)
         for data in (FOUR_JOBS.replace(b"0 0", b"0 1"), FOUR_JOBS.replace(b"0 0", b"0 2")):
             before = len(applied())
             writer = await asyncio.to_thread(slow_write, root / "jobs.yaml", data, cut)
             assert await asyncio.to_thread(writer.wait, 10) == 0
-            await wait_until(lambda: len(applied()) > before)  # noqa: B023
+            await wait_until(lambda: len(applied()) > before, 15)  # noqa: B023
             await asyncio.sleep(1.5)  # would a late scan of the tree add another?
             assert applied()[before:] == [applied()[before]], log.read_text()
             assert "4 changed, 0 removed" in applied()[before], log.read_text()
         assert "rejected" not in log.read_text(), log.read_text()
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        assert await asyncio.to_thread(daemon.wait, 10) == 0
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(daemon.stop, 10) == 0

@@ -11,18 +11,17 @@ import base64
 import json
 import os
 import re
-import signal
-import subprocess
-import sys
 import textwrap
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from backends import StateBackend
+from daemon_proc import DaemonProcess, wait_for
 from etcd_server import EtcdServer
 
 from cronstable.runtime.runs import run_id
@@ -31,15 +30,6 @@ from cronstable.state.base import node_key
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 LINE = 'echo "$CRONSTABLE_ATTEMPT $CRONSTABLE_SCHEDULED_TIME $(date +%s.%N)"'
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"condition not met in time: {what}")
 
 
 def lines(path: Path) -> list[tuple[int, datetime, float]]:
@@ -53,69 +43,13 @@ def lines(path: Path) -> list[tuple[int, datetime, float]]:
     return found
 
 
-class Daemon:
-    """``cronstable run`` on ``config`` with this node's ``--state-dir``."""
-
-    def __init__(self, root: Path, config: Path, name: str = "n1") -> None:
-        self.root, self.config, self.name = root, config, name
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log = root / f"{name}.log"
-        self.starts = 0
-
-    def start(self) -> None:
-        self.starts += 1
-        with self.log.open("a") as out:
-            out.write(f"=== start {self.starts}\n")
-            out.flush()
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "cronstable",
-                    "run",
-                    str(self.config),
-                    "--node-name",
-                    self.name,
-                    "--state-dir",
-                    str(self.root / f"state-{self.name}"),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-
-    def output(self) -> str:
-        return self.log.read_text()
-
-    def current(self) -> str:
-        """The log of the current start."""
-        return self.output().rsplit(f"=== start {self.starts}\n", 1)[-1]
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(10)
-
-    def stop(self) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-            raise
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    made: list[Daemon] = []
-    yield made
-    for daemon in made:
-        if daemon.proc is not None and daemon.proc.poll() is None:
-            daemon.proc.kill()
-            daemon.proc.wait(5)
+def state_daemon(root: Path, config: Path, name: str = "n1") -> DaemonProcess:
+    """``cronstable run`` on ``config`` as node ``name``, with its own ``--state-dir``."""
+    return DaemonProcess(
+        config,
+        root / f"{name}.log",
+        args=["--node-name", name, "--state-dir", str(root / f"state-{name}")],
+    )
 
 
 class Section(str):
@@ -129,13 +63,13 @@ def _read_file(root: Path, key: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-@pytest.fixture(params=["filesystem", "etcd"])
-def state_section(request: pytest.FixtureRequest, etcd_prefix: str) -> Section:
-    if request.param == "filesystem":
+@pytest.fixture
+def state_section(state_backend: StateBackend) -> Section:
+    if state_backend.server is None:
         section = Section("state: {backend: filesystem}\n")
         section.read = _read_file
         return section
-    server: EtcdServer = request.getfixturevalue("shared_etcd_server")
+    server, etcd_prefix = state_backend.server, state_backend.prefix
     section = Section(
         textwrap.dedent(
             f"""\
@@ -170,7 +104,7 @@ def make_config(root: Path, head: str, jobs: str) -> Path:
 
 
 def test_a_retry_pending_at_kill_9_fires_at_its_original_time(
-    tmp_path: Path, state_section: Section, daemons: list[Daemon]
+    tmp_path: Path, state_section: Section, daemon_procs: list[DaemonProcess]
 ) -> None:
     out = tmp_path / "flaky.out"
     config = make_config(
@@ -184,8 +118,8 @@ def test_a_retry_pending_at_kill_9_fires_at_its_original_time(
             retry: {{maximumRetries: 2, initialDelay: 3, backoffMultiplier: 1}}
         """,
     )
-    daemon = Daemon(tmp_path, config)
-    daemons.append(daemon)
+    daemon = state_daemon(tmp_path, config)
+    daemon_procs.append(daemon)
     daemon.start()
     wait_for(lambda: "retry 1 of 2 in 3.0 s" in daemon.output(), what="the first failure")
 
@@ -216,7 +150,7 @@ def test_a_retry_pending_at_kill_9_fires_at_its_original_time(
 
 
 def test_kill_9_during_a_forbid_run_never_starts_a_second_copy(
-    tmp_path: Path, state_section: Section, daemons: list[Daemon]
+    tmp_path: Path, state_section: Section, daemon_procs: list[DaemonProcess]
 ) -> None:
     out = tmp_path / "long.out"
     config = make_config(
@@ -229,8 +163,8 @@ def test_kill_9_during_a_forbid_run_never_starts_a_second_copy(
           command: {LINE} >> {out}; sleep 4
         """,
     )
-    daemon = Daemon(tmp_path, config)
-    daemons.append(daemon)
+    daemon = state_daemon(tmp_path, config)
+    daemon_procs.append(daemon)
     daemon.start()
     wait_for(lambda: len(lines(out)) == 1, what="the first run")
     run = run_id("long", lines(out)[0][1], 1)
@@ -253,7 +187,7 @@ def test_kill_9_during_a_forbid_run_never_starts_a_second_copy(
 
 
 def test_a_fire_missed_while_down_catches_up_once_within_the_deadline(
-    tmp_path: Path, daemons: list[Daemon]
+    tmp_path: Path, daemon_procs: list[DaemonProcess]
 ) -> None:
     out = tmp_path / "tick.out"
     config = make_config(
@@ -266,8 +200,8 @@ def test_a_fire_missed_while_down_catches_up_once_within_the_deadline(
           command: {LINE} >> {out}
         """,
     )
-    daemon = Daemon(tmp_path, config)
-    daemons.append(daemon)
+    daemon = state_daemon(tmp_path, config)
+    daemon_procs.append(daemon)
     daemon.start()
     wait_for(lambda: len(lines(out)) >= 1, what="a first run")
     daemon.kill9()
@@ -291,7 +225,7 @@ def test_a_fire_missed_while_down_catches_up_once_within_the_deadline(
 
 
 def test_reboot_runs_once_per_boot_and_again_when_redefined(
-    tmp_path: Path, daemons: list[Daemon]
+    tmp_path: Path, daemon_procs: list[DaemonProcess]
 ) -> None:
     out = tmp_path / "boot.out"
 
@@ -306,8 +240,8 @@ def test_reboot_runs_once_per_boot_and_again_when_redefined(
             """,
         )
 
-    daemon = Daemon(tmp_path, configure("one"))
-    daemons.append(daemon)
+    daemon = state_daemon(tmp_path, configure("one"))
+    daemon_procs.append(daemon)
     for _ in range(2):
         daemon.start()
         wait_for(lambda: "applied" in daemon.current(), what="the revision applied")
@@ -321,7 +255,9 @@ def test_reboot_runs_once_per_boot_and_again_when_redefined(
     assert daemon.stop() == 0
 
 
-def test_the_run_history_survives_a_restart(tmp_path: Path, daemons: list[Daemon]) -> None:
+def test_the_run_history_survives_a_restart(
+    tmp_path: Path, daemon_procs: list[DaemonProcess]
+) -> None:
     config = make_config(
         tmp_path,
         "state: {backend: filesystem}\nweb: {listen: [http://127.0.0.1:0]}\n",
@@ -332,28 +268,24 @@ def test_the_run_history_survives_a_restart(tmp_path: Path, daemons: list[Daemon
           captureStdout: true
         """,
     )
-    daemon = Daemon(tmp_path, config)
-    daemons.append(daemon)
+    daemon = state_daemon(tmp_path, config)
+    daemon_procs.append(daemon)
     daemon.start()
     wait_for(lambda: "Job hello finished" in daemon.current(), what="the run")
     assert daemon.stop() == 0  # a graceful stop writes the history at once
     daemon.start()
+    url = daemon.url()
     found: list[Any] = []
 
     def listed() -> bool:
-        match = re.search(r"HTTP API listening on (http://\S+)", daemon.current())
-        if match is None:
-            return False
-        with urllib.request.urlopen(f"{match[1]}/jobs/hello/runs", timeout=5) as response:
+        with urllib.request.urlopen(f"{url}/jobs/hello/runs", timeout=5) as response:
             found[:] = json.loads(response.read())["runs"]
         return bool(found)
 
     wait_for(listed, what="the runs listed")
     [run] = found
     assert (run["outcome"], run["stdout"]) == ("succeeded", "hello from before")
-    url = re.search(r"HTTP API listening on (http://\S+)", daemon.current())
-    assert url is not None
-    with urllib.request.urlopen(f"{url[1]}/status", timeout=5) as response:
+    with urllib.request.urlopen(f"{url}/status", timeout=5) as response:
         state = json.loads(response.read())["state"]
     assert state == {
         "enabled": True,
@@ -370,7 +302,7 @@ def test_the_run_history_survives_a_restart(tmp_path: Path, daemons: list[Daemon
 
 @pytest.mark.parametrize("policy", ["degrade", "fail-closed"])
 def test_an_etcd_outage_runs_or_skips_per_on_store_unavailable(
-    tmp_path: Path, etcd_server: EtcdServer, daemons: list[Daemon], policy: str
+    tmp_path: Path, etcd_server: EtcdServer, daemon_procs: list[DaemonProcess], policy: str
 ) -> None:
     etcd_server.start()
     out = tmp_path / "tick.out"
@@ -392,8 +324,8 @@ def test_an_etcd_outage_runs_or_skips_per_on_store_unavailable(
           command: {LINE} >> {out}
         """,
     )
-    daemon = Daemon(tmp_path, config)
-    daemons.append(daemon)
+    daemon = state_daemon(tmp_path, config)
+    daemon_procs.append(daemon)
     daemon.start()
     wait_for(lambda: len(lines(out)) >= 2, what="runs while etcd is up")
     etcd_server.stop()
@@ -425,7 +357,7 @@ def test_environment_has_no_stray_state_dir(tmp_path: Path) -> None:
           command: "true"
         """,
     )
-    daemon = Daemon(tmp_path, config)
+    daemon = state_daemon(tmp_path, config)
     daemon.start()
     try:
         wait_for(lambda: "Job once finished" in daemon.output(), what="the run")
@@ -436,7 +368,10 @@ def test_environment_has_no_stray_state_dir(tmp_path: Path) -> None:
 
 
 def test_a_leader_reboot_job_runs_once_per_cluster_across_restarts(
-    tmp_path: Path, shared_etcd_server: EtcdServer, etcd_prefix: str, daemons: list[Daemon]
+    tmp_path: Path,
+    shared_etcd_server: EtcdServer,
+    etcd_prefix: str,
+    daemon_procs: list[DaemonProcess],
 ) -> None:
     out = tmp_path / "migrate.out"
     head = textwrap.dedent(
@@ -458,8 +393,8 @@ def test_a_leader_reboot_job_runs_once_per_cluster_across_restarts(
           command: echo ran >> {out}
         """,
     )
-    nodes = [Daemon(tmp_path, config, name) for name in ("n1", "n2")]
-    daemons.extend(nodes)
+    nodes = [state_daemon(tmp_path, config, name) for name in ("n1", "n2")]
+    daemon_procs.extend(nodes)
     for _ in range(2):
         for node in nodes:
             node.start()

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import textwrap
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_proc import until
 from etcd_server import EtcdServer
 
 from cronstable.config import ConfigError, DesiredState, MemoryTree, load
@@ -30,15 +29,6 @@ T0 = datetime(2026, 6, 1, 12, 45, 0, tzinfo=UTC)
 
 def desired(text: str) -> DesiredState:
     return load(MemoryTree({"c.yaml": textwrap.dedent(text).encode()}), "c.yaml")
-
-
-async def until_true(predicate: Callable[[], Any], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 def keeper_on(table: DesiredState) -> StateKeeper:
@@ -85,7 +75,7 @@ async def test_a_state_store_down_at_start_is_waited_for_and_restored_when_it_an
     assert view["lastError"]
     assert keeper.stats.restored_fires == 0
     etcd_server.start()
-    await until_true(lambda: not keeper.waiting)
+    await until(lambda: not keeper.waiting, 15)
     assert not section.link.connecting and keeper.available
     assert keeper.stats.restored_fires == 1  # restored as a start would have
     assert keeper.scheduler.next_fire("t") == T0 - timedelta(minutes=5)  # 12:40, caught up

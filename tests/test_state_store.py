@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from etcd_server import EtcdServer
+from backends import StateBackend
 
 from cronstable.state.base import StateError, StateStore, key, node_key, segments
 from cronstable.state.etcd import EtcdStore
@@ -17,16 +17,9 @@ from cronstable.state.filesystem import FilesystemStore
 pytestmark = [pytest.mark.timeout(60)]
 
 
-@pytest_asyncio.fixture(params=["filesystem", "etcd"])
-async def store(
-    request: pytest.FixtureRequest, tmp_path: Path, etcd_prefix: str
-) -> AsyncIterator[StateStore]:
-    made: StateStore
-    if request.param == "etcd":
-        server: EtcdServer = request.getfixturevalue("shared_etcd_server")
-        made = EtcdStore([server.endpoint], prefix=etcd_prefix)
-    else:
-        made = FilesystemStore(tmp_path / "state")
+@pytest_asyncio.fixture
+async def store(state_backend: StateBackend, tmp_path: Path) -> AsyncIterator[StateStore]:
+    made = state_backend.store(tmp_path / "state")
     await made.check()
     yield made
     await made.close()

@@ -11,12 +11,13 @@ import resource
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 import trustme
+from daemon_proc import until
 from web_stack import Stack
 
 from cronstable.platform import free_descriptors, open_descriptors
@@ -86,14 +87,6 @@ async def get(url: str, path: str) -> tuple[int, bytes]:
 def sample(stack: Stack, name: str, labels: dict[str, str] | None = None) -> float:
     value = stack.daemon.metrics.registry.get_sample_value(name, labels or {})
     return value or 0.0
-
-
-async def until(predicate: Callable[[], object], seconds: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {seconds} s: {what}")
-        await asyncio.sleep(0.02)
 
 
 def slots_of(stack: Stack) -> ConnectionSlots:

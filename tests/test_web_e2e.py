@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_proc import DaemonProcess, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
@@ -43,43 +39,36 @@ def request(url: str, method: str = "GET", token: str | None = None) -> tuple[in
         return exc.code, json.loads(exc.read())
 
 
-def test_daemon_serves_the_api_and_runs_a_job_started_over_http(tmp_path: Path) -> None:
+def test_daemon_serves_the_api_and_runs_a_job_started_over_http(
+    tmp_path: Path, daemon_procs: list[DaemonProcess]
+) -> None:
     (tmp_path / "conf").mkdir()
     (tmp_path / "conf" / "cronstable.yaml").write_text(CONFIG)
     log = tmp_path / "daemon.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cronstable", "run", "-c", str(tmp_path / "conf")],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=os.environ | {"CI_TOKEN": "t0ken"},
+    daemon = DaemonProcess(
+        None, log, args=["-c", str(tmp_path / "conf")], env=os.environ | {"CI_TOKEN": "t0ken"}
+    )
+    daemon_procs.append(daemon.start())
+    try:
+        url = daemon.url()
+        assert request(f"{url}/readyz") == (200, {"ready": True})
+        assert request(f"{url}/status", token="nope")[0] == 401
+        status, body = request(f"{url}/jobs/greet/start", "POST", token="t0ken")
+        assert status == 202
+
+        def finished() -> list[dict[str, Any]] | None:
+            _, runs = request(f"{url}/jobs/greet/runs", token="t0ken")
+            done = runs["runs"] and runs["runs"][0]["outcome"] != "running"
+            return runs["runs"] if done else None
+
+        [run] = wait_for(finished, what="the run finished")
+        assert (run["id"], run["outcome"], run["stdout"]) == (
+            body["run"],
+            "succeeded",
+            "hello from the api",
         )
-        try:
-            deadline = time.monotonic() + 20
-            url = None
-            while url is None and time.monotonic() < deadline:
-                found = re.search(r"HTTP API listening on (http://\S+)", log.read_text())
-                url = found[1] if found else None
-                time.sleep(0.05)
-            assert url is not None, log.read_text()
-            assert request(f"{url}/readyz") == (200, {"ready": True})
-            assert request(f"{url}/status", token="nope")[0] == 401
-            status, body = request(f"{url}/jobs/greet/start", "POST", token="t0ken")
-            assert status == 202
-            while time.monotonic() < deadline:
-                _, runs = request(f"{url}/jobs/greet/runs", token="t0ken")
-                if runs["runs"] and runs["runs"][0]["outcome"] != "running":
-                    break
-                time.sleep(0.05)
-            [run] = runs["runs"]
-            assert (run["id"], run["outcome"], run["stdout"]) == (
-                body["run"],
-                "succeeded",
-                "hello from the api",
-            )
-            assert "POST /jobs/{name}/start (job greet) by ci from 127.0.0.1" in log.read_text()
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(20) == 0
+        assert "POST /jobs/{name}/start (job greet) by ci from 127.0.0.1" in log.read_text()
+    finally:
+        assert daemon.stop(20) == 0
     with pytest.raises(OSError):
         request(f"{url}/healthz")

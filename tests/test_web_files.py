@@ -8,8 +8,7 @@ import contextlib
 import logging
 import os
 import ssl
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 import trustme
+from daemon_proc import until
 from web_stack import Stack
 
 from cronstable.web import section as section_module
@@ -38,14 +38,6 @@ def rewrite(path: Path, data: bytes) -> None:
     before = path.stat().st_mtime_ns if path.exists() else 0
     path.write_bytes(data)
     os.utime(path, ns=(before + 10**9, before + 10**9))
-
-
-async def eventually(check: Callable[[], Any], what: str, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still no {what} after {within} s")
-        await asyncio.sleep(0.05)
 
 
 def counting_session(**connector: Any) -> tuple[aiohttp.ClientSession, list[int]]:
@@ -89,7 +81,7 @@ async def test_a_token_file_changed_is_read_again_on_the_same_connection(
         async def rotated() -> bool:
             return await status_with(http, url, "second-token") == 200
 
-        await eventually(rotated, "rotated token")
+        await until(rotated, what="rotated token", every=0.05)
         assert await status_with(http, url, "first-token") == 401
         # emptied, then gone: the token read last stays, with an ERROR each time
         for broken in ("empty", "gone"):
@@ -105,7 +97,7 @@ async def test_a_token_file_changed_is_read_again_on_the_same_connection(
                     for r in caplog.records
                 )
 
-            await eventually(complained, f"ERROR for a token file {broken}")
+            await until(complained, what=f"ERROR for a token file {broken}", every=0.05)
             assert await status_with(http, url, "second-token") == 200
     assert opened == [1], "a connection was dropped"
     assert "second-token" not in caplog.text and "first-token" not in caplog.text
@@ -156,7 +148,7 @@ async def test_a_certificate_renewed_on_disk_is_served_to_new_connections(
         async def renewed() -> bool:
             return await served_certificate(port, client) == new
 
-        await eventually(renewed, "renewed certificate")
+        await until(renewed, what="renewed certificate", every=0.05)
         async with kept.get(url) as response:  # the connection opened before goes on
             assert response.status == 200
         caplog.clear()
@@ -165,7 +157,7 @@ async def test_a_certificate_renewed_on_disk_is_served_to_new_connections(
         async def complained() -> bool:
             return "cannot load the certificate" in caplog.text
 
-        await eventually(complained, "ERROR for a broken certificate")
+        await until(complained, what="ERROR for a broken certificate", every=0.05)
         assert await served_certificate(port, client) == new
         async with kept.get(url) as response:
             assert response.status == 200

@@ -11,8 +11,7 @@ import hashlib
 import hmac
 import io
 import json
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from urllib.parse import urlencode
 import aiohttp
 import pytest
 import pytest_asyncio
+from daemon_proc import until
 from git_server import GitDaemon, WorkRepo
 from web_stack import Stack
 
@@ -48,14 +48,6 @@ def config(extra: str = "") -> str:
 
 def sign(body: bytes, secret: str = SECRET) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
-async def wait_until(predicate: Callable[[], bool], what: str, within: float = 15.0) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still no {what} after {within} s")
-        await asyncio.sleep(0.02)
 
 
 @dataclass
@@ -115,7 +107,7 @@ async def hooked(tmp_path: Path) -> AsyncIterator[Hooked]:
         daemon.add_section(web)
         running = asyncio.create_task(daemon.run())
         try:
-            await wait_until(lambda: bool(web.urls()), "listener")
+            await until(lambda: bool(web.urls()), 15, "listener")
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as http:
                 yield Hooked(repo, daemon, web, http)
         finally:
@@ -129,7 +121,7 @@ async def test_a_signed_push_is_applied_at_once_with_polling_at_one_hour(hooked:
     hooked.repo.push()
     status, body = await hooked.post(hooked.push_payload(second))
     assert (status, body) == (202, {"action": "fetching", "after": second})
-    await wait_until(lambda: hooked.applied() == second, "second revision", within=10)
+    await until(lambda: hooked.applied() == second, 10, "second revision")
 
 
 @pytest.mark.asyncio
@@ -143,10 +135,10 @@ async def test_a_webhook_ahead_of_the_remote_keeps_fetching_until_the_commit_sho
     assert (status, body["action"]) == (202, "fetching")
     source = hooked.daemon.source
     contact = source.last_contact
-    await wait_until(lambda: source.last_contact != contact, "a fetch before the push")
+    await until(lambda: source.last_contact != contact, 15, "a fetch before the push")
     assert hooked.applied() != ahead
     hooked.repo.push()
-    await wait_until(lambda: hooked.applied() == ahead, "the pushed revision", within=10)
+    await until(lambda: hooked.applied() == ahead, 10, "the pushed revision")
 
 
 @pytest.mark.asyncio
@@ -161,7 +153,7 @@ async def test_a_push_matches_by_clone_url_and_the_form_encoding_is_accepted(
     form = urlencode({"payload": json.dumps(payload)}).encode()
     status, body = await hooked.post(form, content_type="application/x-www-form-urlencoded")
     assert (status, body["action"]) == (202, "fetching")
-    await wait_until(lambda: hooked.applied() == second, "second revision", within=10)
+    await until(lambda: hooked.applied() == second, 10, "second revision")
 
 
 @pytest.mark.asyncio

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
 import pytest
+from daemon_proc import until
 from git_server import GitDaemon, WorkRepo
 from web_stack import Stack
 
@@ -24,14 +24,6 @@ from cronstable.web.section import WebSection
 pytestmark = pytest.mark.timeout(90)
 
 CONFIG = "web: {listen: [http://127.0.0.1:0]}\njobs: []\n"
-
-
-async def wait_until(predicate: Callable[[], bool], what: str, within: float = 15.0) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still no {what} after {within} s")
-        await asyncio.sleep(0.02)
 
 
 async def get(url: str) -> tuple[int, str]:
@@ -47,7 +39,7 @@ async def start(remote: str, cache: Path) -> tuple[Daemon, WebSection, asyncio.T
     web = WebSection(daemon.control)
     daemon.add_section(web)
     running = asyncio.create_task(daemon.run())
-    await wait_until(lambda: bool(web.urls()), "listener")
+    await until(lambda: bool(web.urls()), 15, "listener")
     return daemon, web, running
 
 
@@ -78,7 +70,7 @@ async def test_a_start_from_the_cache_is_not_ready_until_the_origin_answers(
             _, metrics = await get(base + "/metrics")
             assert 'cronstable_source_errors_total{kind="git"} 1.0' in metrics, metrics
             server.start()
-            await wait_until(lambda: daemon.control.ready() is None, "ready", within=20)
+            await until(lambda: daemon.control.ready() is None, 20, "ready")
             assert (await get(base + "/readyz"))[0] == 200
         finally:
             daemon.request_stop()
@@ -145,9 +137,9 @@ async def test_an_idle_etcd_is_asked_so_it_stays_followed_and_its_failures_count
         try:
             first = source.last_contact
             assert first is not None
-            await wait_until(lambda: source.last_contact != first, "a contact while idle")
+            await until(lambda: source.last_contact != first, 15, "a contact while idle")
             await h.stop_origin()
-            await wait_until(lambda: bool(failures), "a counted failure")
+            await until(lambda: bool(failures), 15, "a counted failure")
             assert set(failures) == {"etcd"}
         finally:
             await source.close()
