@@ -13,7 +13,7 @@ EXAMPLE := examples/gitops-repo
 # `pip install`, and again here whenever its source is newer (not in git)
 SHIM    := cronstable/runtime/shim/cronstable-exec
 
-.PHONY: run test test-fast deps lint typecheck imports pytest schema bench clean
+.PHONY: run test test-fast deps lint typecheck imports pytest pytest-fast pytest-slow schema bench clean
 
 # Debian packages the test suite needs: a real etcd server (started by the test
 # fixtures on a free loopback port), git (its daemon and http-backend serve
@@ -47,9 +47,7 @@ run: $(STAMP) $(SHIM)
 
 test: lint typecheck imports pytest
 
-# the pytest target itself (whatever it needs first), told to leave out what is marked slow
-test-fast: lint typecheck imports
-	PYTEST_ADDOPTS="$$PYTEST_ADDOPTS -m 'not slow'" $(MAKE) --no-print-directory pytest
+test-fast: lint typecheck imports pytest-fast
 
 lint: $(STAMP)
 	$(BIN)/ruff check cronstable tests bench
@@ -61,8 +59,18 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-pytest: $(STAMP) deps $(SHIM)
-	$(BIN)/pytest
+# The tests not marked slow run side by side in TEST_WORKERS processes (pytest-xdist):
+# most of their time is spent waiting on real timers (file watches, TTLs, subprocesses),
+# not on the CPU, so more workers than cores pay.  The slow end-to-end tests, which
+# start real daemons and judge what they do in real time, run one at a time after them.
+TEST_WORKERS ?= 4
+pytest: pytest-fast pytest-slow
+
+pytest-fast: $(STAMP) deps $(SHIM)
+	$(BIN)/pytest -m 'not slow' -n $(TEST_WORKERS)
+
+pytest-slow: $(STAMP) deps $(SHIM)
+	$(BIN)/pytest -m slow
 
 schema: $(STAMP)
 	$(BIN)/cronstable schema > schema/cronstable.schema.json
