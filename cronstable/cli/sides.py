@@ -60,7 +60,7 @@ def _open_local_git(text: str, limits: Limits) -> Side:
     if not sep or not repo or not rest:
         raise SideError(f"{redact(text)!r}: expected git:REPO@REF[:SUBDIR], e.g. git:.@origin/main")
     ref, _, subdir = rest.partition(":")
-    from cronstable.config import load
+    from cronstable.config import load_snapshot
     from cronstable.sources.base import SourceError
     from cronstable.sources.factory import local_repo_snapshot
 
@@ -71,7 +71,7 @@ def _open_local_git(text: str, limits: Limits) -> Side:
     return Side(
         redact(text),
         snapshot.revision,
-        lambda: load(snapshot.tree(), snapshot.entry, limits=limits),
+        lambda: load_snapshot(snapshot, limits=limits),
     )
 
 
@@ -85,7 +85,7 @@ def _open_source_spec(text: str, limits: Limits) -> Side:
     import tempfile
     from pathlib import Path
 
-    from cronstable.config import load
+    from cronstable.config import load_snapshot
     from cronstable.sources.base import SourceError
     from cronstable.sources.factory import open_source
 
@@ -112,7 +112,7 @@ def _open_source_spec(text: str, limits: Limits) -> Side:
     from cronstable.snapshot import Snapshot
 
     assert isinstance(snapshot, Snapshot)
-    return Side(label, revision, lambda: load(snapshot.tree(), snapshot.entry, limits=limits))
+    return Side(label, revision, lambda: load_snapshot(snapshot, limits=limits))
 
 
 def source_error(text: str, exc: Exception) -> str:
