@@ -15,36 +15,18 @@ asyncio nor aiohttp; a git side needs dulwich; an etcd side needs aiohttp.
 * ``-``, ``/dev/stdin``, a FIFO — read once, as one file;
 * anything else: a file or directory.
 
-A side's ``label`` and every :class:`SideError` message are redacted: what the
-user typed may hold a password.
+A side's ``label`` and every :class:`~cronstable.cli.side.SideError` message are
+redacted: what the user typed may hold a password.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from cronstable.config import DesiredState, Limits
+from cronstable.cli.side import Side, SideError
+from cronstable.config import Limits
 from cronstable.config.limits import DEFAULT_LIMITS
-from cronstable.errors import CronstableError
 from cronstable.redact import redact
-
-
-class SideError(CronstableError):
-    """A side cannot be read (not its configuration being invalid: that is a ConfigError)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Side:
-    label: str
-    """What the user typed, credentials masked."""
-    revision: str | None
-    load: Callable[[], DesiredState]
-    """Raises ConfigError (invalid configuration) or SideError (cannot read)."""
-    published: bool = False
-    """Secrets and environment values are already ``sha256:`` digests (a daemon's
-    ``GET /config``): the other side must be compared in the same form."""
-
 
 Recogniser = Callable[[str], bool]
 Opener = Callable[[str, Limits], Side]
