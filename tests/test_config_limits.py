@@ -24,7 +24,7 @@ from cronstable.etcd import EtcdClient
 from cronstable.sources.base import SourceError
 from cronstable.sources.etcd import EtcdSource
 from cronstable.sources.factory import EtcdSpec
-from cronstable.sources.git import snapshot_from_local_repo
+from cronstable.sources.git.files import snapshot_from_local_repo
 
 REPO = Path(__file__).resolve().parent.parent
 ONE_GIB = 1 << 30
