@@ -1,15 +1,16 @@
-"""Source specs → sources.  The only module that names concrete backends (imported lazily).
+"""Source specs → sources: the factory only dispatches, and is the only module that names
+concrete backends (imported lazily).
 
-Specs:
+Each remote backend owns its spec: ``sources/<backend>/spec.py`` parses and checks
+it and says how the source describes itself; the factory picks the backend by the
+spec's scheme (each spec module's ``SCHEMES``).  Specs:
 
 * a path (file or directory): :class:`~cronstable.sources.local.LocalDirSource`;
-* ``git+https://…``, ``git+ssh://…``, ``git+file://…``, ``git://…`` with
-  ``?ref=BRANCH|TAG|SHA&path=SUBDIR&interval=SECONDS`` (ref defaults to the
-  remote's HEAD branch, interval to 60): :class:`~cronstable.sources.git.source.GitSource`;
-  ``&timeout=SECONDS`` bounds each wait on the remote (default 30);
-* ``etcd://HOST:PORT/PREFIX/``: every key under the prefix is a file
-  (:class:`~cronstable.sources.etcd.EtcdSource`); ``etcds://`` for TLS, with
-  ``?ca=FILE&cert=FILE&key=FILE`` (a login comes from the environment, never the spec).
+* ``git+https://…``, ``git+ssh://…``, ``git+file://…``, ``git://…``
+  (:mod:`cronstable.sources.git.spec`):
+  :class:`~cronstable.sources.git.source.GitSource`;
+* ``etcd://HOST:PORT/PREFIX/``, ``etcds://`` for TLS (:mod:`cronstable.sources.etcd.spec`):
+  :class:`~cronstable.sources.etcd.source.EtcdSource`;
 * ``-``, ``/dev/stdin``, a FIFO: one file read at start and on each reload request
   (:class:`~cronstable.sources.stream.StreamSource`).
 """
@@ -17,21 +18,15 @@ Specs:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.redact import loose_password
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
+from cronstable.sources.etcd import spec as etcd_spec
 from cronstable.sources.git import spec as git_spec
-
-if TYPE_CHECKING:
-    from cronstable.etcd import EtcdTLS
-
-ETCD_SCHEMES = ("etcd", "etcds")
 
 
 def default_cache_dir() -> Path:
@@ -40,35 +35,6 @@ def default_cache_dir() -> Path:
         return Path("/var/cache/cronstable")
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "cronstable"
-
-
-@dataclass(frozen=True, slots=True)
-class EtcdSpec:
-    endpoint: str
-    """``http://HOST:PORT``, or ``https://HOST:PORT`` for ``etcds://``."""
-    prefix: str
-    tls: EtcdTLS | None = None
-    """``etcds://``: the CA (``ca=``) and client certificate (``cert=``, ``key=``)."""
-
-
-def parse_etcd_spec(spec: str) -> EtcdSpec:
-    """``etcd://HOST:PORT/PREFIX/``, or ``etcds://…?ca=&cert=&key=`` (see cronstable.etcd)."""
-    from cronstable.etcd import parse_etcd_url
-
-    usage = "etcd://HOST:PORT/PREFIX/ or etcds://HOST:PORT/PREFIX/?ca=&cert=&key="
-    try:
-        url = parse_etcd_url(spec)
-    except ValueError as exc:
-        raise SourceError(f"not an etcd source spec: {exc} ({usage})") from None
-    if url.options:
-        raise SourceError(
-            f"unknown etcd source option(s) {', '.join(sorted(url.options))} "
-            "(the options are ca, cert and key, with etcds://)"
-        )
-    prefix = url.path if url.path.endswith("/") else url.path + "/"
-    if prefix == "/":
-        raise SourceError(f"an etcd source needs a key prefix ({usage})")
-    return EtcdSpec(endpoint=url.endpoint, prefix=prefix, tls=url.tls)
 
 
 def unknown_scheme_message(spec: str) -> str:
@@ -82,7 +48,7 @@ def unknown_scheme_message(spec: str) -> str:
 
 def is_remote_spec(spec: str) -> bool:
     scheme = urlsplit(spec).scheme
-    return scheme in git_spec.SCHEMES or scheme in ETCD_SCHEMES
+    return scheme in git_spec.SCHEMES or scheme in etcd_spec.SCHEMES
 
 
 def open_source(
@@ -113,10 +79,10 @@ def open_source(
         from cronstable.sources.git.source import GitSource
 
         return GitSource(git_spec.parse_git_spec(spec), cache_dir=cache, limits=limits)
-    if scheme in ETCD_SCHEMES:
-        from cronstable.sources.etcd import EtcdSource
+    if scheme in etcd_spec.SCHEMES:
+        from cronstable.sources.etcd.source import EtcdSource
 
-        return EtcdSource(parse_etcd_spec(spec), cache_dir=cache, limits=limits)
+        return EtcdSource(etcd_spec.parse_etcd_spec(spec), cache_dir=cache, limits=limits)
     if "://" in spec:
         raise SourceError(unknown_scheme_message(spec))
     from cronstable.config.onefile import is_read_once
