@@ -32,7 +32,7 @@ TARGETS = {"64 MiB": (5.0, 300), "10 MB": (1.0, 300)}
 CHILD = """
 import asyncio, json, resource, sys, time
 from pathlib import Path
-from cronstable.config import ConfigError, Limits, load
+from cronstable.config import ConfigError, Limits, load_snapshot
 from cronstable.sources.factory import open_source
 
 async def main():
@@ -46,7 +46,7 @@ async def main():
         await source.close()
     loaded = time.perf_counter()
     try:
-        load(snapshot.tree(), snapshot.entry, limits=limits)
+        load_snapshot(snapshot, limits=limits)
         outcome = "accepted"
     except ConfigError as exc:
         outcome = str(exc.problems[0])

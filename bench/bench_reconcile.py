@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cronstable.config import load
+from cronstable.config import load_snapshot
 from cronstable.reconcile.apply import Applier
 from cronstable.runtime.clock import ManualClock
 from cronstable.runtime.daemon import JobsSection, ProcessSpawner
@@ -84,7 +84,7 @@ async def main() -> None:
         assert record.outcome == "applied" and record.summary is not None
         assert record.summary["changed"] == 1, record.summary
         start = time.perf_counter()
-        load(snap.tree(), snap.entry)
+        load_snapshot(snap)
         full.append(time.perf_counter() - start)
 
     def ms(samples: list[float]) -> str:

@@ -19,9 +19,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from cronstable.config.desired import DesiredState
+from cronstable.config.fingerprint import canonical_job
 from cronstable.config.models import JobConfig
 from cronstable.config.secrets import hide_urls
-from cronstable.fingerprint import canonical_job
 from cronstable.redact import redact
 
 _SECRET_KEYS = frozenset({"value", "fromFile", "fromEnvVar"})

@@ -39,12 +39,17 @@ a URL with a port and an ``@`` in its path is masked too, wrongly but safely).
 Limits: a quote or whitespace in a password ends the word; it is masked only
 up to there.  A part already masked (``<hidden>``, a ``sha256:<hex>`` digest)
 stays as it is.
+
+:func:`without_userinfo` is the other form: a URL with its userinfo removed
+outright, for a source to name the remote it holds credentials for (its
+description, the key of its cache, the origin a push notification is matched with).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from urllib.parse import urlsplit, urlunsplit
 
 MASK = "<hidden>"
 
@@ -157,6 +162,15 @@ def _mask_known(text: str, secrets: Iterable[str], mask: Mask) -> str:
         return found if found not in forms else mask(forms[found])
 
     return pattern.sub(replace, text)
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` without its userinfo (``user:password@``), or ``url`` itself if it has none."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
 def loose_password(spec: str) -> bool:

@@ -1,4 +1,9 @@
-"""Snapshot: one immutable revision of a configuration, as a source delivers it."""
+"""Snapshot: one immutable revision of a configuration, as a source delivers it.
+
+A leaf: sources build snapshots and the loader reads them
+(:func:`cronstable.config.load_snapshot` makes the tree it loads from one's files);
+nothing here knows how a configuration is parsed.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,6 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-
-from cronstable.config.tree import MemoryTree
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,14 +31,11 @@ class Snapshot:
     entry: str = ""
     outside: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Links the source did not follow because they leave the tree (path → target):
-    an error when the loader would read one (see :class:`MemoryTree`)."""
+    an error when the loader would read one (see :class:`cronstable.config.MemoryTree`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
         object.__setattr__(self, "outside", MappingProxyType(dict(self.outside)))
-
-    def tree(self) -> MemoryTree:
-        return MemoryTree(self.files, self.outside)
 
 
 def content_revision(files: Mapping[str, bytes]) -> str:

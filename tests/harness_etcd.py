@@ -10,8 +10,8 @@ from etcd_server import EtcdServer
 
 from cronstable.etcd import EtcdClient, request_delete, request_put
 from cronstable.sources.base import Source
-from cronstable.sources.etcd import EtcdSource
-from cronstable.sources.factory import EtcdSpec
+from cronstable.sources.etcd.source import EtcdSource
+from cronstable.sources.etcd.spec import EtcdSpec
 
 PREFIX = "/cron/"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from git_server import GitDaemon, WorkRepo
 
 from cronstable.sources.base import Source
-from cronstable.sources.factory import GitSpec
-from cronstable.sources.git import GitSource
+from cronstable.sources.git.source import GitSource
+from cronstable.sources.git.spec import GitSpec
 
 INTERVAL = 0.5
 

@@ -4,6 +4,7 @@ file read once, with include and env_file refused."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -92,6 +93,41 @@ def test_an_unreadable_side_is_one_clear_line_and_exit_1(repo: WorkRepo) -> None
         assert "unknown source scheme 'https'" in unknown.stderr
         assert "git+https://example.invalid/x.git" in unknown.stderr
         assert "Traceback" not in result.stderr + unknown.stderr
+
+
+def _heavy_modules_imported(*args: str) -> tuple[object, list[str]]:
+    """(the exit code, the heavy modules imported) of a command run in-process."""
+    probe = (
+        "import contextlib, io, sys\n"
+        "from cronstable.__main__ import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        f"        code = main({list(args)!r})\n"
+        "    except SystemExit as exc:\n"
+        "        code = exc.code\n"
+        "heavy = [m for m in ('asyncio', 'aiohttp', 'dulwich') if m in sys.modules]\n"
+        "print(repr((code, heavy)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    code, heavy = ast.literal_eval(result.stdout.strip().splitlines()[-1])
+    return code, heavy
+
+
+def test_diff_and_validate_import_only_what_their_sides_need(
+    repo: WorkRepo, tmp_path: Path
+) -> None:
+    """A path needs neither an event loop nor git; a local repository at a ref needs dulwich,
+    still no event loop (only a remote source spec runs one)."""
+    path = tmp_path / "hourly" / "c.yaml"
+    path.parent.mkdir()
+    path.write_text(HOURLY)
+    at_ref = f"git:{repo.work}@daily:ops/cron"
+    assert _heavy_modules_imported("diff", str(path.parent), str(path.parent)) == (0, [])
+    assert _heavy_modules_imported("diff", at_ref, str(path.parent)) == (1, ["dulwich"])
+    assert _heavy_modules_imported("validate", at_ref) == (0, ["dulwich"])
 
 
 # --------------------------------------------------------------------------- read once

@@ -22,9 +22,9 @@ from cronstable.config.limits import parse_count, parse_size, size_text
 from cronstable.config.yamlread import NodeLimitError, parse
 from cronstable.etcd import EtcdClient
 from cronstable.sources.base import SourceError
-from cronstable.sources.etcd import EtcdSource
-from cronstable.sources.factory import EtcdSpec
-from cronstable.sources.git import snapshot_from_local_repo
+from cronstable.sources.etcd.source import EtcdSource
+from cronstable.sources.etcd.spec import EtcdSpec
+from cronstable.sources.git.files import snapshot_from_local_repo
 
 REPO = Path(__file__).resolve().parent.parent
 ONE_GIB = 1 << 30

@@ -16,7 +16,7 @@ from git_server import GitDaemon, SilentServer, WorkRepo
 from cronstable.runtime import daemon as daemon_module
 from cronstable.runtime.daemon import Daemon
 from cronstable.sources.factory import open_source
-from cronstable.sources.git import GitSource
+from cronstable.sources.git.source import GitSource
 
 pytestmark = [pytest.mark.timeout(60)]
 

@@ -14,12 +14,13 @@ import pytest_asyncio
 from etcd_server import EtcdServer
 from harness_etcd import EtcdHarness
 
-import cronstable.sources.etcd as etcd_source
+import cronstable.sources.etcd.source as etcd_source
 from cronstable.etcd import EtcdClient, EtcdTLS, request_put
 from cronstable.snapshot import Snapshot, content_revision
 from cronstable.sources.base import SourceError
-from cronstable.sources.etcd import EtcdSource, key_path
-from cronstable.sources.factory import EtcdSpec, open_source
+from cronstable.sources.etcd.source import EtcdSource, key_path
+from cronstable.sources.etcd.spec import EtcdSpec
+from cronstable.sources.factory import open_source
 
 pytestmark = pytest.mark.timeout(30)
 

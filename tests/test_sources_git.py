@@ -17,10 +17,13 @@ from daemon_proc import until
 from git_server import GitDaemon, GitHttpServer, SilentServer, WorkRepo, git, outage
 
 from cronstable.snapshot import Snapshot
-from cronstable.sources import git as git_module
 from cronstable.sources.base import SourceError
-from cronstable.sources.factory import GitSpec, open_source, parse_git_spec
-from cronstable.sources.git import GitSource, snapshot_from_local_repo
+from cronstable.sources.factory import open_source
+from cronstable.sources.git import cache as git_cache
+from cronstable.sources.git import source as git_source
+from cronstable.sources.git.files import snapshot_from_local_repo
+from cronstable.sources.git.source import GitSource
+from cronstable.sources.git.spec import GitSpec, parse_git_spec
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -312,7 +315,7 @@ async def test_fetched_refs_are_kept_and_a_refetch_transfers_nothing(
 async def test_the_cache_is_repacked_when_packs_pile_up(
     repo: WorkRepo, daemon: GitDaemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(git_module, "REPACK_PACKS", 3)
+    monkeypatch.setattr(git_cache, "REPACK_PACKS", 3)
     push(repo, {"a.yaml": b"0\n"})
     source = make_source(daemon.url("config.git"), tmp_path / "cache", interval=3600)
     try:
@@ -412,7 +415,7 @@ async def test_a_nudge_for_a_commit_that_never_comes_gives_up(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(git_module, "NUDGE_WINDOW", 1.0)
+    monkeypatch.setattr(git_source, "NUDGE_WINDOW", 1.0)
     push(repo, CONFIG)
     source = make_source(daemon.url("config.git"), tmp_path / "cache", interval=3600)
     try:
@@ -521,7 +524,7 @@ async def test_a_stale_lock_file_in_the_cache_is_removed_and_following_goes_on(
         await source.start()
         it = source.watch()
         first = await next_snapshot(it)
-        lock = source.cache_path / f"{source._applied_ref.decode()}.lock"
+        lock = source.cache_path / f"{source._cache.applied_ref.decode()}.lock"
         lock.parent.mkdir(parents=True, exist_ok=True)
         lock.write_bytes(b"")
         an_hour_ago = time.time() - 3600
@@ -548,7 +551,7 @@ async def test_a_live_lock_file_never_stops_the_source_nor_its_restart(
     await source.start()
     it = source.watch()
     first = await next_snapshot(it)
-    lock = source.cache_path / f"{source._applied_ref.decode()}.lock"
+    lock = source.cache_path / f"{source._cache.applied_ref.decode()}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     lock.write_bytes(b"")
     try:

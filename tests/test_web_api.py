@@ -21,8 +21,8 @@ from web_stack import Stack
 
 from cronstable import __version__
 from cronstable.published import secret_digest
-from cronstable.web.app import ROUTES, aiohttp_path
 from cronstable.web.openapi import document
+from cronstable.web.routes import ROUTES, aiohttp_path
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,7 +12,7 @@ from raw_http import Connection, exchange
 from web_stack import Stack
 
 from cronstable.web.answers import shown
-from cronstable.web.app import ROUTES
+from cronstable.web.routes import ROUTES
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -125,7 +125,7 @@ async def test_an_idle_etcd_is_asked_so_it_stays_followed_and_its_failures_count
 ) -> None:
     import harness_etcd
 
-    from cronstable.sources import etcd as etcd_module
+    from cronstable.sources.etcd import source as etcd_module
 
     monkeypatch.setattr(etcd_module, "CONTACT_REFRESH", 0.2)
     async with harness_etcd.harness(tmp_path) as h:

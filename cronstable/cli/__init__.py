@@ -19,11 +19,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
 from cronstable import __version__
+from cronstable.cli.exits import EXIT_USAGE
 from cronstable.platform import DEFAULT_CONFIG_PATH
 
-EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_USAGE = 2
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 _FORMS = (
     "PATH is a file or directory, git:REPO@REF[:SUBDIR] (a local repository at a ref), "

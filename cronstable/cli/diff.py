@@ -17,9 +17,10 @@ from __future__ import annotations
 import sys
 from datetime import datetime
 
-from cronstable.cli import EXIT_USAGE
+from cronstable.cli.exits import EXIT_USAGE
 from cronstable.cli.next import parse_after
-from cronstable.cli.sides import Side, SideError, resolve
+from cronstable.cli.side import Side, SideError
+from cronstable.cli.sides import resolve
 from cronstable.cli.untrusted import escape
 from cronstable.cli.validate import report_invalid
 from cronstable.config import ConfigError, DesiredState, Limits

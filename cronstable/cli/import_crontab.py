@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from cronstable.cli import EXIT_INVALID, EXIT_OK
+from cronstable.cli.exits import EXIT_INVALID, EXIT_OK
 from cronstable.cli.validate import report_invalid
 from cronstable.config import ConfigError, DiskTree, load
 from cronstable.config.crontab import parse_crontab

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 
-from cronstable.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from cronstable.cli.exits import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from cronstable.cli.untrusted import escape
 from cronstable.cli.validate import load_or_report
 from cronstable.config import DesiredState

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cronstable.cli.sides import Side, SideError
+from cronstable.cli.side import Side, SideError
 from cronstable.cli.untrusted import escape
 from cronstable.config import DesiredState, Limits
 from cronstable.redact import redact

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from cronstable.cli import EXIT_OK
+from cronstable.cli.exits import EXIT_OK
 
 
 def cmd_schema() -> int:

@@ -15,36 +15,18 @@ asyncio nor aiohttp; a git side needs dulwich; an etcd side needs aiohttp.
 * ``-``, ``/dev/stdin``, a FIFO — read once, as one file;
 * anything else: a file or directory.
 
-A side's ``label`` and every :class:`SideError` message are redacted: what the
-user typed may hold a password.
+A side's ``label`` and every :class:`~cronstable.cli.side.SideError` message are
+redacted: what the user typed may hold a password.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from cronstable.config import DesiredState, Limits
+from cronstable.cli.side import Side, SideError
+from cronstable.config import Limits
 from cronstable.config.limits import DEFAULT_LIMITS
-from cronstable.errors import CronstableError
 from cronstable.redact import redact
-
-
-class SideError(CronstableError):
-    """A side cannot be read (not its configuration being invalid: that is a ConfigError)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Side:
-    label: str
-    """What the user typed, credentials masked."""
-    revision: str | None
-    load: Callable[[], DesiredState]
-    """Raises ConfigError (invalid configuration) or SideError (cannot read)."""
-    published: bool = False
-    """Secrets and environment values are already ``sha256:`` digests (a daemon's
-    ``GET /config``): the other side must be compared in the same form."""
-
 
 Recogniser = Callable[[str], bool]
 Opener = Callable[[str, Limits], Side]
@@ -60,7 +42,7 @@ def _open_local_git(text: str, limits: Limits) -> Side:
     if not sep or not repo or not rest:
         raise SideError(f"{redact(text)!r}: expected git:REPO@REF[:SUBDIR], e.g. git:.@origin/main")
     ref, _, subdir = rest.partition(":")
-    from cronstable.config import load
+    from cronstable.config import load_snapshot
     from cronstable.sources.base import SourceError
     from cronstable.sources.factory import local_repo_snapshot
 
@@ -71,7 +53,7 @@ def _open_local_git(text: str, limits: Limits) -> Side:
     return Side(
         redact(text),
         snapshot.revision,
-        lambda: load(snapshot.tree(), snapshot.entry, limits=limits),
+        lambda: load_snapshot(snapshot, limits=limits),
     )
 
 
@@ -85,7 +67,7 @@ def _open_source_spec(text: str, limits: Limits) -> Side:
     import tempfile
     from pathlib import Path
 
-    from cronstable.config import load
+    from cronstable.config import load_snapshot
     from cronstable.sources.base import SourceError
     from cronstable.sources.factory import open_source
 
@@ -112,7 +94,7 @@ def _open_source_spec(text: str, limits: Limits) -> Side:
     from cronstable.snapshot import Snapshot
 
     assert isinstance(snapshot, Snapshot)
-    return Side(label, revision, lambda: load(snapshot.tree(), snapshot.entry, limits=limits))
+    return Side(label, revision, lambda: load_snapshot(snapshot, limits=limits))
 
 
 def source_error(text: str, exc: Exception) -> str:

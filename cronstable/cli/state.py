@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from cronstable.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from cronstable.cli.exits import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from cronstable.redact import redact
 from cronstable.state.base import Record, StateStore, key, node_key, segments
 

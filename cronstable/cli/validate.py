@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from cronstable.cli import EXIT_INVALID, EXIT_OK
-from cronstable.cli.sides import SideError, resolve
+from cronstable.cli.exits import EXIT_INVALID, EXIT_OK
+from cronstable.cli.side import SideError
+from cronstable.cli.sides import resolve
 from cronstable.config import ConfigError, DesiredState, Limits
 from cronstable.config.limits import DEFAULT_LIMITS
 

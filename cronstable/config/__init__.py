@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from cronstable.config.desired import DesiredState, Job
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.config.loader import LoadCache, load
 from cronstable.config.tree import ConfigTree, DiskTree, MemoryTree
 from cronstable.errors import ConfigError, Problem
+
+if TYPE_CHECKING:
+    from cronstable.snapshot import Snapshot
 
 __all__ = [
     "ConfigError",
@@ -22,6 +26,7 @@ __all__ = [
     "Problem",
     "load",
     "load_path",
+    "load_snapshot",
 ]
 
 
@@ -40,3 +45,12 @@ def load_path(path: str, limits: Limits = DEFAULT_LIMITS) -> DesiredState:
         raise ConfigError([Problem(path, None, None, (), "no such file or directory")])
     tree = DiskTree(root, max_file_bytes=limits.max_file_bytes)
     return load(tree, entry, display_root=root, limits=limits)
+
+
+def load_snapshot(
+    snapshot: Snapshot, *, cache: LoadCache | None = None, limits: Limits = DEFAULT_LIMITS
+) -> DesiredState:
+    """Load a source's snapshot: its files as a :class:`MemoryTree` (the links it did not
+    follow among them), from its ``entry``."""
+    tree = MemoryTree(snapshot.files, snapshot.outside)
+    return load(tree, snapshot.entry, cache=cache, limits=limits)

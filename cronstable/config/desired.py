@@ -34,7 +34,7 @@ class Job:
     line: int
     """Line of the job in that file."""
     digest: str
-    """Per-job fingerprint (:func:`cronstable.fingerprint.job_digest`)."""
+    """Per-job fingerprint (:func:`cronstable.config.fingerprint.job_digest`)."""
 
     @property
     def name(self) -> str:

@@ -46,6 +46,7 @@ from cronstable.config.crontab import Crontab, base_defaults, is_crontab_name, p
 from cronstable.config.desired import DesiredState, Job
 from cronstable.config.envfile import EnvFileError, parse_env_file
 from cronstable.config.errors_map import clean_loc, describe, known_keys, suggest
+from cronstable.config.fingerprint import job_digest, job_set_id
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.config.models import (
     ClusterConfig,
@@ -63,7 +64,6 @@ from cronstable.config.models import (
 from cronstable.config.secrets import inline_secrets, secret_at
 from cronstable.config.tree import ConfigTree, TreeError, normalize
 from cronstable.errors import ConfigError, KeyPath, Problem
-from cronstable.fingerprint import job_digest, job_set_id
 from cronstable.platform import local_timezone
 from cronstable.redact import redact
 from cronstable.schedule import parse_schedule

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from cronstable import logconfig
-from cronstable.config import ConfigError, DesiredState, Limits, LoadCache, Problem, load
+from cronstable.config import ConfigError, DesiredState, Limits, LoadCache, Problem, load_snapshot
 from cronstable.config.crontab import is_crontab_name
 from cronstable.logs import LogOverrides
 from cronstable.metrics import DaemonMetrics
@@ -170,7 +170,7 @@ class Applier:
                 )
 
     def _load(self, snapshot: Snapshot) -> DesiredState:
-        return load(snapshot.tree(), snapshot.entry, cache=self.cache, limits=self.limits)
+        return load_snapshot(snapshot, cache=self.cache, limits=self.limits)
 
     async def reconcile(
         self, snapshot: Snapshot, *, recheck: Recheck | None = None

@@ -1,5 +1,5 @@
-"""The aiohttp application: one table of routes; errors, Host and Origin, auth and
-request bodies as middleware, in that order.
+"""The aiohttp application: the route table (:mod:`cronstable.web.routes`) served; errors,
+Host and Origin, auth and request bodies as middleware, in that order.
 
 Every answer is JSON except ``GET /metrics`` (Prometheus text), ``GET /status``
 asked for ``text/plain`` (yacron's one line per job) and the dashboard.  Errors
@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
@@ -35,10 +34,11 @@ from cronstable.web.events import STREAM_HEADERS, EventStreams
 from cronstable.web.fires import next_fires
 from cronstable.web.github import GitHubWebhook
 from cronstable.web.hosts import HOST_REFUSED, ORIGIN_REFUSED, host_allowed, origin_allowed
+from cronstable.web.routes import ROUTES, Route, aiohttp_path
 from cronstable.web.settings import Holder, Settings
 from cronstable.web.view import DaemonApi
 
-__all__ = ["ROUTES", "Holder", "Route", "Settings", "aiohttp_path", "error", "make_app"]
+__all__ = ["Holder", "Settings", "error", "make_app"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,62 +47,6 @@ MAX_BODY = 64 * 1024
 """No route but the webhook reads a body bigger than this."""
 SERVER = "cronstable"
 """The Server header of every answer: no versions."""
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    method: str
-    path: str
-    scope: str | None
-    """None: no token needed."""
-    summary: str
-    handler: str
-    responses: tuple[int, ...] = (200,)
-    page: bool = False
-    """A static page (no data in it): no token needed, but with no token configured only
-    the peers the read routes would answer get it."""
-    signed: bool = False
-    """Authenticated by a signature over its body, which it reads itself: the Host rule
-    does not apply (its callers reach the daemon by a public name)."""
-
-
-ROUTES: tuple[Route, ...] = (
-    Route("GET", "/version", None, "The daemon's version.", "version"),
-    Route("GET", "/healthz", None, "The process is up.", "healthz"),
-    Route("GET", "/readyz", None, "A revision is applied (503 with the reason if not).",
-          "readyz", (200, 503)),
-    Route("GET", "/status", "read", "Applied and last rejected revisions, and every job.",
-          "status"),
-    Route("GET", "/config", "admin",
-          "The applied configuration in canonical form, secrets as sha256 digests.",
-          "config", (200, 404)),
-    Route("POST", "/reload", "reload", "Ask the source to look for a new revision now.",
-          "reload", (202,)),
-    Route("GET", "/metrics", "read", "Prometheus metrics.", "metrics"),
-    Route("POST", "/jobs/{name}/start", "trigger",
-          "Start the job now (also when disabled); 409 when concurrencyPolicy refuses.",
-          "start", (202, 404, 409)),
-    Route("POST", "/jobs/{name}/cancel", "trigger",
-          "Stop the job's running runs (only ?run=ID when given).", "cancel", (200, 404)),
-    Route("GET", "/jobs/{name}/runs", "read",
-          "Running runs, then the last finished ones with captured output.", "runs",
-          (200, 404)),
-    Route("GET", "/openapi.json", "read", "This API as an OpenAPI 3.1 document.", "openapi"),
-    Route("GET", "/jobs/{name}/next", "read",
-          "The job's fires in the next ?hours=24 (at most 500, else bands).", "next_fires",
-          (200, 400, 404)),
-    Route("GET", "/events", "read",
-          "Live events (server-sent): runs started and ended, revisions applied and rejected.",
-          "events", (200, 429)),
-    Route("GET", "/", None, "The dashboard: one static HTML page that reads the API.",
-          "dashboard", page=True),
-    Route("POST", "/webhooks/github", None,
-          "A GitHub push (signed with the webhook secret) makes the source fetch now.",
-          "github", (200, 202, 400, 401, 404, 408, 413, 415, 503), signed=True),
-    Route("GET", "/cluster", "read",
-          "Members, leader, lease and this node's role ({enabled: false} without election).",
-          "cluster"),
-)  # fmt: skip
 
 
 def _ago(moment: str | None) -> str:
@@ -371,11 +315,6 @@ def _unauthorized(message: str, scope: str) -> web.Response:
     response = error(401, message, missingScope=scope)
     response.headers["WWW-Authenticate"] = 'Bearer realm="cronstable"'
     return response
-
-
-def aiohttp_path(path: str) -> str:
-    """A route path as aiohttp matches it (a job name is one percent-encoded segment)."""
-    return path.replace("{name}", "{name:.+}")
 
 
 def make_app(daemon: DaemonApi, holder: Holder) -> web.Application:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cronstable import __version__
-from cronstable.web.app import ROUTES
+from cronstable.web.routes import ROUTES
 
 _DESCRIPTIONS = {
     200: "OK",

@@ -13,6 +13,9 @@
 
 Digests are prefixed with :data:`SCHEME_VERSION` so a change of scheme is
 recognised instead of being mistaken for a change of configuration.
+
+Part of ``config/``: the loader computes them, and they read only the models and
+the schedule, so nothing outside the package is needed to fingerprint a job.
 """
 
 from __future__ import annotations

@@ -83,9 +83,9 @@ from cronstable.etcd import (
 )
 from cronstable.snapshot import Snapshot, content_revision
 from cronstable.sources.base import Source, SourceError
-from cronstable.sources.factory import EtcdSpec
+from cronstable.sources.etcd.spec import EtcdSpec, describe
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("cronstable.sources.etcd")  # the name it had as one module
 
 CACHE_FORMAT = 1
 """Version of the cache file's layout; a file of another version is ignored."""
@@ -182,9 +182,7 @@ class EtcdSource(Source):
         self.spec = spec
         self.limits = limits
         self.prefix = key_bytes(spec.prefix)
-        host_port = spec.endpoint.split("://", 1)[-1].rstrip("/")
-        scheme = "etcds" if spec.endpoint.startswith("https://") else "etcd"
-        self.description = f"{scheme}://{host_port}/{spec.prefix.lstrip('/')}"
+        self.description = describe(spec)
         anchor = hashlib.sha256(f"{spec.endpoint}\0{spec.prefix}".encode()).hexdigest()[:32]
         self.cache_path = cache_dir / "etcd" / f"{anchor}.json"
         self._timeout = timeout
