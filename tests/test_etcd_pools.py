@@ -1,0 +1,97 @@
+"""One pool of connections per etcd cluster (EtcdPools), shared by leadership, cluster
+slots and durable state, against a real etcd."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+from etcd_server import EtcdServer
+
+from cronstable.etcd import EtcdClient, EtcdError, EtcdPools
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio]
+
+
+async def enable_login(endpoint: str) -> None:
+    async with EtcdClient(endpoint) as admin:
+        for path, body in (
+            ("/v3/auth/user/add", {"name": "root", "password": "pw"}),
+            ("/v3/auth/role/add", {"name": "root"}),
+            ("/v3/auth/user/grant", {"user": "root", "role": "root"}),
+            ("/v3/auth/enable", {}),
+        ):
+            await admin._call(path, body, what=path)
+
+
+async def test_the_users_of_one_etcd_share_its_connections_and_its_login(
+    etcd_server: EtcdServer,
+) -> None:
+    await enable_login(etcd_server.endpoint)
+    pools = EtcdPools()
+    login = {"username": "root", "password": "pw"}
+    a = pools.pool([etcd_server.endpoint], timeout=0.7, **login)
+    b = pools.pool([etcd_server.endpoint], timeout=3.0, **login)
+    assert len(pools) == 1
+    assert (a.clients[0].timeout, b.clients[0].timeout) == (0.7, 3.0)  # each its own bound
+    await a.call(lambda etcd: etcd.put("/k", b"v"))
+    token = a.clients[0]._conn.token
+    assert token is not None and b.clients[0]._conn.token == token  # one login for both
+    assert (await b.call(lambda etcd: etcd.range("/k"))).kvs[0].value == b"v"
+    assert b.clients[0]._conn.token == token  # b did not log in again
+    session = b.clients[0]._conn.session
+    assert session is not None and a.clients[0]._conn.session is session
+
+    await a.close()
+    await a.close()  # given back once
+    assert len(pools) == 1 and not session.closed
+    assert (await b.call(lambda etcd: etcd.range("/k"))).kvs[0].value == b"v"
+    with pytest.raises(EtcdError, match="closed"):
+        await a.call(lambda etcd: etcd.range("/k"))
+    await b.close()  # the last one back closes the connections
+    assert len(pools) == 0 and session.closed
+
+    c = pools.pool([etcd_server.endpoint], timeout=3.0, **login)  # a new one, later
+    assert (await c.call(lambda etcd: etcd.range("/k"))).kvs[0].value == b"v"
+    await pools.close()  # what was not given back is closed at the daemon's stop
+    assert c.clients[0].closed
+
+
+async def test_another_login_or_endpoint_list_is_another_pool() -> None:
+    pools = EtcdPools()
+    one = pools.pool(["http://127.0.0.1:2379"], timeout=1.0)
+    pools.pool(["http://127.0.0.1:2379"], timeout=2.0)
+    pools.pool(["http://127.0.0.1:2379"], timeout=1.0, username="u", password="p")
+    pools.pool(["http://127.0.0.1:2379", "http://127.0.0.1:2380"], timeout=1.0)
+    assert len(pools) == 3
+    with pytest.raises(ValueError, match="at least one"):
+        pools.pool([], timeout=1.0)
+    assert len(pools) == 3
+    await pools.close()
+    assert len(pools) == 0 and one.clients[0].closed
+
+
+@pytest.fixture
+def hung_endpoint() -> Iterator[str]:
+    """An endpoint that takes connections and never answers."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+async def test_the_endpoint_one_user_failed_over_to_is_the_next_users_first(
+    shared_etcd_server: EtcdServer, etcd_prefix: str, hung_endpoint: str
+) -> None:
+    pools = EtcdPools()
+    endpoints = [hung_endpoint, shared_etcd_server.endpoint]
+    quick = pools.pool(endpoints, timeout=0.5)
+    patient = pools.pool(endpoints, timeout=20.0)
+    await quick.call(lambda etcd: etcd.put(etcd_prefix + "k", b"v"))  # past the hung one
+    began = time.monotonic()
+    found = await patient.call(lambda etcd: etcd.range(etcd_prefix + "k"))
+    # straight to the endpoint that answered, not 20 s on the hung one first
+    assert found.kvs[0].value == b"v" and time.monotonic() - began < 10
+    await pools.close()
