@@ -4,13 +4,26 @@ slots and durable state, against a real etcd."""
 from __future__ import annotations
 
 import socket
+import textwrap
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 from etcd_server import EtcdServer
 
+from cronstable.cluster.claims import SlotGuard
+from cronstable.cluster.section import ClusterSection
+from cronstable.cluster.slot_section import SlotSection
+from cronstable.config import DesiredState, MemoryTree, load
 from cronstable.etcd import EtcdClient, EtcdError, EtcdPools
+from cronstable.runtime.clock import ManualClock
+from cronstable.runtime.runs import RunHistory
+from cronstable.runtime.scheduler import Scheduler
+from cronstable.state.keeper import StateKeeper
+from cronstable.state.section import StateSection
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio]
 
@@ -95,3 +108,53 @@ async def test_the_endpoint_one_user_failed_over_to_is_the_next_users_first(
     # straight to the endpoint that answered, not 20 s on the hung one first
     assert found.kvs[0].value == b"v" and time.monotonic() - began < 10
     await pools.close()
+
+
+def desired(text: str) -> DesiredState:
+    return load(MemoryTree({"c.yaml": textwrap.dedent(text).encode()}), "c.yaml")
+
+
+async def test_leadership_slots_and_state_on_one_etcd_use_one_pool(
+    shared_etcd_server: EtcdServer, etcd_prefix: str, tmp_path: Path
+) -> None:
+    revision = desired(
+        f"""\
+        cluster:
+          backend: etcd
+          leaseTtl: 2
+          etcd: {{endpoints: ["{shared_etcd_server.endpoint}"], prefix: "{etcd_prefix}"}}
+        state: {{backend: etcd}}
+        jobs:
+          - name: one
+            command: "true"
+            schedule: "@yearly"
+            concurrencyPolicy: Forbid
+            concurrencyScope: cluster
+        """
+    )
+
+    def spawner(*args: Any) -> Any:
+        raise AssertionError("nothing runs in this test")
+
+    scheduler = Scheduler(ManualClock(datetime(2026, 6, 1, tzinfo=UTC)), spawner)
+    scheduler.replace_jobs(revision.jobs)
+    pools = EtcdPools()
+    cluster = ClusterSection("n1", pools=pools)
+    keeper = StateKeeper("n1", scheduler, RunHistory(), boot="boot-1")
+    state = StateSection(keeper, tmp_path / "state", pools=pools)
+    slots = SlotSection(SlotGuard("n1", replace_runs=lambda job, why: []), pools=pools)
+    sections = [cluster, state, slots]
+    for section in sections:
+        section.commit(await section.prepare(revision), revision)
+    assert [s.link.state if s.link else None for s in sections] == ["up", "up", "up"]
+    assert len(pools) == 1
+    assert cluster.leadership is not None and keeper.store is not None
+    assert slots.guard.store is not None
+    conns = {
+        id(backend.pool.clients[0]._conn)  # type: ignore[attr-defined]
+        for backend in (cluster.leadership, keeper.store, slots.guard.store)
+    }
+    assert len(conns) == 1
+    for section in sections:
+        await section.close()
+    assert len(pools) == 0  # closed once, by the last of the three
