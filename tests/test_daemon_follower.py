@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from git_server import GitDaemon, SilentServer, WorkRepo
 
+from cronstable.daemon.build import NodeFacts, build_daemon
 from cronstable.runtime import daemon as daemon_module
 from cronstable.runtime.daemon import Daemon
 from cronstable.sources.factory import open_source
@@ -50,7 +51,7 @@ async def test_a_follower_that_dies_is_logged_and_restarted(
             f"{server.url('cron.git')}?interval=3600", cache_dir=tmp_path / "cache"
         )
         assert isinstance(source, GitSource)
-        daemon = Daemon(source)
+        daemon = build_daemon(source, NodeFacts())
         running = asyncio.create_task(daemon.run())
         try:
             await wait_until(lambda: applied(daemon) == first, "first revision")

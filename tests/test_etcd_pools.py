@@ -140,7 +140,7 @@ async def test_leadership_slots_and_state_on_one_etcd_use_one_pool(
     scheduler.replace_jobs(revision.jobs)
     pools = EtcdPools()
     cluster = ClusterSection("n1", pools=pools)
-    keeper = StateKeeper("n1", scheduler, RunHistory(), boot="boot-1")
+    keeper = StateKeeper("n1", lambda: scheduler, RunHistory(), boot="boot-1")
     state = StateSection(keeper, tmp_path / "state", pools=pools)
     slots = SlotSection(SlotGuard("n1", replace_runs=lambda job, why: []), pools=pools)
     sections = [cluster, state, slots]
