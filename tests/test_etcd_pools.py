@@ -3,6 +3,7 @@ slots and durable state, against a real etcd."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import textwrap
 import time
@@ -18,10 +19,12 @@ from cronstable.cluster.claims import SlotGuard
 from cronstable.cluster.section import ClusterSection
 from cronstable.cluster.slot_section import SlotSection
 from cronstable.config import DesiredState, MemoryTree, load
+from cronstable.daemon.build import NodeFacts, build_daemon
 from cronstable.etcd import EtcdClient, EtcdError, EtcdPools
 from cronstable.runtime.clock import ManualClock
 from cronstable.runtime.runs import RunHistory
 from cronstable.runtime.scheduler import Scheduler
+from cronstable.sources.factory import open_source
 from cronstable.state.keeper import StateKeeper
 from cronstable.state.section import StateSection
 
@@ -158,3 +161,48 @@ async def test_leadership_slots_and_state_on_one_etcd_use_one_pool(
     for section in sections:
         await section.close()
     assert len(pools) == 0  # closed once, by the last of the three
+
+
+async def test_a_built_daemon_talks_to_its_etcd_through_one_pool_closed_at_its_stop(
+    shared_etcd_server: EtcdServer, etcd_prefix: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "config"
+    root.mkdir()
+    (root / "cronstable.yaml").write_text(
+        textwrap.dedent(
+            f"""\
+            cluster:
+              backend: etcd
+              leaseTtl: 2
+              etcd: {{endpoints: ["{shared_etcd_server.endpoint}"], prefix: "{etcd_prefix}"}}
+            state: {{backend: etcd}}
+            jobs:
+              - name: one
+                command: "true"
+                schedule: "@yearly"
+                concurrencyPolicy: Forbid
+                concurrencyScope: cluster
+            """
+        )
+    )
+    node = NodeFacts(name="n1", state_dir=tmp_path / "state")
+    daemon = build_daemon(open_source(str(root)), node)
+    running = asyncio.create_task(daemon.run())
+    try:
+        deadline = time.monotonic() + 30
+        while daemon.applier.status.applied is None:
+            assert time.monotonic() < deadline and not running.done(), "not applied in time"
+            await asyncio.sleep(0.02)
+        by_name = {section.name: section for section in daemon.applier.sections}
+        backends = (
+            by_name["cluster"].leadership,  # type: ignore[attr-defined]
+            by_name["state"].keeper.store,  # type: ignore[attr-defined]
+            by_name["cluster-slots"].guard.store,  # type: ignore[attr-defined]
+        )
+        [conn] = {backend.pool.clients[0]._conn for backend in backends}
+        session = conn.session
+        assert session is not None and not session.closed
+    finally:
+        daemon.request_stop()
+        assert await asyncio.wait_for(running, 30) == 0
+    assert conn.closed and session.closed  # once, by the last section closed
