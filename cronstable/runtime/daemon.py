@@ -274,7 +274,7 @@ class Daemon:
             stop.cancel()
             if not task.done():
                 task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            await asyncio.gather(task, stop, return_exceptions=True)  # both end here
         if task.cancelled() and self._stop_requested.is_set():
             raise _StopRequested
         return task.result()

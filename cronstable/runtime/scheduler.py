@@ -81,6 +81,7 @@ from cronstable.runtime.runs import (
     run_id,
     run_outcome,
 )
+from cronstable.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
 
@@ -286,7 +287,8 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._stopping = False
         self._started = False
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet("the scheduler")
+        """The runs' supervising tasks."""
         self._live: set[_Instance] = set()
         """Every run not yet finished, also of jobs a swap removed."""
         self.run_listeners: Final = tuple(run_listeners)
