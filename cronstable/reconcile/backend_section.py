@@ -69,12 +69,11 @@ B = TypeVar("B", bound=Backend)
 
 
 class SectionOf(Protocol[P]):
-    """An Applier section whose prepared state is a ``P`` (it stands for the generic
-    ``Section[P]`` of :mod:`cronstable.ports` until that lands)."""
+    """A section whose prepared state is a ``P``: the same four methods as the generic
+    ``cronstable.ports.Section[P]``, which it stands for until that module is merged
+    here (the Applier also asks ``affected``)."""
 
     name: str
-
-    def affected(self, plan: Plan) -> bool: ...
 
     async def prepare(self, desired: DesiredState) -> P: ...
 
@@ -138,7 +137,7 @@ Retire = Callable[[], Awaitable[None]]
 """How to stop a replaced backend (run in the background once its link is closed)."""
 
 
-class BackendSection(ABC, Generic[C, B, R]):
+class BackendSection(SectionOf["Prepared[B, R]"], ABC, Generic[C, B, R]):
     """See the module docstring.  A subclass sets the class attributes and the hooks."""
 
     name: str
