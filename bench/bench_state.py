@@ -60,7 +60,7 @@ async def admissions(store: StateStore | None, launches: int) -> list[float]:
     jobs = table(1)
     scheduler = Scheduler(ManualClock(T0), never)  # type: ignore[arg-type]
     scheduler.replace_jobs(jobs)  # type: ignore[arg-type]
-    keeper = StateKeeper("bench", scheduler, RunHistory(), boot="b")
+    keeper = StateKeeper("bench", lambda: scheduler, RunHistory(), boot="b")
     if store is not None:
         keeper.use(store)
     job = next(iter(jobs.values()))
@@ -110,7 +110,7 @@ async def restore(store: StateStore, count: int) -> tuple[float, float]:
         )
     scheduler = Scheduler(ManualClock(T0 + timedelta(minutes=7)), never)  # type: ignore[arg-type]
     scheduler.replace_jobs(jobs)  # type: ignore[arg-type]
-    keeper = StateKeeper("bench", scheduler, RunHistory(), boot="b")
+    keeper = StateKeeper("bench", lambda: scheduler, RunHistory(), boot="b")
     began = time.perf_counter()
     records = await store.list(node_key("bench") + "/")
     read = time.perf_counter() - began

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 import aiohttp  # noqa: E402
 from git_server import GitDaemon, WorkRepo  # noqa: E402
 
+from cronstable.daemon.build import NodeFacts, build_daemon  # noqa: E402
 from cronstable.runtime.daemon import Daemon  # noqa: E402
 from cronstable.sources.factory import open_source  # noqa: E402
 from cronstable.web.section import WebSection  # noqa: E402
@@ -70,9 +71,8 @@ async def run(tmp: Path) -> tuple[list[float], list[float]]:
     from_post: list[float] = []
     with GitDaemon(tmp / "remotes") as server:
         source = open_source(f"{server.url('acme/cron.git')}?interval=3600", cache_dir=tmp / "c")
-        daemon = Daemon(source)
-        web = WebSection(daemon.control)
-        daemon.add_section(web)
+        daemon = build_daemon(source, NodeFacts(state_dir=tmp / "state"))
+        web = next(s for s in daemon.applier.sections if isinstance(s, WebSection))
         running = asyncio.create_task(daemon.run())
         try:
             deadline = time.monotonic() + 30

@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import enum
 import json
 import logging
@@ -634,6 +635,23 @@ def _needs_login(exc: EtcdError) -> bool:
 # --------------------------------------------------------------------------- client
 
 
+class _Connection:
+    """What the clients of one endpoint share (:meth:`EtcdClient.sharing`): the TLS
+    context, the aiohttp session and the login token."""
+
+    __slots__ = ("auth_lock", "closed", "owns_session", "session", "ssl", "token")
+
+    def __init__(
+        self, context: ssl.SSLContext | None, session: aiohttp.ClientSession | None
+    ) -> None:
+        self.ssl = context
+        self.session = session
+        self.owns_session = session is None
+        self.token: str | None = None
+        self.auth_lock = asyncio.Lock()
+        self.closed = False
+
+
 class EtcdClient:
     """An asyncio client of one etcd endpoint (``http://HOST:PORT`` or ``https://…``).
 
@@ -673,20 +691,29 @@ class EtcdClient:
             raise ValueError("etcd TLS settings need an https:// endpoint")
         self.endpoint = endpoint.rstrip("/")
         # built now, so that a wrong CA or certificate file fails at once, naming it
-        self._ssl: ssl.SSLContext | None = tls.ssl_context() if tls is not None else None
+        self._conn = _Connection(tls.ssl_context() if tls is not None else None, session)
+        self._owner = True
+        """Whether :meth:`close` closes the connection (False for a :meth:`sharing` one)."""
         self.timeout = timeout
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.watch_probe = watch_probe
-        self._session = session
-        self._owns_session = session is None
         self._username = username
         self._password = password
-        self._token: str | None = None
-        self._auth_lock = asyncio.Lock()
         self._closed = False
         self._streams: set[aiohttp.ClientResponse] = set()
         """The responses of running watches, closed by :meth:`close` to end them."""
+
+    def sharing(self, *, timeout: float) -> EtcdClient:
+        """A client of the same endpoint on this one's session and login token, each of
+        its requests bounded by ``timeout``; closing it ends its own watches only, the
+        connection stays this client's to close."""
+        twin = copy.copy(self)
+        twin.timeout = timeout
+        twin._owner = False
+        twin._closed = False
+        twin._streams = set()
+        return twin
 
     def __repr__(self) -> str:  # never the password
         user = f", username={self._username!r}" if self._username else ""
@@ -700,36 +727,42 @@ class EtcdClient:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
-        return self._closed
+        """Whether :meth:`close` was called (on this client, or on the one it shares)."""
+        return self._closed or self._conn.closed
 
     async def close(self) -> None:
         """Close the client (and its own session); running watches end."""
         self._closed = True
         for stream in list(self._streams):
             _drop_connection(stream)
-        session, self._session = self._session, None
-        if session is not None and self._owns_session:
+        if not self._owner:
+            return
+        conn = self._conn
+        conn.closed = True
+        session, conn.session = conn.session, None
+        if session is not None and conn.owns_session:
             await session.close()
 
     # ----------------------------------------------------------------- transport
 
     def _get_session(self) -> aiohttp.ClientSession:
-        if self._closed:
+        if self.closed:
             raise EtcdError("the etcd client is closed")
-        if self._session is None:
-            connector = aiohttp.TCPConnector(ssl=self._ssl) if self._ssl is not None else None
-            self._session = aiohttp.ClientSession(connector=connector)
-        return self._session
+        conn = self._conn
+        if conn.session is None:
+            connector = aiohttp.TCPConnector(ssl=conn.ssl) if conn.ssl is not None else None
+            conn.session = aiohttp.ClientSession(connector=connector)
+        return conn.session
 
     async def _headers(self) -> dict[str, str]:
         """The headers of a request: the auth token, fetched first if there is none yet."""
         if self._username is None:
             return {}
-        token = self._token
+        conn = self._conn
+        token = conn.token
         if token is None:
-            async with self._auth_lock:
-                if self._token is None:
+            async with conn.auth_lock:
+                if conn.token is None:
                     payload = await self._post(
                         "/v3/auth/authenticate",
                         {"name": self._username, "password": self._password},
@@ -738,8 +771,8 @@ class EtcdClient:
                     )
                     if not payload.get("token"):
                         raise EtcdError("etcd authentication returned no token")
-                    self._token = str(payload["token"])
-                token = self._token
+                    conn.token = str(payload["token"])
+                token = conn.token
         return {"Authorization": token}
 
     async def _post(self, path: str, body: JSON, *, what: str, headers: dict[str, str]) -> JSON:
@@ -775,7 +808,7 @@ class EtcdClient:
                 return await self._post(path, body, what=what, headers=headers)
             except EtcdError as exc:
                 if exc.code == GRPC_UNAUTHENTICATED and self._username and attempt == 0:
-                    self._token = None
+                    self._conn.token = None
                     continue
                 raise self._with_login_hint(exc) from exc.__cause__
         raise AssertionError("unreachable")  # pragma: no cover
@@ -967,7 +1000,7 @@ class EtcdClient:
         reauthenticated = False
         outage: EtcdUnavailable | None = None
         probe: asyncio.Task[EtcdUnavailable | None] | None = None
-        while not self._closed:
+        while not self.closed:
             probe = None
             create: JSON = _range_fields(key, prefix)
             create["start_revision"] = str(next_revision)
@@ -1012,7 +1045,7 @@ class EtcdClient:
                         _drop_connection(response)
                 raise _silenced(probe) or EtcdUnavailable(f"etcd {what}: the stream ended")
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
-                if self._closed:
+                if self.closed:
                     return
                 error = _silenced(probe) or EtcdUnavailable(
                     f"etcd {what}: {self.endpoint}: {_describe(exc)}"
@@ -1021,17 +1054,17 @@ class EtcdClient:
             except EtcdUnavailable as exc:
                 error = exc
             except EtcdError as exc:
-                if self._closed:
+                if self.closed:
                     return
                 if exc.code == GRPC_UNAUTHENTICATED and self._username and not reauthenticated:
-                    self._token = None  # expired token: fetch a new one and go again at once
+                    self._conn.token = None  # expired token: fetch a new one and go again at once
                     reauthenticated = True
                     continue
                 hinted = self._with_login_hint(exc)
                 if hinted is exc:
                     raise
                 raise hinted from exc
-            if self._closed:
+            if self.closed:
                 return
             failures += 1
             if outage is None:
@@ -1138,6 +1171,13 @@ def _drop_connection(response: aiohttp.ClientResponse) -> None:
 _T = TypeVar("_T")
 
 
+@dataclass(slots=True)
+class _InUse:
+    """The endpoint of a pool (and of the pools sharing it) that answered last."""
+
+    index: int = 0
+
+
 class EtcdPool:
     """Clients of the endpoints of one etcd cluster, used in order.
 
@@ -1145,6 +1185,9 @@ class EtcdPool:
     (:class:`EtcdUnavailable`) passes it to the next, in the configured order.  Any
     other error is etcd's answer and is raised at once.  ``tls`` is used for the
     ``https://`` endpoints; the other arguments are :class:`EtcdClient`'s.
+
+    :meth:`sharing` gives a pool on the same connections with a timeout of its own
+    (:class:`EtcdPools` hands those out, one cluster's to each part of the daemon).
     """
 
     def __init__(
@@ -1168,7 +1211,21 @@ class EtcdPool:
             )
             for endpoint in endpoints
         ]
-        self._current = 0
+        self._in_use = _InUse()
+        self._on_close: Callable[[], Awaitable[None]] | None = None
+        self._closed = False
+
+    def sharing(
+        self, *, timeout: float, on_close: Callable[[], Awaitable[None]] | None = None
+    ) -> EtcdPool:
+        """A pool on this one's connections (sessions, login tokens, the endpoint in use)
+        whose requests are each bounded by ``timeout``.  Closing it leaves the connections
+        open (they are this pool's to close) and calls ``on_close``, once."""
+        twin = copy.copy(self)
+        twin.clients = [client.sharing(timeout=timeout) for client in self.clients]
+        twin._on_close = on_close
+        twin._closed = False
+        return twin
 
     @property
     def endpoints(self) -> list[str]:
@@ -1179,13 +1236,13 @@ class EtcdPool:
         raises the last :class:`EtcdUnavailable` when none answers."""
         last: EtcdUnavailable | None = None
         for step in range(len(self.clients)):
-            index = (self._current + step) % len(self.clients)
+            index = (self._in_use.index + step) % len(self.clients)
             try:
                 result = await request(self.clients[index])
             except EtcdUnavailable as exc:
                 last = exc
                 continue
-            self._current = index
+            self._in_use.index = index
             return result
         assert last is not None
         raise last
@@ -1200,5 +1257,67 @@ class EtcdPool:
             raise error(str(exc)) from exc
 
     async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         for client in self.clients:
             await client.close()
+        if self._on_close is not None:
+            await self._on_close()
+
+
+@dataclass(eq=False, slots=True)
+class _Shared:
+    pool: EtcdPool
+    users: int = 0
+
+
+class EtcdPools:
+    """One :class:`EtcdPool` per etcd cluster (its endpoints, TLS files and login) for
+    every part of a daemon that talks to it: leadership, cluster slots and durable
+    state share the connections to the cluster's etcd, and its login token.
+
+    :meth:`pool` gives each user a pool of its own timeout on the shared connections;
+    closing it gives them back, and the last one back closes them.  :meth:`close` (at
+    the daemon's stop) closes whatever a user did not give back.
+    """
+
+    def __init__(self) -> None:
+        self._shared: dict[tuple[object, ...], _Shared] = {}
+
+    def pool(
+        self,
+        endpoints: Sequence[str],
+        *,
+        timeout: float,
+        username: str | None = None,
+        password: str | None = None,
+        tls: EtcdTLS | None = None,
+    ) -> EtcdPool:
+        """A pool of the etcd cluster at ``endpoints``, each request bounded by ``timeout``;
+        the user closes it when done.  Raises as :class:`EtcdPool` does."""
+        key: tuple[object, ...] = (tuple(endpoints), username, password, tls)
+        shared = self._shared.get(key)
+        if shared is None:
+            made = EtcdPool(
+                endpoints, timeout=timeout, username=username, password=password, tls=tls
+            )
+            shared = self._shared[key] = _Shared(made)
+        shared.users += 1
+
+        async def given_back() -> None:
+            shared.users -= 1
+            if shared.users == 0 and self._shared.get(key) is shared:
+                del self._shared[key]
+                await shared.pool.close()
+
+        return shared.pool.sharing(timeout=timeout, on_close=given_back)
+
+    def __len__(self) -> int:
+        """How many etcd clusters have connections open."""
+        return len(self._shared)
+
+    async def close(self) -> None:
+        shared, self._shared = list(self._shared.values()), {}
+        for each in shared:
+            await each.pool.close()

@@ -1,5 +1,5 @@
 """A manual start of a ``concurrencyScope: cluster`` job through the real HTTP API of
-two in-process daemons on one shared directory, wired as ``run`` wires the slots:
+two in-process daemons on one shared directory, built as ``run`` builds them:
 409 while the other node holds the slot under Forbid, and the slot metrics."""
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from daemon_proc import until
-from web_stack import Stack
+from web_stack import Stack, section_named
 
 from cronstable.cluster.claims import SlotGuard
-from cronstable.cluster.slot_section import SlotSection
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio]
 
@@ -23,14 +22,8 @@ HEADERS = {"Authorization": "Bearer t"}
 
 def wired(root: Path, node: str) -> tuple[Stack, SlotGuard]:
     root.mkdir()
-    stack = Stack(root)
-    scheduler = stack.daemon.scheduler
-    guard = SlotGuard(
-        node, replace_runs=scheduler.replace_runs, stopping=lambda: scheduler.stopping
-    )
-    scheduler.guards.append(guard)
-    stack.daemon.control.start_check = guard.refusal
-    stack.daemon.add_section(SlotSection(guard, stack.daemon.metrics.registry))
+    stack = Stack(root, node)
+    guard: SlotGuard = section_named(stack.daemon, "cluster-slots").guard
     return stack, guard
 
 

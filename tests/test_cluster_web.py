@@ -1,4 +1,5 @@
-"""GET /cluster and the cluster metrics through the real web section, wired as `run` wires it."""
+"""GET /cluster and the cluster metrics through the real web section of a daemon built as
+`run` builds it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 import pytest_asyncio
-from web_stack import Stack
+from web_stack import Stack, section_named
 
 from cronstable.cluster.section import ClusterSection
 
@@ -19,11 +20,8 @@ pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio]
 
 @pytest_asyncio.fixture
 async def stack(tmp_path: Path) -> AsyncIterator[tuple[Stack, ClusterSection]]:
-    s = Stack(tmp_path)
-    cluster = ClusterSection("n1", s.daemon.metrics.registry)
-    s.daemon.add_section(cluster)
-    s.daemon.scheduler.gate = cluster
-    s.daemon.control.cluster = lambda: cluster.view(iter(s.daemon.scheduler.jobs.values()))
+    s = Stack(tmp_path, "n1")
+    cluster: ClusterSection = section_named(s.daemon, "cluster")
     await s.start()
     yield s, cluster
     await s.stop()

@@ -13,6 +13,7 @@ import pytest
 from daemon_proc import DaemonProcess, until, wait_for
 from git_server import GitDaemon, SilentServer, WorkRepo
 
+from cronstable.daemon.build import NodeFacts, build_daemon
 from cronstable.runtime import daemon as daemon_module
 from cronstable.runtime.daemon import Daemon
 from cronstable.sources.factory import open_source
@@ -40,7 +41,7 @@ async def test_a_follower_that_dies_is_logged_and_restarted(
             f"{server.url('cron.git')}?interval=3600", cache_dir=tmp_path / "cache"
         )
         assert isinstance(source, GitSource)
-        daemon = Daemon(source)
+        daemon = build_daemon(source, NodeFacts())
         running = asyncio.create_task(daemon.run())
         try:
             await until(lambda: applied(daemon) == first, 15, "first revision")

@@ -485,9 +485,9 @@ async def test_authentication(etcd_server: EtcdServer) -> None:
             assert (await watch.wait_for(1))[0].kv.value == b"v"
         finally:
             await watch.stop()
-        client._token = "expired"  # as etcd forgets tokens after --auth-token-ttl
+        client._conn.token = "expired"  # as etcd forgets tokens after --auth-token-ttl
         assert (await client.range("/k")).kvs[0].value == b"v"
-        client._token = "expired"
+        client._conn.token = "expired"
         watch = Collector(client.watch("/k", start_revision=revision))
         try:
             assert (await watch.wait_for(1))[0].kv.value == b"v"

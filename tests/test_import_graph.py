@@ -18,16 +18,9 @@ import pytest
 
 PACKAGE = "cronstable"
 
-ALLOWED_CYCLES: frozenset[frozenset[str]] = frozenset(
-    {
-        # runtime/daemon.py wires the reporters while reporting/ reads the run records
-        # in runtime/runs.py and runtime/process.py. Being removed by the issue-16 work
-        # on the leaf of interfaces (cronstable/ports.py) and the composition root
-        # (cronstable/daemon/): the coordinator empties this set once both are merged.
-        frozenset({"cronstable.reporting", "cronstable.runtime"}),
-    }
-)
-"""Cycles between packages that other work in progress removes; no module cycle is allowed."""
+ALLOWED_CYCLES: frozenset[frozenset[str]] = frozenset()
+"""Cycles between packages still allowed: none (the composition root ended the last one,
+runtime <-> reporting); no module cycle is allowed either."""
 
 
 @pytest.fixture(scope="module")

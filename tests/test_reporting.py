@@ -27,9 +27,8 @@ from cronstable.runtime.scheduler import Scheduler
 async def running(text: str) -> AsyncIterator[ReportDispatcher]:
     """The jobs of ``text`` scheduled for real (``@reboot`` ones start at once)."""
     state = load(MemoryTree({"c.yaml": textwrap.dedent(text).encode()}), "c.yaml")
-    scheduler = Scheduler(SystemClock(), ProcessSpawner(None))
     reports = ReportDispatcher(CollectorRegistry(), revision=lambda: "rev-1")
-    scheduler.report_listeners.append(reports)
+    scheduler = Scheduler(SystemClock(), ProcessSpawner(None), report_listeners=[reports])
     reports.scheduler = scheduler  # type: ignore[attr-defined]
     reports.commit(None, state)
     scheduler.replace_jobs(state.jobs)

@@ -41,10 +41,9 @@ class Gate:
 async def test_the_gate_holds_back_fires_and_retries_and_counts_them(
     harness: Callable[..., Harness],  # noqa: F811
 ) -> None:
-    h = harness(jobs(TABLE))
-    h.behaviour["lead"] = (1.0, 1)
     gate = Gate()
-    h.scheduler.gate = gate
+    h = harness(jobs(TABLE), gate=gate)
+    h.behaviour["lead"] = (1.0, 1)
     await h.clock.advance(10.5)  # lead fires at +10 and fails; its retry is due at +14
     assert h.scheduled("lead") == [T0 + timedelta(seconds=10)]
     gate.leader = False  # leadership lost before the retry
@@ -61,11 +60,12 @@ async def test_the_gate_holds_back_fires_and_retries_and_counts_them(
 async def test_leadership_is_released_before_the_drain(
     harness: Callable[..., Harness],  # noqa: F811
 ) -> None:
-    h = harness(jobs('jobs: [{name: long, command: "true", schedule: "*/10 * * * * * *"}]'))
-    h.behaviour["long"] = (100.0, 0)
     gate = Gate()
+    h = harness(
+        jobs('jobs: [{name: long, command: "true", schedule: "*/10 * * * * * *"}]'), gate=gate
+    )
+    h.behaviour["long"] = (100.0, 0)
     gate.scheduler_running = h.scheduler.running_total
-    h.scheduler.gate = gate
     await h.clock.advance(11)
     assert h.scheduler.running_total() == 1
     h.scheduler.stop()

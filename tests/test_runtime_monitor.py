@@ -179,7 +179,7 @@ async def test_history_and_metrics_carry_the_usage(tmp_path: Path) -> None:
     registry = CollectorRegistry()
     scheduler = Scheduler(SystemClock(), lambda *_: None)  # type: ignore[arg-type,return-value]
     scheduler.replace_jobs({"hog": job})
-    metrics = RunMetrics(registry, scheduler)
+    metrics = RunMetrics(registry, lambda: scheduler)
     metrics.run_started(start)
     metrics.run_finished(start, result, "succeeded")
     rss = registry.get_sample_value("cronstable_job_run_max_rss_bytes", {"job": "hog"})

@@ -46,12 +46,15 @@ class Rig:
     def __init__(self) -> None:
         state = load(MemoryTree({"c.yaml": textwrap.dedent(JOBS).encode()}), "c.yaml")
         self.heard = HeardReports()
-        self.scheduler = Scheduler(SystemClock(), ProcessSpawner(None))
-        self.scheduler.report_listeners.append(self.heard)
         self.history = RunHistory(per_job=3)
         self.metrics = DaemonMetrics()
-        self.run_metrics = RunMetrics(self.metrics.registry, self.scheduler)
-        self.scheduler.run_listeners += [self.history, self.run_metrics]
+        self.run_metrics = RunMetrics(self.metrics.registry, lambda: self.scheduler)
+        self.scheduler = Scheduler(
+            SystemClock(),
+            ProcessSpawner(None),
+            run_listeners=[self.history, self.run_metrics],
+            report_listeners=[self.heard],
+        )
         self.scheduler.replace_jobs(state.jobs)
 
     async def finished(self, job: str, count: int) -> None:

@@ -11,6 +11,7 @@ import textwrap
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -110,7 +111,7 @@ class Harness:
 async def harness() -> AsyncIterator[Callable[..., Harness]]:
     created: list[tuple[Harness, asyncio.Task[None]]] = []
 
-    def make(table: dict[str, Job], start: datetime = T0, **kwargs: float) -> Harness:
+    def make(table: dict[str, Job], start: datetime = T0, **kwargs: Any) -> Harness:
         clock = ManualClock(start)
         runs: list[StandInRun] = []
         heard = HeardReports()
@@ -122,8 +123,7 @@ async def harness() -> AsyncIterator[Callable[..., Harness]]:
             runs.append(run)
             return run
 
-        scheduler = Scheduler(clock, spawner, **kwargs)
-        scheduler.report_listeners.append(heard)
+        scheduler = Scheduler(clock, spawner, report_listeners=[heard], **kwargs)
         scheduler.replace_jobs(table)
         h = Harness(clock, scheduler, runs, heard, behaviour)
         created.append((h, asyncio.create_task(scheduler.run())))

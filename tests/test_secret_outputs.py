@@ -444,7 +444,7 @@ async def test_a_problem_found_at_prepare_hides_the_revisions_secrets(
     stack: Stack, caplog: pytest.LogCaptureFixture
 ) -> None:
     assert (await stack.apply(GOOD.format(listen=LISTEN))).outcome == "applied"
-    stack.daemon.add_section(QuotingSection())
+    stack.daemon.applier.sections.append(QuotingSection())
     with caplog.at_level(logging.ERROR, logger="cronstable.reconcile.apply"):
         record = await stack.apply(CONFIGURED)
     assert record.outcome == "rejected"

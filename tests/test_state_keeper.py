@@ -119,13 +119,18 @@ async def life(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
             runs.append(run)
             return run
 
-        scheduler = Scheduler(clock, spawner)
         history = RunHistory()
-        keeper = StateKeeper("n1", scheduler, history, boot="boot-1", gated=lambda job: gated)
-        scheduler.gate = gate
-        scheduler.guards.append(keeper)
-        scheduler.state = keeper
-        scheduler.run_listeners += [history, keeper]
+        keeper = StateKeeper(
+            "n1", lambda: scheduler, history, boot="boot-1", gated=lambda job: gated
+        )
+        scheduler = Scheduler(
+            clock,
+            spawner,
+            gate=gate,
+            guards=[keeper],
+            hooks=keeper,
+            run_listeners=[history, keeper],
+        )
         scheduler.replace_jobs(table)
         store = FilesystemStore(tmp_path / "state")
         await store.check()

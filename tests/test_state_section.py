@@ -37,7 +37,7 @@ def keeper_on(table: DesiredState) -> StateKeeper:
 
     scheduler = Scheduler(ManualClock(T0), spawner)
     scheduler.replace_jobs(table.jobs)
-    return StateKeeper("n1", scheduler, RunHistory(), boot="boot-1")
+    return StateKeeper("n1", lambda: scheduler, RunHistory(), boot="boot-1")
 
 
 async def test_a_state_store_down_at_start_is_waited_for_and_restored_when_it_answers(

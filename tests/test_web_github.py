@@ -22,8 +22,9 @@ import pytest
 import pytest_asyncio
 from daemon_proc import until
 from git_server import GitDaemon, WorkRepo
-from web_stack import Stack
+from web_stack import Stack, section_named
 
+from cronstable.daemon.build import NodeFacts, build_daemon
 from cronstable.runtime.daemon import Daemon
 from cronstable.sources.factory import open_source
 from cronstable.web.github import MAX_BODY, repository_name, why_not_ours
@@ -102,9 +103,8 @@ async def hooked(tmp_path: Path) -> AsyncIterator[Hooked]:
         source = open_source(
             f"{server.url('acme/cron.git')}?interval=3600", cache_dir=tmp_path / "cache"
         )
-        daemon = Daemon(source)
-        web = WebSection(daemon.control)
-        daemon.add_section(web)
+        daemon = build_daemon(source, NodeFacts())
+        web = section_named(daemon, "web")
         running = asyncio.create_task(daemon.run())
         try:
             await until(lambda: bool(web.urls()), 15, "listener")

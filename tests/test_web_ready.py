@@ -14,8 +14,9 @@ import aiohttp
 import pytest
 from daemon_proc import until
 from git_server import GitDaemon, WorkRepo
-from web_stack import Stack
+from web_stack import Stack, section_named
 
+from cronstable.daemon.build import NodeFacts, build_daemon
 from cronstable.runtime.control import DaemonControl
 from cronstable.runtime.daemon import Daemon
 from cronstable.sources.factory import open_source
@@ -35,9 +36,8 @@ async def get(url: str) -> tuple[int, str]:
 
 
 async def start(remote: str, cache: Path) -> tuple[Daemon, WebSection, asyncio.Task[int]]:
-    daemon = Daemon(open_source(f"{remote}?interval=1", cache_dir=cache))
-    web = WebSection(daemon.control)
-    daemon.add_section(web)
+    daemon = build_daemon(open_source(f"{remote}?interval=1", cache_dir=cache), NodeFacts())
+    web = section_named(daemon, "web")
     running = asyncio.create_task(daemon.run())
     await until(lambda: bool(web.urls()), 15, "listener")
     return daemon, web, running
@@ -86,7 +86,7 @@ async def test_a_source_silent_longer_than_its_window_is_not_ready(tmp_path: Pat
     try:
         now = [time.monotonic()]
         control = DaemonControl(
-            applier=stack.daemon.applier,
+            status=stack.daemon.applier.status,
             scheduler=stack.daemon.scheduler,
             history=stack.daemon.history,
             metrics=stack.daemon.metrics,

@@ -5,19 +5,25 @@ from __future__ import annotations
 import asyncio
 import textwrap
 from pathlib import Path
+from typing import Any
 
+from cronstable.daemon.build import NodeFacts, build_daemon
 from cronstable.reconcile.apply import RevisionRecord
 from cronstable.runtime.daemon import Daemon
 from cronstable.snapshot import Snapshot, content_revision
 from cronstable.sources.factory import open_source
-from cronstable.web.section import WebSection
+
+
+def section_named(daemon: Daemon, name: str) -> Any:
+    """The section ``name`` of a daemon build_daemon built (``web``, ``cluster`` …)."""
+    return next(s for s in daemon.applier.sections if s.name == name)
 
 
 class Stack:
-    def __init__(self, root: Path) -> None:
-        self.daemon = Daemon(open_source(str(root)))
-        self.web = WebSection(self.daemon.control, self.daemon.metrics.registry)
-        self.daemon.add_section(self.web)
+    def __init__(self, root: Path, node: str = "localhost") -> None:
+        facts = NodeFacts(name=node, state_dir=root / ".state")
+        self.daemon = build_daemon(open_source(str(root)), facts)
+        self.web = section_named(self.daemon, "web")
         self._loop: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

@@ -40,6 +40,7 @@ from typing import Literal, Protocol, TypeVar
 from cronstable.cluster.slots import Claim, Holder, SlotError, SlotStore
 from cronstable.config import Job
 from cronstable.redact import redact
+from cronstable.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +121,8 @@ class SlotGuard:
         """This node's hold a cancel record stopped, by job (obeyed once)."""
         self._failing = False
         self._task: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Task[None]] = set()
+        self._background = TaskSet("Cluster slots")
+        """Slots being freed."""
         self._closing = False
         self._stale: set[str] = set()
         """Jobs whose slot this node may hold with no local run to keep it: a release
@@ -154,8 +156,7 @@ class SlotGuard:
             task.cancel()
             # Python 3.11's wait_for can swallow a cancel: the loop checks _closing too
             await asyncio.wait([task], timeout=bound)
-        if self._background:
-            await asyncio.wait(self._background, timeout=bound)
+        await self._background.wait(within=bound)
         store, self.store = self.store, None
         if store is not None:
             try:
@@ -292,9 +293,7 @@ class SlotGuard:
             return
         self._runs.pop(name, None)
         if name in self._held or name in self._lost:
-            task = asyncio.ensure_future(self._free(name))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._background.start(self._free(name), name=f"cluster-slot-free {name}")
 
     async def _free(self, name: str) -> None:
         async with self._io:

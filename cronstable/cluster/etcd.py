@@ -37,6 +37,7 @@ from cronstable.etcd import (
     EtcdClient,
     EtcdLeaseNotFound,
     EtcdPool,
+    EtcdPools,
     EtcdTLS,
     KeyValue,
     RangeResult,
@@ -66,10 +67,13 @@ class EtcdLeadership(Leadership):
         password: str | None = None,
         instance: str | None = None,
         stats: LeadershipStats | None = None,
+        pools: EtcdPools | None = None,
     ) -> None:
+        """``pools``: where the connections to this etcd come from (shared with the
+        slots and the state store); without it the leadership makes its own."""
         super().__init__(node_name, ttl=ttl, instance=instance, stats=stats)
         self.prefix = prefix if prefix.endswith("/") else prefix + "/"
-        self.pool = EtcdPool(
+        self.pool = (pools.pool if pools is not None else EtcdPool)(
             endpoints,
             # a round (several calls) is bounded by ttl - margin: a share per endpoint
             timeout=max(0.2, self.ttl / 4 / max(1, len(endpoints) - 1)),

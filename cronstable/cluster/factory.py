@@ -6,7 +6,7 @@ from __future__ import annotations
 from cronstable.cluster.base import Leadership, LeadershipStats
 from cronstable.cluster.slots import SlotStore
 from cronstable.config.models import ClusterConfig, ClusterEtcd
-from cronstable.etcd import EtcdTLS
+from cronstable.etcd import EtcdPools, EtcdTLS
 
 
 def etcd_tls(etcd: ClusterEtcd | None) -> EtcdTLS | None:
@@ -22,10 +22,12 @@ def make_leadership(
     *,
     login: tuple[str | None, str | None] = (None, None),
     stats: LeadershipStats | None = None,
+    pools: EtcdPools | None = None,
 ) -> Leadership:
     """The backend ``config`` names, for node ``node_name`` (not started).
 
-    ``login``: etcd's username and password, from the daemon's environment."""
+    ``login``: etcd's username and password, from the daemon's environment; ``pools``:
+    the daemon's connections to etcd (one pool per cluster, shared)."""
     if config.backend == "etcd":
         from cronstable.cluster.etcd import EtcdLeadership
 
@@ -40,6 +42,7 @@ def make_leadership(
             username=login[0],
             password=login[1],
             stats=stats,
+            pools=pools,
         )
     from cronstable.cluster.filesystem import FilesystemLeadership
 
@@ -54,6 +57,7 @@ def make_slots(
     instance: str,
     *,
     login: tuple[str | None, str | None] = (None, None),
+    pools: EtcdPools | None = None,
 ) -> SlotStore:
     """The concurrency slots of daemon ``instance`` on node ``node_name``, in the store
     ``config`` names (the leadership's etcd prefix or shared directory)."""
@@ -71,6 +75,7 @@ def make_slots(
             tls=etcd_tls(etcd),
             username=login[0],
             password=login[1],
+            pools=pools,
         )
     from cronstable.cluster.slots_filesystem import FilesystemSlots
 

@@ -14,6 +14,10 @@
   again with capped back-off; the first answer starts it, with no new revision.
 * discard: close the prepared backend.
 
+The steps are :class:`~cronstable.reconcile.backend_section.BackendSection`'s,
+written once for the cluster, slot and state sections; this module says what is
+its own (which store, how it is reached, what is logged).
+
 Without a ``cluster`` section, or with ``electLeader: false``, the gate lets
 every job run (today's behaviour on one node).  The node's name comes from the
 command line (``--node-name``), never from the repository.
@@ -21,10 +25,8 @@ command line (``--node-name``), never from the repository.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -35,114 +37,132 @@ from cronstable.cluster.base import Leadership, LeadershipError, LeadershipStats
 from cronstable.cluster.factory import make_leadership
 from cronstable.cluster.gate import Seen, refusal
 from cronstable.cluster.hashing import owner
-from cronstable.config import ConfigError, DesiredState, Job
+from cronstable.config import DesiredState, Job
 from cronstable.config.models import ClusterConfig
 from cronstable.errors import KeyPath
-from cronstable.etcd import EtcdError, login_from_environment
-from cronstable.reconcile.plan import Plan
-from cronstable.redact import redact
-from cronstable.store_errors import fault_of
+from cronstable.etcd import EtcdError, EtcdPools, login_from_environment
+from cronstable.reconcile.backend_section import BackendSection, Reach, Retire
 from cronstable.store_link import StoreLink, retry_cap
 
 logger = logging.getLogger(__name__)
 
-_KEEP = object()
-"""prepare's answer for an unchanged section: the running backend stays."""
 
-
-@dataclass(frozen=True, slots=True)
-class _Waiting:
-    """prepare's answer when the store did not answer: the backend, committed connecting."""
-
-    leadership: Leadership
-    error: BaseException
-
-
-def _check_timeout(config: ClusterConfig) -> float:
+def check_timeout(config: ClusterConfig) -> float:
+    """How long reaching the cluster's store may take (a lease, at least 2 s)."""
     return max(2.0, float(config.lease_ttl))
 
 
-def _store_key(config: ClusterConfig) -> KeyPath:
-    return (
-        ("cluster", "etcd", "endpoints")
-        if config.backend == "etcd"
-        else (
-            "cluster",
-            "filesystem",
-            "path",
-        )
-    )
+def store_key(config: ClusterConfig) -> KeyPath:
+    """Where a problem with the cluster's store is reported."""
+    if config.backend == "etcd":
+        return ("cluster", "etcd", "endpoints")
+    return ("cluster", "filesystem", "path")
 
 
-class ClusterSection:
-    """The cluster section and the :class:`~cronstable.runtime.scheduler.ClusterGate`."""
+class ClusterSection(BackendSection[ClusterConfig, Leadership, None]):
+    """The cluster section and the :class:`~cronstable.runtime.scheduler.ClusterGate`.
+
+    ``pools``: the daemon's connections to etcd (shared with the slots and the state
+    store); ``on_change``: called when what this node sees of the leadership changed
+    (it wakes the scheduler)."""
 
     name = "cluster"
+    store = "cluster"
+    title = "Cluster"
+    build_errors = (EtcdError, ValueError)
+    check_errors = (LeadershipError,)
 
-    def __init__(self, node_name: str, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        node_name: str,
+        registry: CollectorRegistry | None = None,
+        *,
+        pools: EtcdPools | None = None,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__()
         self.node_name = node_name
-        self.config: ClusterConfig | None = None
-        self.leadership: Leadership | None = None
+        self.pools = pools
+        self.on_change = on_change
         self.stats = LeadershipStats()
-        self._stopping: set[asyncio.Task[None]] = set()
-        self._released = False
-        self.link: StoreLink[Any] | None = None
-        """The store of the leadership in use: up, or connecting while it does not answer."""
-        self.on_change: Callable[[], None] | None = None
-        """Called when what this node sees of the leadership changed (wakes the scheduler)."""
         if registry is not None:
             registry.register(_ClusterCollector(self))
 
-    # ------------------------------------------------------------ section
+    @property
+    def leadership(self) -> Leadership | None:
+        """The leadership in use (None without leader election)."""
+        return self.in_use
 
-    def affected(self, plan: Plan) -> bool:
-        return True  # every revision's job-set id goes into the membership record
+    # ------------------------------------------------------------ section hooks
 
-    async def prepare(self, desired: DesiredState) -> Any:
-        config = desired.cluster
-        if config == self.config or self._released:
-            return _KEEP  # unchanged, or the daemon is stopping: no new leadership
-        if config is None or not config.elect_leader:
-            return None
-        where = _store_key(config)
-        try:
-            login = login_from_environment() if config.backend == "etcd" else (None, None)
-            leadership = make_leadership(config, self.node_name, login=login, stats=self.stats)
-        except (EtcdError, ValueError) as exc:
-            raise ConfigError([desired.problem(where, redact(str(exc)))]) from exc
-        try:
-            await asyncio.wait_for(leadership.check(), timeout=_check_timeout(config))
-        except (LeadershipError, TimeoutError) as exc:
-            if fault_of(exc) == "unreachable":
-                return _Waiting(leadership, exc)
-            await leadership.close()
-            reason = str(exc) or "no answer in time"
-            raise ConfigError(
-                [desired.problem(where, f"cannot use the {config.backend} store: {redact(reason)}")]
-            ) from exc
-        return leadership
+    def wanted(self, desired: DesiredState) -> ClusterConfig | None:
+        return desired.cluster
 
-    def commit(self, prepared: Any, desired: DesiredState) -> None:
-        if prepared is not _KEEP:
-            waiting = prepared if isinstance(prepared, _Waiting) else None
-            new = waiting.leadership if waiting is not None else prepared
-            old, self.leadership = self.leadership, new
-            old_link, self.link = self.link, None
-            self.config = desired.cluster
-            if old is not None:
-                self._stop_later(old, old_link)
-            if isinstance(new, Leadership):
-                new.job_set_id = desired.job_set_id
-                new.on_change = self.on_change
-                if waiting is None:
-                    self.link = StoreLink.up("cluster", new.backend, title="Cluster")
-                    self._join(new)
-                else:
-                    self._wait_for(new, waiting.error, desired.cluster)
-            elif old is not None:
-                logger.info("Cluster: leader election is off; every job runs on this node")
-        if self.leadership is not None:
-            self.leadership.job_set_id = desired.job_set_id
+    def uses_backend(self, config: ClusterConfig) -> bool:
+        return config.elect_leader
+
+    def where(self, config: ClusterConfig) -> KeyPath:
+        return store_key(config)
+
+    def build(self, config: ClusterConfig, desired: DesiredState) -> Leadership:
+        login = login_from_environment() if config.backend == "etcd" else (None, None)
+        return make_leadership(
+            config, self.node_name, login=login, stats=self.stats, pools=self.pools
+        )
+
+    def reach(
+        self, backend: Leadership, config: ClusterConfig, desired: DesiredState
+    ) -> Reach[None]:
+        return Reach(backend.check, check_timeout(config), retry_cap(config.lease_ttl))
+
+    def swap(
+        self,
+        new: Leadership | None,
+        old: Leadership | None,
+        desired: DesiredState,
+        *,
+        waiting: str | None,
+    ) -> Retire | None:
+        if new is not None:
+            new.job_set_id = desired.job_set_id
+            new.on_change = self.on_change
+        elif old is not None:
+            logger.info("Cluster: leader election is off; every job runs on this node")
+        return old.stop if old is not None else None
+
+    def started(self, backend: Leadership, result: None, desired: DesiredState) -> None:
+        self._join(backend)
+
+    def waits(
+        self,
+        backend: Leadership,
+        link: StoreLink[None],
+        reach: Reach[None],
+        desired: DesiredState,
+    ) -> None:
+        logger.warning(
+            "Cluster: the %s store does not answer (%s); node %s waits for it: Leader jobs "
+            "do not run meanwhile, PreferLeader and EveryNode jobs do (trying again with "
+            "back-off up to %g s)",
+            backend.backend,
+            link.last_error,
+            self.node_name,
+            link.cap,
+        )
+
+    def answered(self, backend: Leadership, result: None) -> None:
+        self._join(backend)
+        if self.on_change is not None:
+            self.on_change()
+
+    def committed(self, desired: DesiredState) -> None:
+        # every revision's job-set id goes into the membership record
+        if self.in_use is not None:
+            self.in_use.job_set_id = desired.job_set_id
+
+    async def shut(self) -> None:
+        if self.in_use is not None:
+            await self.in_use.stop()
 
     def _join(self, leadership: Leadership) -> None:
         leadership.start()
@@ -154,61 +174,6 @@ class ClusterSection:
             leadership.ttl,
             config.distribution if config is not None else "",
         )
-
-    def _wait_for(
-        self, leadership: Leadership, error: BaseException, config: ClusterConfig | None
-    ) -> None:
-        """Commit ``leadership`` connecting: it joins when its store first answers."""
-        assert config is not None
-
-        def answered(_: None) -> None:
-            if leadership is self.leadership and not self._released:
-                self._join(leadership)
-                if self.on_change is not None:
-                    self.on_change()
-
-        link: StoreLink[None] = StoreLink.waiting(
-            "cluster",
-            leadership.backend,
-            title="Cluster",
-            error=error,
-            probe=leadership.check,
-            on_up=answered,
-            timeout=_check_timeout(config),
-            cap=retry_cap(config.lease_ttl),
-        )
-        self.link = link
-        logger.warning(
-            "Cluster: the %s store does not answer (%s); node %s waits for it: Leader jobs "
-            "do not run meanwhile, PreferLeader and EveryNode jobs do (trying again with "
-            "back-off up to %g s)",
-            leadership.backend,
-            link.last_error,
-            self.node_name,
-            link.cap,
-        )
-        link.start()
-
-    async def discard(self, prepared: Any) -> None:
-        if isinstance(prepared, _Waiting):
-            await prepared.leadership.close()
-        elif isinstance(prepared, Leadership):
-            await prepared.close()
-
-    def _stop_later(self, leadership: Leadership, link: StoreLink[Any] | None) -> None:
-        async def stop() -> None:
-            if link is not None:
-                await link.close()
-            await leadership.stop()
-
-        task = asyncio.ensure_future(stop())
-        self._stopping.add(task)
-        task.add_done_callback(self._stopping.discard)
-
-    async def close(self) -> None:
-        await self.release()
-        if self._stopping:
-            await asyncio.gather(*self._stopping, return_exceptions=True)
 
     # ------------------------------------------------------------ the gate
 
@@ -246,13 +211,9 @@ class ClusterSection:
         )
 
     async def release(self) -> None:
-        """Give up the leadership now (before the shutdown drain): Leader jobs stop here."""
-        self._released = True
-        if self.link is not None:
-            await self.link.close()  # a store that answers now must not start it
-        lead = self.leadership
-        if lead is not None:
-            await lead.stop()
+        """Give up the leadership now (before the shutdown drain): Leader jobs stop here,
+        and no revision applied from now on starts a new one."""
+        await self.stop_using()
 
     # ------------------------------------------------------------ visibility
 

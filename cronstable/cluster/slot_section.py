@@ -14,6 +14,10 @@
   :class:`~cronstable.store_link.StoreLink` tries it again with capped back-off.
 * discard: close the prepared store.
 
+The steps are :class:`~cronstable.reconcile.backend_section.BackendSection`'s,
+written once for the cluster, slot and state sections; this module says what is
+its own (which store, how it is reached, what is logged).
+
 Metrics: ``cronstable_cluster_slots_held`` and the slot counters (cancel records
 sent and obeyed, slots lost, store failures); slot refusals are counted with the
 other skipped fires (``cronstable_fires_skipped{reason="slot_held"}`` …).
@@ -21,11 +25,8 @@ other skipped fires (``cronstable_fires_skipped{reason="slot_held"}`` …).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -33,165 +34,102 @@ from prometheus_client.registry import Collector
 
 from cronstable.cluster.claims import SlotGuard, uses_slot
 from cronstable.cluster.factory import make_slots
+from cronstable.cluster.section import check_timeout, store_key
 from cronstable.cluster.slots import SlotError, SlotStore
-from cronstable.config import ConfigError, DesiredState
+from cronstable.config import DesiredState
 from cronstable.config.models import ClusterConfig
 from cronstable.errors import KeyPath
-from cronstable.etcd import EtcdError, login_from_environment
-from cronstable.reconcile.plan import Plan
-from cronstable.redact import redact
-from cronstable.store_errors import fault_of
+from cronstable.etcd import EtcdError, EtcdPools, login_from_environment
+from cronstable.reconcile.backend_section import BackendSection, Reach, Retire
 from cronstable.store_link import StoreLink, retry_cap
 
 logger = logging.getLogger(__name__)
 
-_KEEP = object()
-"""prepare's answer for an unchanged store: the one in use stays."""
 
+class SlotSection(BackendSection[ClusterConfig, SlotStore, None]):
+    """``pools``: the daemon's connections to etcd (shared with the leadership and the
+    state store)."""
 
-@dataclass(frozen=True, slots=True)
-class _Waiting:
-    """prepare's answer when the store did not answer: it is committed connecting."""
-
-    store: SlotStore
-    error: BaseException
-
-
-def _check_timeout(config: ClusterConfig) -> float:
-    return max(2.0, float(config.lease_ttl))
-
-
-def _wanted(desired: DesiredState) -> ClusterConfig | None:
-    if desired.cluster is None or not any(uses_slot(job) for job in desired.jobs.values()):
-        return None
-    return desired.cluster
-
-
-def _store_key(config: ClusterConfig) -> KeyPath:
-    if config.backend == "etcd":
-        return ("cluster", "etcd", "endpoints")
-    return ("cluster", "filesystem", "path")
-
-
-class SlotSection:
     name = "cluster-slots"
+    store = "slots"
+    title = "Cluster slots"
+    build_errors = (EtcdError, ValueError)
+    check_errors = (SlotError,)
+    refused_for = " for concurrencyScope cluster"
 
-    def __init__(self, guard: SlotGuard, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        guard: SlotGuard,
+        registry: CollectorRegistry | None = None,
+        *,
+        pools: EtcdPools | None = None,
+    ) -> None:
+        super().__init__()
         self.guard = guard
-        self.config: ClusterConfig | None = None
-        self.link: StoreLink[Any] | None = None
-        """The slot store in use: up, or connecting while it does not answer."""
-        self._closing: set[asyncio.Task[None]] = set()
+        self.pools = pools
         if registry is not None:
             registry.register(_SlotCollector(guard))
 
-    def affected(self, plan: Plan) -> bool:
-        return True  # prepare tells an unchanged store apart (the jobs count too)
-
-    async def prepare(self, desired: DesiredState) -> Any:
-        config = _wanted(desired)
-        if config == self.config:
-            return _KEEP
-        if config is None:
+    def wanted(self, desired: DesiredState) -> ClusterConfig | None:
+        if desired.cluster is None or not any(uses_slot(job) for job in desired.jobs.values()):
             return None
-        where = _store_key(config)
-        try:
-            login = login_from_environment() if config.backend == "etcd" else (None, None)
-            store = make_slots(config, self.guard.node, self.guard.instance, login=login)
-        except (EtcdError, ValueError) as exc:
-            raise ConfigError([desired.problem(where, redact(str(exc)))]) from exc
-        try:
-            await asyncio.wait_for(store.check(), timeout=_check_timeout(config))
-        except (SlotError, TimeoutError) as exc:
-            if fault_of(exc) == "unreachable":
-                return _Waiting(store, exc)
-            await store.close()
-            reason = str(exc) or "no answer in time"
-            raise ConfigError(
-                [
-                    desired.problem(
-                        where,
-                        f"cannot use the {config.backend} store for concurrencyScope cluster: "
-                        f"{redact(reason)}",
-                    )
-                ]
-            ) from exc
-        return store
+        return desired.cluster  # the jobs count too: slots only while one holds them
 
-    def commit(self, prepared: Any, desired: DesiredState) -> None:
-        if prepared is _KEEP:
-            return
-        self.config = _wanted(desired)
-        waiting = prepared if isinstance(prepared, _Waiting) else None
-        store = waiting.store if waiting is not None else prepared
-        old = self.guard.use(store)
-        old_link, self.link = self.link, None
-        if isinstance(store, SlotStore):
-            if waiting is None:
-                self.link = StoreLink.up("slots", store.backend, title="Cluster slots")
-                logger.info(
-                    "Cluster slots: jobs with concurrencyScope cluster hold their slot in %r "
-                    "(leaseTtl %s s)",
-                    store,
-                    store.ttl,
-                )
-            else:
-                self._wait_for(store, waiting.error)
-        if old is not None or old_link is not None:
-            task = asyncio.ensure_future(self._retire(old, old_link))
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+    def where(self, config: ClusterConfig) -> KeyPath:
+        return store_key(config)
 
-    def _wait_for(self, store: SlotStore, error: BaseException) -> None:
-        config = self.config
-        assert config is not None
+    def build(self, config: ClusterConfig, desired: DesiredState) -> SlotStore:
+        login = login_from_environment() if config.backend == "etcd" else (None, None)
+        guard = self.guard
+        return make_slots(config, guard.node, guard.instance, login=login, pools=self.pools)
 
-        def answered(_: None) -> None:
-            if store is self.guard.store:
-                logger.info(
-                    "Cluster slots: jobs with concurrencyScope cluster hold their slot in %r",
-                    store,
-                )
+    def reach(
+        self, backend: SlotStore, config: ClusterConfig, desired: DesiredState
+    ) -> Reach[None]:
+        return Reach(backend.check, check_timeout(config), retry_cap(config.lease_ttl))
 
-        link: StoreLink[None] = StoreLink.waiting(
-            "slots",
-            store.backend,
-            title="Cluster slots",
-            error=error,
-            probe=store.check,
-            on_up=answered,
-            timeout=_check_timeout(config),
-            cap=retry_cap(config.lease_ttl),
+    def swap(
+        self,
+        new: SlotStore | None,
+        old: SlotStore | None,
+        desired: DesiredState,
+        *,
+        waiting: str | None,
+    ) -> Retire | None:
+        self.guard.use(new)  # the guard takes its slots again in the new store
+        return old.close if old is not None else None  # etcd: its lease revoked
+
+    def started(self, backend: SlotStore, result: None, desired: DesiredState) -> None:
+        logger.info(
+            "Cluster slots: jobs with concurrencyScope cluster hold their slot in %r "
+            "(leaseTtl %s s)",
+            backend,
+            backend.ttl,
         )
-        self.link = link
+
+    def waits(
+        self,
+        backend: SlotStore,
+        link: StoreLink[None],
+        reach: Reach[None],
+        desired: DesiredState,
+    ) -> None:
         logger.warning(
             "Cluster slots: the %s store does not answer (%s); until it does, jobs with "
             "concurrencyScope cluster follow onStoreUnavailable (trying again with back-off "
             "up to %g s)",
-            store.backend,
+            backend.backend,
             link.last_error,
             link.cap,
         )
-        link.start()
 
-    async def _retire(self, store: SlotStore | None, link: StoreLink[Any] | None) -> None:
-        if link is not None:
-            await link.close()
-        if store is not None:
-            await store.close()
+    def answered(self, backend: SlotStore, result: None) -> None:
+        logger.info(
+            "Cluster slots: jobs with concurrencyScope cluster hold their slot in %r", backend
+        )
 
-    async def discard(self, prepared: Any) -> None:
-        if isinstance(prepared, _Waiting):
-            await prepared.store.close()
-        elif isinstance(prepared, SlotStore):
-            await prepared.close()
-
-    async def close(self) -> None:
-        if self.link is not None:
-            await self.link.close()
+    async def shut(self) -> None:
         await self.guard.close()
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 class _SlotCollector(Collector):

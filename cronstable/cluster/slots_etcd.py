@@ -23,6 +23,7 @@ from cronstable.etcd import (
     EtcdClient,
     EtcdLeaseNotFound,
     EtcdPool,
+    EtcdPools,
     EtcdTLS,
     KeyValue,
     TxnResult,
@@ -53,11 +54,14 @@ class EtcdSlots(SlotStore):
         tls: EtcdTLS | None = None,
         username: str | None = None,
         password: str | None = None,
+        pools: EtcdPools | None = None,
     ) -> None:
+        """``pools``: where the connections to this etcd come from (shared with the
+        leadership and the state store); without it the slots make their own."""
         super().__init__(node, instance, ttl=ttl)
         base = prefix if prefix.endswith("/") else prefix + "/"
         self.base = base + "slots/"
-        self.pool = EtcdPool(
+        self.pool = (pools.pool if pools is not None else EtcdPool)(
             endpoints,
             # a call is bounded by ttl/2 (claims.py): every endpoint gets its share
             timeout=max(0.2, self.ttl / 2 / max(1, len(endpoints)) * 0.9),

@@ -2,8 +2,9 @@
 
 A revision is applied whole or not at all.  Phase one *prepares* every section
 the plan touches (jobs: resolve users and groups; logging: build the handlers
-and formatters, not yet installed; the sections the command line adds: web binds
-its listeners, cluster, state and slots reach their stores); if any preparation
+and formatters, not yet installed; the daemon-wide sections
+:func:`cronstable.daemon.build.build_daemon` lists, in its order: cluster, state and
+slots reach their stores, web binds its listeners); if any preparation
 fails, everything prepared is discarded and the previous revision keeps running
 untouched.  Phase two *commits* each prepared
 section; commits do not fail.
@@ -78,6 +79,12 @@ class ReconcileStatus:
     history: list[RevisionRecord] = field(default_factory=list)
     observers: list[Callable[[RevisionRecord], None]] = field(default_factory=list)
     """Told of every recorded attempt (the live event stream); must not block or raise."""
+    applied_state: DesiredState | None = None
+    """The revision running now, loaded (None before the first is applied)."""
+
+    def applied_revision(self) -> str | None:
+        """The revision running now (None before the first is applied)."""
+        return self.applied.revision if self.applied is not None else None
 
     def record(self, entry: RevisionRecord) -> None:
         self.attempts += 1
@@ -147,15 +154,21 @@ class Applier:
         metrics: DaemonMetrics | None = None,
         *,
         limits: Limits | None = None,
+        status: ReconcileStatus | None = None,
     ) -> None:
+        """``sections``: prepared and committed in this order; ``status``: where the
+        attempts are recorded (its observers hear of each)."""
         self.sections = list(sections)
         self.metrics = metrics
         self.limits = limits if limits is not None else Limits()
-        self.status = ReconcileStatus()
-        self.applied_state: DesiredState | None = None
+        self.status = status if status is not None else ReconcileStatus()
         self.cache = LoadCache()
         self._lock = asyncio.Lock()
         self._crontabs_seen: set[str] = set()
+
+    @property
+    def applied_state(self) -> DesiredState | None:
+        return self.status.applied_state
 
     def _announce_crontabs(self, revision: str, desired: DesiredState) -> None:
         """Upgrade notice: crontab files did not load before; say so the first time each does."""
@@ -237,7 +250,7 @@ class Applier:
             return self._rejected(snapshot, started, problems, the_plan)
         for section, state in prepared:
             section.commit(state, desired)
-        self.applied_state = desired
+        self.status.applied_state = desired
         outcome = "unchanged" if the_plan.empty and not first else "applied"
         record = RevisionRecord(
             revision=snapshot.revision,

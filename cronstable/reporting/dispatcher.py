@@ -34,6 +34,7 @@ from cronstable.redact import redact
 from cronstable.reporting.base import Message, job_environment
 from cronstable.reporting.registry import ReporterRegistry
 from cronstable.runtime.runs import FinishedRun, MissedFire, Moment, utc_text
+from cronstable.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,8 @@ class ReportDispatcher:
         self.monotonic = monotonic
         self.job_set_id: str | None = None
         self.hostname = socket.gethostname()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet("reporting")
+        """The reports being sent."""
         self._windows: dict[tuple[str, ...], tuple[float, int]] = {}
         """(job, moment[, reason]) → (when the last report was let through, held back since)."""
         self.sent = Counter(
@@ -97,8 +99,7 @@ class ReportDispatcher:
                 logger.exception("Closing the %s reporter failed", reporter.key)
 
     async def drain(self) -> None:
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._tasks.wait()
 
     # ------------------------------------------------------------ listener
 
@@ -207,11 +208,9 @@ class ReportDispatcher:
         for key, settings in report.reporters().items():
             if not settings.enabled:
                 continue
-            task = asyncio.create_task(
+            self._tasks.start(
                 self._send(key, settings, message), name=f"report {key} {message.job.name}"
             )
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
 
     async def _send(self, key: str, settings: Any, message: Message) -> None:
         name = message.job.name

@@ -14,14 +14,14 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from cronstable.config import DesiredState, Job
 from cronstable.metrics import DaemonMetrics
 from cronstable.published import published_config
-from cronstable.reconcile.apply import Applier, RevisionRecord
+from cronstable.reconcile.apply import ReconcileStatus, RevisionRecord
 from cronstable.reconcile.plan import Plan
 from cronstable.runtime.events import EventHub, Subscription
 from cronstable.runtime.forecast import forecast
@@ -51,34 +51,39 @@ class DaemonControl:
     def __init__(
         self,
         *,
-        applier: Applier,
+        status: ReconcileStatus,
         scheduler: Scheduler,
         history: RunHistory,
         metrics: DaemonMetrics,
         reload: Callable[[], None],
         events: EventHub | None = None,
         source: Source | None = None,
+        cluster: Callable[[], dict[str, Any]] | None = None,
+        state: Callable[[], dict[str, Any]] | None = None,
+        stores: Callable[[], dict[str, dict[str, Any]]] | None = None,
+        start_check: Callable[[Job], Awaitable[str | None]] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.events = events if events is not None else EventHub()
         self.source = source
         self._monotonic = monotonic
-        self.applier = applier
+        self.reconciled = status
+        """What the applier did: the revision running, the attempts."""
         self.scheduler = scheduler
         self.history = history
         self.metrics = metrics
         self._reload = reload
         self._now = now
-        self.cluster: Callable[[], dict[str, Any]] | None = None
-        """What ``GET /cluster`` shows (set by whoever adds the cluster section)."""
-        self.state: Callable[[], dict[str, Any]] | None = None
-        """What ``/status`` shows of durable state (set by whoever adds the state section)."""
-        self.stores: Callable[[], dict[str, dict[str, Any]]] | None = None
+        self.cluster: Final = cluster
+        """What ``GET /cluster`` shows (None: no cluster section)."""
+        self.state: Final = state
+        """What ``/status`` shows of durable state (None: no state section)."""
+        self.stores: Final = stores
         """The stores the sections use, by name (``cluster``, ``slots``, ``state``): what
         ``/status`` shows of each (:meth:`cronstable.store_link.StoreLink.view`); a store
         ``connecting`` makes the daemon not ready."""
-        self.start_check: Callable[[Job], Awaitable[str | None]] | None = None
+        self.start_check: Final = start_check
         """Asked before a start on request: why it would be refused (a cluster slot held
         by another node); None lets it start."""
 
@@ -89,7 +94,7 @@ class DaemonControl:
 
     def ready(self) -> str | None:
         """None when ready; otherwise why not."""
-        if self.applier.status.applied is None:
+        if self.reconciled.applied is None:
             return "no configuration revision has been applied yet"
         waiting = [
             f"the {name} store ({store['backend']}) has not answered since {store['since']}"
@@ -122,7 +127,7 @@ class DaemonControl:
         return None if origin is None else (origin.url, origin.ref)
 
     def status(self) -> dict[str, Any]:
-        status = self.applier.status
+        status = self.reconciled
         jobs: list[dict[str, Any]] = []
         for name, job in self.scheduler.jobs.items():
             fire = self.scheduler.next_fire(name)
@@ -193,10 +198,10 @@ class DaemonControl:
         self.events.unsubscribe(subscription)
 
     def applied_config(self) -> dict[str, Any] | None:
-        state = self.applier.applied_state
+        state = self.reconciled.applied_state
         if state is None:
             return None
-        applied = self.applier.status.applied
+        applied = self.reconciled.applied
         return {"revision": applied.revision if applied else None} | published_config(state)
 
     def cluster_view(self) -> dict[str, Any]:

@@ -1,5 +1,9 @@
 """The daemon: follow a configuration source, reconcile each revision, run the jobs.
 
+:class:`Daemon` runs what :func:`cronstable.daemon.build.build_daemon` built (the one
+place the parts are made and wired); this module keeps the runtime's own parts of it:
+the job table's section (:class:`JobsSection`) and the spawner of real runs.
+
 * Start: the source's first snapshot is loaded, planned and applied; if it is
   invalid the daemon exits 1 with every error.  A source whose origin is down
   starts from its cached last good revision.  A cluster or state store that
@@ -16,6 +20,9 @@
   every kind of source: if it ever ends or fails while the daemon runs, that is
   an ERROR, and it is restarted (a new ``watch()``) after 1 s, then 2 s, 4 s …
   up to :data:`FOLLOW_RESTART_MAX`; the running revision stays meanwhile.
+* Every task is owned: the follower runs in a task group beside the scheduler, a
+  second stop request's stop of the running jobs is awaited, and what the daemon
+  opened is closed through one exit stack, in the order the builder listed.
 """
 
 from __future__ import annotations
@@ -25,30 +32,24 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from cronstable.config import ConfigError, DesiredState, Job, Limits, Problem
-from cronstable.logs import LogOverrides
+from cronstable.config import ConfigError, DesiredState, Job, Problem
 from cronstable.metrics import DaemonMetrics
-from cronstable.reconcile.apply import Applier, LoggingSection, Section
+from cronstable.reconcile.apply import Applier
 from cronstable.reconcile.plan import Plan
 from cronstable.redact import redact
-from cronstable.reporting.dispatcher import ReportDispatcher
-from cronstable.reporting.statsd import StatsdListener
 from cronstable.runtime import exec_shim
-from cronstable.runtime.clock import Clock, SystemClock
-from cronstable.runtime.control import DaemonControl, RunRecordsSection
-from cronstable.runtime.events import EventHub
+from cronstable.runtime.control import DaemonControl
 from cronstable.runtime.identity import Identity, IdentityError, resolve_identity
 from cronstable.runtime.output import OutputMirror
 from cronstable.runtime.process import JobProcess
-from cronstable.runtime.run_metrics import RunMetrics
-from cronstable.runtime.runs import RunHistory
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
+from cronstable.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
 
@@ -126,70 +127,49 @@ class JobsSection:
         return None
 
 
+Closer = tuple[str, Callable[[], Awaitable[None]]]
+"""What a stopping daemon closes: its name in a log line, and how."""
+
+
+def request_reload(source: Source) -> None:
+    """Ask ``source`` for its current revision now (SIGHUP, ``POST /reload``)."""
+    logger.info("Reload requested: asking %s for its current revision", source.description)
+    source.nudge()
+
+
 class Daemon:
+    """Runs a daemon :func:`cronstable.daemon.build.build_daemon` built (see the module
+    docstring): follows ``source`` through ``applier`` while ``scheduler`` runs the jobs.
+
+    ``closing``: closed in this order when the daemon stops, after the runs drained (a
+    failure is logged and the next one closed all the same); then ``mirror``.
+    """
+
     def __init__(
         self,
         source: Source,
         *,
-        clock: Clock | None = None,
-        mirror: OutputMirror | None = None,
-        metrics: DaemonMetrics | None = None,
-        log_overrides: LogOverrides | None = None,
-        limits: Limits | None = None,
+        applier: Applier,
+        scheduler: Scheduler,
+        control: DaemonControl,
+        metrics: DaemonMetrics,
+        mirror: OutputMirror,
+        closing: Sequence[Closer] = (),
     ) -> None:
         self.source = source
-        self.mirror = mirror if mirror is not None else OutputMirror()
-        self.metrics = metrics if metrics is not None else DaemonMetrics()
-        source.error_hook = self.metrics.source_error
-        self.spawner = ProcessSpawner(self.mirror)
-        self.scheduler = Scheduler(clock or SystemClock(), self.spawner)
-        self.history = RunHistory()
-        self.run_metrics = RunMetrics(self.metrics.registry, self.scheduler)
-        self.events = EventHub()
-        self.statsd = StatsdListener(self.scheduler.job)
-        self.scheduler.run_listeners += [self.history, self.run_metrics, self.events, self.statsd]
-        self.applier = Applier(
-            [JobsSection(self.scheduler, self.spawner), LoggingSection(log_overrides)],
-            self.metrics,
-            limits=limits,
-        )
-        self.applier.sections.append(RunRecordsSection(self.history, self.run_metrics))
-        self.applier.status.observers.append(self.events.revision)
-        self.reports = ReportDispatcher(self.metrics.registry, revision=self._applied_revision)
-        self.scheduler.report_listeners.append(self.reports)
-        self.applier.sections.append(self.reports)
-        self.control = DaemonControl(
-            applier=self.applier,
-            scheduler=self.scheduler,
-            history=self.history,
-            metrics=self.metrics,
-            reload=self.request_reload,
-            events=self.events,
-            source=source,
-        )
+        self.applier = applier
+        self.scheduler = scheduler
+        self.control = control
+        self.metrics = metrics
+        self.history = control.history
+        self.events = control.events
+        self.mirror = mirror
+        self.closing = tuple(closing)
+        self._tasks = TaskSet("the daemon")
+        """A second stop request's stop of the running jobs."""
         self._signals = 0
         self._stop_requested = asyncio.Event()
         self._last_revision: str | None = None
-
-    def _applied_revision(self) -> str | None:
-        applied = self.applier.status.applied
-        return applied.revision if applied is not None else None
-
-    def add_section(self, section: Section) -> None:
-        """Another daemon-wide section (the web server), applied with every revision.
-
-        A section with an ``async close()`` is closed when the daemon stops.
-        """
-        self.applier.sections.append(section)
-
-    async def _close_sections(self) -> None:
-        for section in self.applier.sections:
-            close = getattr(section, "close", None)
-            if close is not None:
-                try:
-                    await close()
-                except Exception:
-                    logger.exception("Closing the %s section failed", section.name)
 
     def request_stop(self) -> None:
         self._signals += 1
@@ -199,11 +179,10 @@ class Daemon:
             self.scheduler.stop()
         else:
             logger.warning("Second stop request: stopping running jobs")
-            asyncio.ensure_future(self.scheduler.cancel_running())
+            self._tasks.start(self.scheduler.cancel_running(), name="cancel-running")
 
     def request_reload(self) -> None:
-        logger.info("Reload requested: asking %s for its current revision", self.source.description)
-        self.source.nudge()
+        request_reload(self.source)
 
     async def reconcile(self, snapshot: Snapshot) -> bool:
         return await self._attempt(snapshot) in ("applied", "unchanged")
@@ -295,7 +274,7 @@ class Daemon:
             stop.cancel()
             if not task.done():
                 task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            await asyncio.gather(task, stop, return_exceptions=True)  # both end here
         if task.cancelled() and self._stop_requested.is_set():
             raise _StopRequested
         return task.result()
@@ -323,24 +302,35 @@ class Daemon:
             return 1
         except _StopRequested:
             pass  # closed below
-        try:
-            if not self._stop_requested.is_set():
-                snapshots = aiter(self.source.watch())
-                if not await self._reconcile_first(snapshots):
+        async with contextlib.AsyncExitStack() as stopping:
+            stopping.push_async_callback(asyncio.to_thread, self.mirror.close)
+            for what, close in reversed(self.closing):
+                stopping.push_async_callback(self._close, what, close)
+            stopping.push_async_callback(self._tasks.wait)
+            try:
+                if not self._stop_requested.is_set() and not await self._follow_and_run():
                     return 1
-                follower = asyncio.create_task(self._supervise(snapshots))
-                try:
-                    await self.scheduler.run()
-                finally:
-                    follower.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await follower
-        except _StopRequested:
-            pass
-        finally:
-            await self.statsd.close()  # after the drain: the stop metrics of the last runs
-            await self._close_sections()
-            await self.source.close()
-            await asyncio.to_thread(self.mirror.close)
+            except _StopRequested:
+                pass
         logger.info("Stopped")
         return 0
+
+    async def _follow_and_run(self) -> bool:
+        """Apply the first revision, then run the jobs while following the source; False
+        when there is no revision to start from."""
+        snapshots = aiter(self.source.watch())
+        if not await self._reconcile_first(snapshots):
+            return False
+        async with asyncio.TaskGroup() as tasks:
+            follower = tasks.create_task(self._supervise(snapshots), name="follower")
+            try:
+                await self.scheduler.run()
+            finally:
+                follower.cancel()
+        return True
+
+    async def _close(self, what: str, close: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await close()
+        except Exception:
+            logger.exception("Closing the %s failed", what)

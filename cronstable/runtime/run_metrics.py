@@ -8,7 +8,7 @@ scheduler when scraped.  Last success is absent, not 0, until a run succeeds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -20,8 +20,18 @@ from cronstable.runtime.scheduler import Scheduler
 
 
 class _SchedulerCollector(Collector):
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.scheduler = scheduler
+    def __init__(self, scheduler: Callable[[], Scheduler]) -> None:
+        self._scheduler = scheduler
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self._scheduler()
+
+    def describe(self) -> Iterator[Metric]:
+        """The families :meth:`collect` yields, without reading the scheduler (it is asked
+        when registered, before the scheduler exists)."""
+        yield GaugeMetricFamily("cronstable_job_next_fire_timestamp_seconds", "", labels=["job"])
+        yield CounterMetricFamily("cronstable_fires_skipped", "", labels=["reason"])
 
     def collect(self) -> Iterator[Metric]:
         nxt = GaugeMetricFamily(
@@ -51,9 +61,12 @@ class _SchedulerCollector(Collector):
 
 
 class RunMetrics:
-    """A :class:`~cronstable.runtime.runs.RunListener` counting runs per job."""
+    """A :class:`~cronstable.runtime.runs.RunListener` counting runs per job.
 
-    def __init__(self, registry: CollectorRegistry, scheduler: Scheduler) -> None:
+    ``scheduler`` gives the scheduler whose job table the metrics read (a listener of
+    the scheduler is built before it: :class:`~cronstable.later.Later`)."""
+
+    def __init__(self, registry: CollectorRegistry, scheduler: Callable[[], Scheduler]) -> None:
         self.runs = Counter(
             "cronstable_job_runs",
             "Finished runs by job and outcome (" + ", ".join(RUN_OUTCOMES) + ").",
@@ -93,8 +106,12 @@ class RunMetrics:
             ["job"],
             registry=registry,
         )
-        self.scheduler = scheduler
+        self._scheduler = scheduler
         registry.register(_SchedulerCollector(scheduler))
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self._scheduler()
 
     def run_started(self, run: RunStart) -> None:
         if not self.scheduler.has_job(run.job):

@@ -58,10 +58,10 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol
+from typing import Final, Literal, Protocol
 
 from cronstable.config.desired import Job
 from cronstable.runtime.clock import Clock
@@ -81,6 +81,7 @@ from cronstable.runtime.runs import (
     run_id,
     run_outcome,
 )
+from cronstable.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
 
@@ -257,12 +258,25 @@ def _timing(job: Job) -> tuple[str, str, bool]:
 
 
 class Scheduler:
+    """See the module docstring.  What the scheduler asks and tells is handed to it here
+    and does not change afterwards: ``gate``, asked before every scheduled fire and retry
+    (None lets all run); ``guards``, asked in this order before every run starts (the
+    cluster slot, then durable state); ``hooks``, told of fires and retries to keep across
+    restarts (None keeps nothing); ``run_listeners``, told of every run's start and end
+    (run history, metrics, events, statsd, durable state); ``report_listeners``, told
+    what to report."""
+
     def __init__(
         self,
         clock: Clock,
         spawner: Spawner,
         *,
         late_tolerance: float = LATE_TOLERANCE,
+        gate: ClusterGate | None = None,
+        guards: Sequence[LaunchGuard] = (),
+        hooks: StateHooks | None = None,
+        run_listeners: Sequence[RunListener] = (),
+        report_listeners: Sequence[ReportListener] = (),
     ) -> None:
         self.clock = clock
         self.spawner = spawner
@@ -273,18 +287,19 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._stopping = False
         self._started = False
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet("the scheduler")
+        """The runs' supervising tasks."""
         self._live: set[_Instance] = set()
         """Every run not yet finished, also of jobs a swap removed."""
-        self.run_listeners: list[RunListener] = []
+        self.run_listeners: Final = tuple(run_listeners)
         """Told of every run's start and end (metrics, run history)."""
-        self.report_listeners: list[ReportListener] = []
+        self.report_listeners: Final = tuple(report_listeners)
         """Told what to report: the moments of finished runs, missed fires (reporting)."""
-        self.gate: ClusterGate | None = None
+        self.gate: Final = gate
         """Asked before every scheduled fire and retry; None lets all run."""
-        self.guards: list[LaunchGuard] = []
-        """Asked before every run starts (state, cluster slots)."""
-        self.state: StateHooks | None = None
+        self.guards: Final = tuple(guards)
+        """Asked, in order, before every run starts (cluster slots, state)."""
+        self.state: Final = hooks
         """Told of fires and retries to keep across restarts; None keeps nothing."""
         self._reboot_waiting: set[str] = set()
         """@reboot jobs held back while the leadership was unknown: they start once it is

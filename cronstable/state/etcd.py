@@ -15,6 +15,7 @@ from typing import TypeVar
 from cronstable.etcd import (
     EtcdClient,
     EtcdPool,
+    EtcdPools,
     EtcdTLS,
     compare,
     request_put,
@@ -37,12 +38,15 @@ class EtcdStore(StateStore):
         username: str | None = None,
         password: str | None = None,
         timeout: float = OP_TIMEOUT,
+        pools: EtcdPools | None = None,
     ) -> None:
+        """``pools``: where the connections to this etcd come from (shared with the
+        cluster's leadership and slots); without it the store makes its own."""
         base = prefix if prefix.endswith("/") else prefix + "/"
         self.prefix = base + "state/"
         # each operation is bounded by ``timeout`` in all: every endpoint gets its share,
         # so a hung first one still leaves time for the next
-        self.pool = EtcdPool(
+        self.pool = (pools.pool if pools is not None else EtcdPool)(
             endpoints,
             timeout=max(0.5, timeout / max(1, len(endpoints))),
             username=username,

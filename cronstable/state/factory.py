@@ -6,6 +6,7 @@ from pathlib import Path
 
 from cronstable.cluster.factory import etcd_tls
 from cronstable.config.models import ClusterConfig, StateConfig
+from cronstable.etcd import EtcdPools
 from cronstable.state.base import StateStore
 
 
@@ -15,11 +16,13 @@ def make_store(
     state_dir: str | Path,
     *,
     login: tuple[str | None, str | None] = (None, None),
+    pools: EtcdPools | None = None,
 ) -> StateStore:
     """The store ``config`` names: ``filesystem`` in ``state_dir``, ``etcd`` on the etcd of
     the ``cluster`` section (the loader refuses a state on etcd without one).
 
-    ``login``: etcd's username and password, from the daemon's environment."""
+    ``login``: etcd's username and password, from the daemon's environment; ``pools``:
+    the daemon's connections to etcd (the cluster's pool, shared)."""
     if config.backend == "filesystem":
         from cronstable.state.filesystem import FilesystemStore
 
@@ -35,4 +38,5 @@ def make_store(
         tls=etcd_tls(etcd),
         username=login[0],
         password=login[1],
+        pools=pools,
     )

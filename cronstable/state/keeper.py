@@ -108,14 +108,16 @@ class StateStats:
 
 
 class StateKeeper:
-    """See the module docstring.  ``cluster_wide(job)``: whether ``job`` is one run
+    """See the module docstring.  ``scheduler`` gives the scheduler this keeper records
+    for and restores into (the keeper is one of its guards, built before it:
+    :class:`~cronstable.later.Later`); ``cluster_wide(job)``: whether ``job`` is one run
     per cluster (a ``Leader`` job under leader election); ``gated(job)``: whether the
     leadership decides where ``job`` runs (not ``EveryNode``, under leader election)."""
 
     def __init__(
         self,
         node: str,
-        scheduler: Scheduler,
+        scheduler: Callable[[], Scheduler],
         history: RunHistory,
         *,
         cluster_wide: Callable[[Job], bool] = lambda job: False,
@@ -123,7 +125,7 @@ class StateKeeper:
         boot: str | None = None,
     ) -> None:
         self.node = node
-        self.scheduler = scheduler
+        self._scheduler = scheduler
         self.history = history
         self.cluster_wide = cluster_wide
         self.gated = gated
@@ -143,6 +145,10 @@ class StateKeeper:
         """Jobs that started a run here while the store had not answered yet."""
         self._running_meanwhile: set[str] = set()
         """Records of runs going now that started while the store had not answered yet."""
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self._scheduler()
 
     # ------------------------------------------------------------ the store in use
 

@@ -36,6 +36,7 @@ import ssl
 from collections.abc import Callable
 
 from cronstable.platform import free_descriptors, open_files_limit
+from cronstable.tasks import TaskSet
 from cronstable.web.connections import ConnectionMetrics, ConnectionSlots, Slot
 from cronstable.web.throttle import ThrottledLog
 
@@ -156,7 +157,10 @@ class AcceptErrors:
 
 
 class Acceptor:
-    """Accepts the connections of one listening socket (a duplicate the acceptor owns)."""
+    """Accepts the connections of one listening socket (a duplicate the acceptor owns).
+
+    ``setups``: where each accepted connection's set-up (its TLS handshake) runs; the
+    web section owns it, across acceptors, and cancels what is left when it closes."""
 
     def __init__(
         self,
@@ -166,10 +170,12 @@ class Acceptor:
         slots: ConnectionSlots,
         budget: DescriptorBudget,
         errors: AcceptErrors,
+        setups: TaskSet,
         context: ssl.SSLContext | None = None,
         handshake_timeout: float | None = None,
     ) -> None:
         self.sock = sock
+        self.setups = setups
         self.protocol = protocol
         self.slots = slots
         self.budget = budget
@@ -179,7 +185,6 @@ class Acceptor:
         self._loop = asyncio.get_running_loop()
         self._reading = False
         self._closed = False
-        self._connecting: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         """Begin accepting (again)."""
@@ -220,9 +225,7 @@ class Acceptor:
                 conn.close()
                 continue
             self.budget.took()
-            task = self._loop.create_task(self._connect(conn, slot))
-            self._connecting.add(task)
-            task.add_done_callback(self._connecting.discard)
+            self.setups.start(self._connect(conn, slot), name="web connection setup")
 
     async def _connect(self, conn: socket.socket, slot: Slot) -> None:
         try:
@@ -240,13 +243,10 @@ class Acceptor:
                 raise
             logger.debug("A connection closed before it was set up: %s", exc)
 
-    def close(self, *, connecting: bool = False) -> None:
+    def close(self) -> None:
         """Stop accepting and close the socket; connections accepted go on, and so do their
-        TLS handshakes unless ``connecting`` (the daemon is stopping)."""
+        TLS handshakes (in ``setups``: its owner cancels them when the daemon stops)."""
         self._closed = True
         self._stop_reading()
         self.budget.forget(self)
         self.sock.close()
-        if connecting:
-            for task in list(self._connecting):
-                task.cancel()

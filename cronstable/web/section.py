@@ -47,6 +47,7 @@ from prometheus_client import CollectorRegistry
 from cronstable.config import ConfigError, DesiredState, Problem
 from cronstable.config.models import TlsFiles, WebConfig
 from cronstable.reconcile.plan import Plan
+from cronstable.tasks import TaskSet
 from cronstable.web.acceptor import AcceptErrors, Acceptor, DescriptorBudget
 from cronstable.web.app import make_app
 from cronstable.web.auth import reread_tokens, resolve_secret, resolve_tokens, token_files
@@ -125,13 +126,13 @@ class Listener:
     def urls(self) -> list[str]:
         return [bound_url(self.address, sock) for sock in self.sockets]
 
-    def close_servers(self, *, connecting: bool = False) -> None:
+    def close_servers(self) -> None:
         for server in self.servers:
-            server.close(connecting=connecting)
+            server.close()
         self.servers = []
 
-    def close(self, *, connecting: bool = False) -> None:
-        self.close_servers(connecting=connecting)
+    def close(self) -> None:
+        self.close_servers()
         for sock in self.sockets:
             sock.close()
         self.slots.close()
@@ -172,6 +173,8 @@ class WebSection:
         """What new connections get (the applied revision's timeouts)."""
         self.budget = DescriptorBudget(WebConfig.model_fields["fd_reserve"].default, self.metrics)
         self.accept_errors = AcceptErrors(self.metrics)
+        self.setups = TaskSet("web")
+        """The set-ups (TLS handshakes) of accepted connections, on every listener."""
 
     def urls(self) -> list[str]:
         """Where the API answers now (real ports when the configuration said 0)."""
@@ -408,8 +411,9 @@ class WebSection:
                 await self._checker
             self._checker = None
         for listener in self.listeners.values():
-            listener.close(connecting=True)
+            listener.close()
         self.listeners = {}
+        await self.setups.cancel()  # the TLS handshakes still going, of every listener
         self.budget.close()
         self.accept_errors.close()
         if self._runner is not None:
@@ -445,6 +449,7 @@ class WebSection:
             slots=slots,
             budget=self.budget,
             errors=self.accept_errors,
+            setups=self.setups,
             context=context,
             handshake_timeout=handshake_timeout,
         )
