@@ -32,6 +32,10 @@ class Snapshot:
     outside: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Links the source did not follow because they leave the tree (path → target):
     an error when the loader would read one (see :class:`cronstable.config.MemoryTree`)."""
+    read_once: bool = False
+    """The one file ``entry`` was read once from a stream (standard input, a FIFO):
+    nothing beside it can be read, so the loader refuses include and env_file, saying
+    why (see :mod:`cronstable.config.onefile`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", MappingProxyType(dict(self.files)))

@@ -51,6 +51,12 @@ def load_snapshot(
     snapshot: Snapshot, *, cache: LoadCache | None = None, limits: Limits = DEFAULT_LIMITS
 ) -> DesiredState:
     """Load a source's snapshot: its files as a :class:`MemoryTree` (the links it did not
-    follow among them), from its ``entry``."""
-    tree = MemoryTree(snapshot.files, snapshot.outside)
+    follow among them), from its ``entry``; a read-once snapshot as its one file alone."""
+    tree: MemoryTree
+    if snapshot.read_once:
+        from cronstable.config.onefile import OneFileTree
+
+        tree = OneFileTree(snapshot.entry, snapshot.files[snapshot.entry])
+    else:
+        tree = MemoryTree(snapshot.files, snapshot.outside)
     return load(tree, snapshot.entry, cache=cache, limits=limits)

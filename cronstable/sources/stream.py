@@ -25,21 +25,11 @@ import threading
 from collections.abc import AsyncIterator
 
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
-from cronstable.config.onefile import OneFileTree, display_name, read_once
-from cronstable.config.tree import MemoryTree
+from cronstable.config.onefile import display_name, read_once
 from cronstable.snapshot import Snapshot, content_revision
 from cronstable.sources.base import Source, SourceError
 
 logger = logging.getLogger(__name__)
-
-
-class OneFileSnapshot(Snapshot):
-    """A snapshot of one read-once file: loading it refuses include and env_file."""
-
-    __slots__ = ()
-
-    def tree(self) -> MemoryTree:
-        return OneFileTree(self.entry, self.files[self.entry])
 
 
 class StreamSource(Source):
@@ -88,7 +78,7 @@ class StreamSource(Source):
 
     def _snapshot(self, data: bytes) -> Snapshot:
         files = {self.name: data}
-        return OneFileSnapshot(content_revision(files), self.description, files, self.name)
+        return Snapshot(content_revision(files), self.description, files, self.name, read_once=True)
 
     async def start(self) -> None:
         try:
