@@ -20,9 +20,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from cronstable import logconfig
+from cronstable import logconfig, ports
 from cronstable.config import ConfigError, DesiredState, Limits, LoadCache, Problem, load
 from cronstable.config.crontab import is_crontab_name
 from cronstable.logs import LogOverrides
@@ -32,28 +32,17 @@ from cronstable.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 
+P = TypeVar("P")
+
 Recheck = Callable[[Snapshot], Awaitable[bool]]
 """A source's answer to "this revision did not load: was it read mid-write?"."""
 
 
-class Section(Protocol):
-    """One part of the daemon a revision configures."""
-
-    name: str
+class Section(ports.Section[P], Protocol[P]):
+    """A :class:`cronstable.ports.Section` the Applier drives: it also says whether a
+    plan touches it (every section is prepared for the first revision)."""
 
     def affected(self, plan: Plan) -> bool: ...
-
-    async def prepare(self, desired: DesiredState) -> Any:
-        """Everything that can fail, with no visible effect; raises ConfigError."""
-        ...
-
-    def commit(self, prepared: Any, desired: DesiredState) -> None:
-        """Make the prepared state live; must not fail."""
-        ...
-
-    async def discard(self, prepared: Any) -> None:
-        """Release what :meth:`prepare` acquired (listeners, connections)."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +101,7 @@ class LoggingSection:
     def affected(self, plan: Plan) -> bool:
         return any(s.section == "logging" for s in plan.sections)
 
-    async def prepare(self, desired: DesiredState) -> Any:
+    async def prepare(self, desired: DesiredState) -> logconfig.BuiltLogging | None:
         if desired.logging is None:
             return None
         try:
@@ -120,7 +109,7 @@ class LoggingSection:
         except logconfig.LoggingSetupError as exc:
             raise ConfigError([desired.problem(("logging", *exc.key), exc.message)]) from exc
 
-    def commit(self, prepared: Any, desired: DesiredState) -> None:
+    def commit(self, prepared: logconfig.BuiltLogging | None, desired: DesiredState) -> None:
         if prepared is None:
             return  # a removed section leaves the logging as it is
         try:
@@ -129,9 +118,12 @@ class LoggingSection:
             logger.exception("The logging section could not be installed completely")
         self.overrides.apply()
 
-    async def discard(self, prepared: Any) -> None:
+    async def discard(self, prepared: logconfig.BuiltLogging | None) -> None:
         if prepared is not None:
             await asyncio.to_thread(prepared.close)
+
+    async def close(self) -> None:
+        """Nothing to release: the installed logging outlives the daemon's stop."""
 
 
 def _internal(exc: Exception) -> Problem:
@@ -143,12 +135,12 @@ class Applier:
 
     def __init__(
         self,
-        sections: Sequence[Section],
+        sections: Sequence[Section[Any]],
         metrics: DaemonMetrics | None = None,
         *,
         limits: Limits | None = None,
     ) -> None:
-        self.sections = list(sections)
+        self.sections: list[Section[Any]] = list(sections)
         self.metrics = metrics
         self.limits = limits if limits is not None else Limits()
         self.status = ReconcileStatus()
@@ -220,7 +212,7 @@ class Applier:
         )
         first = self.applied_state is None
         touched = [s for s in self.sections if first or s.affected(the_plan)]
-        prepared: list[tuple[Section, Any]] = []
+        prepared: list[tuple[Section[Any], Any]] = []
         try:
             for section in touched:
                 prepared.append((section, await section.prepare(desired)))

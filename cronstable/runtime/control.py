@@ -250,13 +250,16 @@ class RunRecordsSection:
     def affected(self, plan: Plan) -> bool:
         return any(change.kind == "removed" for change in plan.jobs)
 
-    async def prepare(self, desired: DesiredState) -> Any:
+    async def prepare(self, desired: DesiredState) -> list[str]:
         """The jobs running now that ``desired`` removes (before any section commits)."""
         return [name for name in self.metrics.scheduler.jobs if name not in desired.jobs]
 
-    def commit(self, prepared: Any, desired: DesiredState) -> None:
+    def commit(self, prepared: list[str], desired: DesiredState) -> None:
         self.history.forget(prepared)
         self.metrics.forget(prepared)
 
-    async def discard(self, prepared: Any) -> None:
+    async def discard(self, prepared: list[str]) -> None:
+        return None
+
+    async def close(self) -> None:
         return None

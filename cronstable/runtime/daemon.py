@@ -125,6 +125,9 @@ class JobsSection:
     async def discard(self, prepared: Any) -> None:
         return None
 
+    async def close(self) -> None:
+        return None
+
 
 class Daemon:
     def __init__(
@@ -175,7 +178,7 @@ class Daemon:
         applied = self.applier.status.applied
         return applied.revision if applied is not None else None
 
-    def add_section(self, section: Section) -> None:
+    def add_section(self, section: Section[Any]) -> None:
         """Another daemon-wide section (the web server), applied with every revision.
 
         A section with an ``async close()`` is closed when the daemon stops.
