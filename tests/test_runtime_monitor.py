@@ -14,10 +14,11 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from cronstable.config import ConfigError, Job, MemoryTree, load
+from cronstable.ports import RunResult, RunStart
 from cronstable.runtime.clock import SystemClock
-from cronstable.runtime.process import JobProcess, RunResult
+from cronstable.runtime.history import RunHistory
+from cronstable.runtime.process import JobProcess
 from cronstable.runtime.run_metrics import RunMetrics
-from cronstable.runtime.runs import RunHistory, RunStart
 from cronstable.runtime.scheduler import Scheduler
 
 pytestmark = pytest.mark.timeout(30)

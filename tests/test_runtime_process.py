@@ -19,8 +19,9 @@ import pytest
 import yaml
 
 from cronstable.config import Job, MemoryTree, load
+from cronstable.ports import RunResult
 from cronstable.runtime.output import OutputMirror
-from cronstable.runtime.process import JobProcess, RunResult
+from cronstable.runtime.process import JobProcess
 
 pytestmark = pytest.mark.timeout(15)
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from etcd_server import EtcdServer
 
-from cronstable.runtime.runs import run_id
+from cronstable.ports import run_id
 from cronstable.state.base import node_key
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]

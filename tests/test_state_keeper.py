@@ -22,7 +22,7 @@ from test_runtime_scheduler import StandInRun
 from cronstable.config import MemoryTree, load
 from cronstable.config.desired import Job
 from cronstable.runtime.clock import ManualClock
-from cronstable.runtime.runs import RunHistory
+from cronstable.runtime.history import RunHistory
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.state.base import node_key
 from cronstable.state.filesystem import FilesystemStore

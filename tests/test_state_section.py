@@ -15,8 +15,9 @@ import pytest
 from etcd_server import EtcdServer
 
 from cronstable.config import ConfigError, DesiredState, MemoryTree, load
+from cronstable.ports import utc_text
 from cronstable.runtime.clock import ManualClock
-from cronstable.runtime.runs import RunHistory, utc_text
+from cronstable.runtime.history import RunHistory
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.state.base import node_key
 from cronstable.state.etcd import EtcdStore

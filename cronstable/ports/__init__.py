@@ -2,13 +2,58 @@
 
 Nothing here does I/O or imports the daemon: only :mod:`cronstable.config`,
 :mod:`cronstable.errors` and the standard library are below it.  Import the
-names from ``cronstable.ports``; the modules inside only group them:
+names from ``cronstable.ports``; the modules inside only group them, one job each
+(a single file would hold four):
 
+* :mod:`.runs`: the run records (:class:`RunStart`, :class:`RunResult`,
+  :class:`FinishedRun`, :class:`MissedFire`) and their vocabulary;
+* :mod:`.listeners`: who hears of runs (:class:`RunListener`, :class:`ReportListener`);
 * :mod:`.section`: :class:`Section`, a part of the daemon a revision configures.
 """
 
 from __future__ import annotations
 
+from cronstable.ports.listeners import ReportListener, RunListener
+from cronstable.ports.runs import (
+    FAILURES,
+    MISSED_REASONS,
+    RUN_OUTCOMES,
+    SPAWN_FAILED_RETURNCODE,
+    FinishedRun,
+    MissedFire,
+    MissedReason,
+    Moment,
+    RunOutcome,
+    RunResult,
+    RunStart,
+    report_moments,
+    run_id,
+    run_outcome,
+    running_json,
+    tail_text,
+    utc_text,
+)
 from cronstable.ports.section import Section
 
-__all__ = ["Section"]
+__all__ = [
+    "FAILURES",
+    "MISSED_REASONS",
+    "RUN_OUTCOMES",
+    "SPAWN_FAILED_RETURNCODE",
+    "FinishedRun",
+    "MissedFire",
+    "MissedReason",
+    "Moment",
+    "ReportListener",
+    "RunListener",
+    "RunOutcome",
+    "RunResult",
+    "RunStart",
+    "Section",
+    "report_moments",
+    "run_id",
+    "run_outcome",
+    "running_json",
+    "tail_text",
+    "utc_text",
+]

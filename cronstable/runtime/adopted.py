@@ -21,7 +21,7 @@ import time
 from datetime import UTC, datetime
 
 from cronstable.platform import pidfd_open, process_start_ticks
-from cronstable.runtime.process import RunResult
+from cronstable.ports import RunResult
 
 logger = logging.getLogger(__name__)
 

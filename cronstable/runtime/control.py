@@ -20,13 +20,14 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from cronstable.config import DesiredState, Job
 from cronstable.metrics import DaemonMetrics
+from cronstable.ports import running_json, utc_text
 from cronstable.published import published_config
 from cronstable.reconcile.apply import Applier, RevisionRecord
 from cronstable.reconcile.plan import Plan
 from cronstable.runtime.events import EventHub, Subscription
 from cronstable.runtime.forecast import forecast
+from cronstable.runtime.history import RunHistory
 from cronstable.runtime.run_metrics import RunMetrics
-from cronstable.runtime.runs import RunHistory, running_json, utc_text
 from cronstable.runtime.scheduler import Scheduler, StartRefused
 from cronstable.sources.base import Source
 

@@ -41,11 +41,11 @@ from cronstable.runtime import exec_shim
 from cronstable.runtime.clock import Clock, SystemClock
 from cronstable.runtime.control import DaemonControl, RunRecordsSection
 from cronstable.runtime.events import EventHub
+from cronstable.runtime.history import RunHistory
 from cronstable.runtime.identity import Identity, IdentityError, resolve_identity
 from cronstable.runtime.output import OutputMirror
 from cronstable.runtime.process import JobProcess
 from cronstable.runtime.run_metrics import RunMetrics
-from cronstable.runtime.runs import RunHistory
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError

@@ -14,9 +14,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from cronstable.ports import RunOutcome, RunResult, RunStart, running_json, utc_text
 from cronstable.reconcile.apply import RevisionRecord
-from cronstable.runtime.process import RunResult
-from cronstable.runtime.runs import RunOutcome, RunStart, running_json, utc_text
 
 QUEUE_SIZE = 1024
 """Events a subscriber may have waiting before it is dropped."""

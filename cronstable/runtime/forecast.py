@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-from cronstable.runtime.runs import utc_text
+from cronstable.ports import utc_text
 from cronstable.schedule import Schedule
 
 MAX_FIRES = 500

@@ -35,16 +35,16 @@
   is retried after an exponential back-off capped at ``maximumDelay``
   (``maximumRetries: -1`` forever); success ends the sequence, and so does a
   swap that changes, disables or removes the job.
-* **Reports.** Each :class:`~cronstable.runtime.runs.ReportListener` hears
+* **Reports.** Each :class:`~cronstable.ports.ReportListener` hears
   the report moments of every finished run
-  (:func:`~cronstable.runtime.runs.report_moments`): a failure reports
+  (:func:`~cronstable.ports.report_moments`): a failure reports
   onFailure, plus onPermanentFailure when no retry follows (none configured,
   exhausted, the job changed or went away, or the daemon is stopping: a run
   ending during the drain is reported but arms no retry); a pending retry that
   a swap drops reports onPermanentFailure of the definition that failed, with
   fail reason ``retry abandoned: job removed|disabled|redefined``.  Replaced
   and cancelled runs report nothing.  Fires that did not run (Forbid, found
-  too late) are told as :class:`~cronstable.runtime.runs.MissedFire`.  A
+  too late) are told as :class:`~cronstable.ports.MissedFire`.  A
   failed run's captured output is logged at WARNING.
 * **@reboot** jobs run once when :meth:`Scheduler.run` starts, never again in
   that daemon's life (also not when a reload adds one).
@@ -64,11 +64,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
 
 from cronstable.config.desired import Job
-from cronstable.runtime.clock import Clock
-from cronstable.runtime.process import RunResult
-from cronstable.runtime.retry import RetryState
-from cronstable.runtime.runs import (
-    ABANDONED,
+from cronstable.ports import (
     FAILURES,
     FinishedRun,
     MissedFire,
@@ -76,11 +72,14 @@ from cronstable.runtime.runs import (
     ReportListener,
     RunListener,
     RunOutcome,
+    RunResult,
     RunStart,
     report_moments,
     run_id,
     run_outcome,
 )
+from cronstable.runtime.clock import Clock
+from cronstable.runtime.retry import RetryState
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +93,9 @@ EXPLAINED = frozenset({"reboot_ran", "slot_held", "slot_not_freed"})
 scheduler's own line for them is DEBUG; any other refusal is a WARNING."""
 UNKNOWN_RECHECK = 1.0
 """Seconds between two looks at the gate by a retry waiting for the leadership."""
+ABANDONED = "retry abandoned: job {why}"
+"""fail_reason of the permanent failure sent when a pending retry is dropped because
+its job was removed, disabled or redefined."""
 MISSED_SCAN_LIMIT = 10_000
 """Most missed fires enumerated one by one after a jump (a per-second job after a
 day-long suspend would otherwise take seconds to count)."""

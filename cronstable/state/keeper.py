@@ -56,18 +56,11 @@ from typing import Any, Literal
 
 from cronstable.config.desired import Job
 from cronstable.platform import boot_id, process_start_ticks
+from cronstable.ports import FinishedRun, RunOutcome, RunResult, RunStart, tail_text, utc_text
 from cronstable.redact import redact
 from cronstable.runtime.adopted import AdoptedRun, same_process
-from cronstable.runtime.process import RunResult
+from cronstable.runtime.history import RunHistory
 from cronstable.runtime.retry import RetryState
-from cronstable.runtime.runs import (
-    FinishedRun,
-    RunHistory,
-    RunOutcome,
-    RunStart,
-    tail_text,
-    utc_text,
-)
 from cronstable.runtime.scheduler import LATE_TOLERANCE, Launch, Scheduler
 from cronstable.state.base import Record, StateError, StateStore, key, node_key
 from cronstable.state.writer import Writer

@@ -1,44 +1,32 @@
-"""Runs as the rest of the daemon hears of them: ids, the listener interface, the history.
+"""The records of runs, as every part of the daemon hears of them.
 
 * Every run has an id ``<job>@<scheduled UTC>#<attempt>``
-  (``backup@2024-05-01T03:00:00Z#2``).
-* A finished run has one :data:`RunOutcome` and one record,
-  :class:`FinishedRun`: logs, ``/status``, metric labels and report templates
-  all use the same strings.  ``failed``, ``timed_out`` and ``spawn_failed`` are
-  failures; ``replaced`` (concurrencyPolicy Replace) and ``cancelled`` (an
-  operator's cancel, a second stop signal) are not, and are never reported;
-  nor is ``unknown``: a run a restarted daemon adopted (it outlived the daemon
-  that started it, which alone could reap it and learn its exit status).
+  (``backup@2024-05-01T03:00:00Z#2``): :func:`run_id`.
+* A run that started is a :class:`RunStart`; how it went, as the process layer
+  tells it, a :class:`RunResult`; once it ended it has one :data:`RunOutcome`
+  (:func:`run_outcome`) and one record, :class:`FinishedRun`: logs,
+  ``/status``, metric labels and report templates all use the same strings.
+  ``failed``, ``timed_out`` and ``spawn_failed`` are failures; ``replaced``
+  (concurrencyPolicy Replace) and ``cancelled`` (an operator's cancel, a second
+  stop signal) are not, and are never reported; nor is ``unknown``: a run a
+  restarted daemon adopted (it outlived the daemon that started it, which alone
+  could reap it and learn its exit status).
 * A fire that did not run is a :class:`MissedFire` with one of the
   :data:`MissedReason` strings.
-* Each :class:`ReportListener` hears, per finished run, the report moments it
-  calls for (:func:`report_moments` is the one rule), and every missed fire.
-* The scheduler tells each :class:`RunListener` when a run starts and when it
-  ends (metrics, the run history and, later, reporting listen).  A listener
-  must not block and must not raise; an exception is logged and ignored.
-* :class:`RunHistory` keeps the runs going now and the last
-  :data:`HISTORY_PER_JOB` finished runs of each job, with at most
-  :data:`OUTPUT_TAIL` bytes of each captured stream (the tail).  With a
-  ``state`` section the finished runs are also kept in the store
-  (:mod:`cronstable.state.keeper`) and put back after a restart.
+* What a finished run reports is one rule, :func:`report_moments`.
+
+These are plain values: how the HTTP API shows them is :mod:`cronstable.web.encode`'s
+business, how durable state stores them :mod:`cronstable.state.records`'.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
+from typing import Any, Literal, get_args
 
-from cronstable.runtime.process import SPAWN_FAILED_RETURNCODE, RunResult
-
-if TYPE_CHECKING:
-    from cronstable.config.desired import Job
-
-HISTORY_PER_JOB = 20
-OUTPUT_TAIL = 64 * 1024
-"""Bytes of each captured stream a finished run keeps (the end of it)."""
+SPAWN_FAILED_RETURNCODE = 127
+"""Return code of a run whose command could not be started (as a shell reports it)."""
 
 RunOutcome = Literal[
     "succeeded", "failed", "timed_out", "spawn_failed", "cancelled", "replaced", "unknown"
@@ -56,9 +44,64 @@ MISSED_REASONS: tuple[MissedReason, ...] = get_args(MissedReason)
 Moment = Literal["failure", "permanent_failure", "success"]
 """A report moment: onFailure, onPermanentFailure, onSuccess."""
 
-ABANDONED = "retry abandoned: job {why}"
-"""fail_reason of the permanent failure sent when a pending retry is dropped because
-its job was removed, disabled or redefined."""
+
+def utc_text(moment: datetime) -> str:
+    """``2024-05-01T03:00:00Z`` (microseconds kept when there are some)."""
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return aware.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def run_id(job: str, scheduled: datetime, attempt: int) -> str:
+    return f"{job}@{utc_text(scheduled)}#{attempt}"
+
+
+def tail_text(text: str | None, limit: int) -> tuple[str | None, int]:
+    """The last ``limit`` bytes of ``text`` and how many bytes were dropped."""
+    if text is None:
+        return None, 0
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text, 0
+    kept = data[-limit:].decode("utf-8", "ignore")
+    return kept, len(data) - len(kept.encode("utf-8"))
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """How one run of a job went."""
+
+    job_name: str
+    scheduled_time: datetime
+    attempt: int
+    """1 for the first run of a fire, 2 for its first retry, ..."""
+    started_at: datetime
+    """Aware UTC, from the wall clock given to the process layer."""
+    finished_at: datetime
+    duration: float
+    """Seconds, measured on the monotonic clock."""
+    returncode: int | None
+    """Exit code; 127 when the spawn failed; -100 on executionTimeout; minus the
+    signal number when killed otherwise; None if the child could not be reaped."""
+    stdout: str | None
+    """Captured text (head, discarded marker, tail); None when not captured."""
+    stderr: str | None
+    stdout_discarded: int
+    stderr_discarded: int
+    fail_reason: str | None
+    """None for a success; otherwise why the run failed."""
+    timed_out: bool
+    cancelled: bool
+    """Stopped by a cancel (Replace, shutdown), not by a timeout."""
+    pid: int | None
+    cpu_seconds: float | None = None
+    """User + system CPU time of the child and the descendants it reaped; None when
+    the child was never started or could not be reaped."""
+    max_rss: int | None = None
+    """Bytes: the largest resident set among the child and the descendants it reaped."""
+
+    @property
+    def failed(self) -> bool:
+        return self.fail_reason is not None
 
 
 def run_outcome(result: RunResult, *, replaced: bool = False) -> RunOutcome:
@@ -87,16 +130,6 @@ def report_moments(outcome: RunOutcome, retry_follows: bool) -> tuple[Moment, ..
     return ()
 
 
-def utc_text(moment: datetime) -> str:
-    """``2024-05-01T03:00:00Z`` (microseconds kept when there are some)."""
-    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-    return aware.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def run_id(job: str, scheduled: datetime, attempt: int) -> str:
-    return f"{job}@{utc_text(scheduled)}#{attempt}"
-
-
 @dataclass(frozen=True, slots=True)
 class RunStart:
     """A run that has started."""
@@ -123,35 +156,10 @@ class MissedFire:
     last_scheduled_time: datetime | None = None
 
 
-class RunListener(Protocol):
-    def run_started(self, run: RunStart) -> None: ...
-
-    def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None: ...
-
-
-class ReportListener(Protocol):
-    """Hears what is to be reported; must not block and must not raise."""
-
-    def run_reported(self, job: Job, run: FinishedRun, moments: tuple[Moment, ...]) -> None:
-        """``run`` (of ``job``, the definition that ran it) calls for ``moments``."""
-
-    def fire_missed(self, job: Job, missed: MissedFire) -> None:
-        """Fires of ``job`` did not run."""
-
-
-def tail_text(text: str | None, limit: int = OUTPUT_TAIL) -> tuple[str | None, int]:
-    """The last ``limit`` bytes of ``text`` and how many bytes were dropped."""
-    if text is None:
-        return None, 0
-    data = text.encode("utf-8", "replace")
-    if len(data) <= limit:
-        return text, 0
-    kept = data[-limit:].decode("utf-8", "ignore")
-    return kept, len(data) - len(kept.encode("utf-8"))
-
-
 @dataclass(frozen=True, slots=True)
 class FinishedRun:
+    """The one record of a run that ended."""
+
     start: RunStart
     outcome: RunOutcome
     exit_code: int | None
@@ -270,47 +278,3 @@ def _start_json(start: RunStart) -> dict[str, Any]:
 
 def running_json(start: RunStart) -> dict[str, Any]:
     return _start_json(start)
-
-
-class RunHistory:
-    """The runs going now and the last finished ones of every job (a :class:`RunListener`)."""
-
-    def __init__(self, per_job: int = HISTORY_PER_JOB) -> None:
-        self.per_job = per_job
-        self._running: dict[str, dict[str, RunStart]] = {}
-        self._finished: dict[str, deque[FinishedRun]] = {}
-
-    def run_started(self, run: RunStart) -> None:
-        self._running.setdefault(run.job, {})[run.id] = run
-
-    def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
-        going = self._running.get(run.job)
-        if going is not None:
-            going.pop(run.id, None)
-            if not going:
-                del self._running[run.job]
-        finished = FinishedRun.of(run, result, outcome, keep=OUTPUT_TAIL)
-        self._finished.setdefault(run.job, deque(maxlen=self.per_job)).append(finished)
-
-    def running(self, job: str) -> list[RunStart]:
-        return list(self._running.get(job, {}).values())
-
-    def finished(self, job: str) -> list[FinishedRun]:
-        """Newest last."""
-        return list(self._finished.get(job, ()))
-
-    def last(self, job: str) -> FinishedRun | None:
-        runs = self._finished.get(job)
-        return runs[-1] if runs else None
-
-    def restore(self, job: str, runs: Iterable[FinishedRun]) -> None:
-        """Put back the finished runs a previous daemon kept (oldest first), before any
-        run of this daemon's."""
-        kept = deque(runs, maxlen=self.per_job)
-        kept.extend(self._finished.get(job, ()))
-        self._finished[job] = kept
-
-    def forget(self, jobs: Iterable[str]) -> None:
-        """Drop the finished runs of jobs a revision removed (runs still going stay)."""
-        for job in jobs:
-            self._finished.pop(job, None)
