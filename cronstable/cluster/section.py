@@ -75,7 +75,7 @@ def _store_key(config: ClusterConfig) -> KeyPath:
 
 
 class ClusterSection:
-    """The cluster section and the :class:`~cronstable.runtime.scheduler.ClusterGate`."""
+    """The cluster section and the :class:`~cronstable.ports.ClusterGate`."""
 
     name = "cluster"
 

@@ -7,12 +7,22 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 
 * :mod:`.runs`: the run records (:class:`RunStart`, :class:`RunResult`,
   :class:`FinishedRun`, :class:`MissedFire`) and their vocabulary;
+* :mod:`.launch`: a run about to start (:class:`Launch`) and who has a say in it
+  (:class:`ClusterGate`, :class:`LaunchGuard`, :class:`StateHooks`), a :class:`Run`;
 * :mod:`.listeners`: who hears of runs (:class:`RunListener`, :class:`ReportListener`);
 * :mod:`.section`: :class:`Section`, a part of the daemon a revision configures.
 """
 
 from __future__ import annotations
 
+from cronstable.ports.launch import (
+    ClusterGate,
+    Launch,
+    LaunchGuard,
+    LaunchKind,
+    Run,
+    StateHooks,
+)
 from cronstable.ports.listeners import ReportListener, RunListener
 from cronstable.ports.runs import (
     FAILURES,
@@ -36,6 +46,12 @@ from cronstable.ports.runs import (
 from cronstable.ports.section import Section
 
 __all__ = [
+    "ClusterGate",
+    "Launch",
+    "LaunchGuard",
+    "LaunchKind",
+    "Run",
+    "StateHooks",
     "FAILURES",
     "MISSED_REASONS",
     "RUN_OUTCOMES",

@@ -37,7 +37,7 @@ def same_process(pid: int, start_ticks: int | None) -> bool:
 
 
 class AdoptedRun:
-    """A :class:`~cronstable.runtime.scheduler.Run` of a process this daemon did not start."""
+    """A :class:`~cronstable.ports.Run` of a process this daemon did not start."""
 
     def __init__(
         self,

@@ -61,19 +61,24 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol
 
 from cronstable.config.desired import Job
 from cronstable.ports import (
     FAILURES,
+    ClusterGate,
     FinishedRun,
+    Launch,
+    LaunchGuard,
+    LaunchKind,
     MissedFire,
     Moment,
     ReportListener,
+    Run,
     RunListener,
     RunOutcome,
     RunResult,
     RunStart,
+    StateHooks,
     report_moments,
     run_id,
     run_outcome,
@@ -101,88 +106,8 @@ MISSED_SCAN_LIMIT = 10_000
 day-long suspend would otherwise take seconds to count)."""
 
 
-class Run(Protocol):
-    """One run of a job, as the scheduler drives it (:class:`~.process.JobProcess`)."""
-
-    @property
-    def pid(self) -> int | None: ...
-
-    async def start(self) -> None: ...
-
-    async def wait(self) -> RunResult: ...
-
-    async def cancel(self) -> None: ...
-
-
 Spawner = Callable[[Job, datetime, int], Run]
 """(job, scheduled time, attempt) → a run not yet started."""
-
-
-class ClusterGate(Protocol):
-    """May this node start a job now (clusterPolicy)?  The scheduler knows nothing more
-    of a cluster (:class:`cronstable.cluster.section.ClusterSection` is the one)."""
-
-    def allows(self, job: Job) -> str | None:
-        """None to start; otherwise why not (``not_leader``, ``leadership_unknown`` …)."""
-        ...
-
-    async def release(self) -> None:
-        """Give up this node's leadership (called once scheduling stopped, before the drain)."""
-        ...
-
-
-LaunchKind = Literal["fire", "retry", "reboot", "manual"]
-"""What starts a run: a scheduled fire (catch-ups included), a retry, an @reboot job at
-start, or a start on request."""
-
-
-@dataclass(frozen=True, slots=True)
-class Launch:
-    """A run about to start, as the launch guards see it."""
-
-    job: Job
-    scheduled: datetime
-    attempt: int
-    kind: LaunchKind
-
-    @property
-    def id(self) -> str:
-        return run_id(self.job.name, self.scheduled, self.attempt)
-
-
-class LaunchGuard(Protocol):
-    """Asked, in order, before each run starts (after concurrencyPolicy and the cluster
-    gate): durable state records what must be written before a launch, a cluster slot
-    is taken.  Must not raise."""
-
-    async def admit(self, launch: Launch) -> str | None:
-        """None to start; otherwise why not (``state_unavailable``, ``reboot_ran`` …)."""
-        ...
-
-    def release(self, launch: Launch) -> None:
-        """``launch``, which this guard admitted, ended: it ran and finished, or it never
-        started (a later guard refused it, the daemon stopped)."""
-        ...
-
-
-class StateHooks(Protocol):
-    """What durable state hears from the scheduler (:mod:`cronstable.state.keeper`).
-    Each call returns at once (the writes are queued); none raises."""
-
-    def fire_handled(self, job: Job, fire: datetime) -> None:
-        """``fire`` of ``job`` was handled here (run, or skipped by Forbid)."""
-        ...
-
-    def retry_armed(
-        self, job: Job, state: RetryState, not_before: datetime, scheduled: datetime
-    ) -> None:
-        """A retry of ``job``'s fire at ``scheduled`` is due at ``not_before``."""
-        ...
-
-    def retry_settled(self, job: Job, reason: str) -> None:
-        """``job``'s pending retry will not run from this record (``launched``,
-        ``superseded``, ``removed`` …)."""
-        ...
 
 
 class StartRefused(Exception):
@@ -954,7 +879,7 @@ class Scheduler:
         state.task = asyncio.create_task(self._retry_after(slot, state, delay, inst.scheduled_time))
         if self.state is not None:
             not_before = self.clock.now() + timedelta(seconds=delay)
-            self.state.retry_armed(job, state, not_before, inst.scheduled_time)
+            self.state.retry_armed(job, state.count, not_before, inst.scheduled_time)
 
     async def _retry_after(
         self, slot: _Slot, state: RetryState, delay: float, scheduled: datetime

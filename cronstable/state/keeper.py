@@ -1,7 +1,7 @@
 """Between the scheduler and the state store: what is recorded when, and the restore.
 
-The keeper is the scheduler's :class:`~cronstable.runtime.scheduler.LaunchGuard`,
-its :class:`~cronstable.runtime.scheduler.StateHooks` and a run listener.  With no
+The keeper is the scheduler's :class:`~cronstable.ports.LaunchGuard`,
+its :class:`~cronstable.ports.StateHooks` and a run listener.  With no
 store (no ``state`` section) every call is a no-op.  Records (:mod:`.base` keys,
 in this node's part of the store):
 
@@ -56,12 +56,19 @@ from typing import Any, Literal
 
 from cronstable.config.desired import Job
 from cronstable.platform import boot_id, process_start_ticks
-from cronstable.ports import FinishedRun, RunOutcome, RunResult, RunStart, tail_text, utc_text
+from cronstable.ports import (
+    FinishedRun,
+    Launch,
+    RunOutcome,
+    RunResult,
+    RunStart,
+    tail_text,
+    utc_text,
+)
 from cronstable.redact import redact
 from cronstable.runtime.adopted import AdoptedRun, same_process
 from cronstable.runtime.history import RunHistory
-from cronstable.runtime.retry import RetryState
-from cronstable.runtime.scheduler import LATE_TOLERANCE, Launch, Scheduler
+from cronstable.runtime.scheduler import LATE_TOLERANCE, Scheduler
 from cronstable.state.base import Record, StateError, StateStore, key, node_key
 from cronstable.state.writer import Writer
 
@@ -385,15 +392,13 @@ class StateKeeper:
     def _retry_record(self, job: Job, status: str, **fields: Any) -> Record:
         return {"job": job.name, "digest": job.digest, "status": status, **fields}
 
-    def retry_armed(
-        self, job: Job, state: RetryState, not_before: datetime, scheduled: datetime
-    ) -> None:
+    def retry_armed(self, job: Job, count: int, not_before: datetime, scheduled: datetime) -> None:
         self._submit(
             self._key("retries", job.name),
             self._retry_record(
                 job,
                 "pending",
-                count=state.count,
+                count=count,
                 notBefore=utc_text(not_before),
                 scheduled=utc_text(scheduled),
             ),
