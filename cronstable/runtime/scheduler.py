@@ -59,7 +59,7 @@ import asyncio
 import heapq
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from cronstable.config.desired import Job
@@ -83,8 +83,11 @@ from cronstable.ports import (
     run_id,
     run_outcome,
 )
+from cronstable.runtime import concurrency
+from cronstable.runtime.backoff import RetryState
 from cronstable.runtime.clock import Clock
-from cronstable.runtime.retry import RetryState
+from cronstable.runtime.concurrency import Admission, runs_going
+from cronstable.runtime.table import JobSlot, LiveRun, SchedulerStats
 
 logger = logging.getLogger(__name__)
 
@@ -122,63 +125,6 @@ class SwapSummary:
     unchanged: tuple[str, ...]
 
 
-@dataclass(slots=True)
-class SchedulerStats:
-    fires: int = 0
-    """Scheduled fires that started a run (catch-ups included)."""
-    skipped_forbid: int = 0
-    missed: int = 0
-    """Fires skipped because they were found too late."""
-    catch_ups: int = 0
-    clock_jumps: int = 0
-    """Wall-clock steps found, either way."""
-    replanned: int = 0
-    """Jobs planned anew after the wall clock stepped back."""
-    replaced: int = 0
-    retries: int = 0
-    skipped_cluster: dict[str, int] = field(default_factory=dict)
-    """Fires and retries the cluster gate held back, by reason."""
-
-
-@dataclass(eq=False, slots=True)
-class _Instance:
-    run: Run
-    scheduled_time: datetime
-    attempt: int
-    retry: RetryState | None
-    job: Job
-    """The definition this run runs."""
-    replaced: bool = False
-    manual: bool = False
-    """Started through :meth:`Scheduler.start_now`."""
-    cancelled: bool = False
-    """Stopped through :meth:`Scheduler.cancel_runs`: no report, no retry."""
-    task: asyncio.Task[None] | None = None
-    stopping: asyncio.Future[None] | None = None
-    """The cancel() of a replaced run, which a replacement waits for."""
-    kind: LaunchKind = "fire"
-    adopted: datetime | None = None
-    """When a run adopted after a restart started (it is not this daemon's child)."""
-
-
-@dataclass(eq=False, slots=True)
-class _Slot:
-    job: Job
-    order: int
-    cursor: datetime
-    """The last fire instant handled (run, skipped or missed), or when the job arrived."""
-    next_fire: datetime | None = None
-    generation: int = 0
-    running: list[_Instance] = field(default_factory=list)
-    retry: RetryState | None = None
-    failed_run: tuple[Job, FinishedRun] | None = None
-    """The failed run the pending retry follows, with the definition that ran it."""
-    last_result: RunResult | None = None
-    resumed: bool = False
-    """The cursor came from durable state: fires missed before it were missed while the
-    daemon was down."""
-
-
 def _timing(job: Job) -> tuple[str, str, bool]:
     return (job.schedule.text, str(job.timezone), job.config.enabled)
 
@@ -195,13 +141,13 @@ class Scheduler:
         self.spawner = spawner
         self.late_tolerance = late_tolerance
         self.stats = SchedulerStats()
-        self._slots: dict[str, _Slot] = {}
+        self._slots: dict[str, JobSlot] = {}
         self._heap: list[tuple[datetime, int, int, str]] = []
         self._wake = asyncio.Event()
         self._stopping = False
         self._started = False
         self._tasks: set[asyncio.Task[None]] = set()
-        self._live: set[_Instance] = set()
+        self._live: set[LiveRun] = set()
         """Every run not yet finished, also of jobs a swap removed."""
         self.run_listeners: list[RunListener] = []
         """Told of every run's start and end (metrics, run history)."""
@@ -267,15 +213,12 @@ class Scheduler:
         slot = self._slots[name]
         if self._stopping:
             raise StartRefused("the daemon is shutting down")
-        active = [inst for inst in slot.running if not inst.replaced]
-        policy = slot.job.config.concurrency_policy
-        if active and policy == "Forbid":
+        room = self._admit(slot)
+        if room.forbidden:
             raise StartRefused(
-                f"{len(active)} run{'' if len(active) == 1 else 's'} still going "
-                "and concurrencyPolicy is Forbid"
+                f"{runs_going(room.going)} still going and concurrencyPolicy is Forbid"
             )
-        waits = self._replace(slot, active) if active and policy == "Replace" else []
-        inst = self._launch(slot, when, 1, None, waits, kind="manual")
+        inst = self._launch(slot, when, 1, None, room.waits, kind="manual")
         return run_id(name, inst.scheduled_time, inst.attempt)
 
     def cancel_runs(self, name: str, run: str | None = None) -> list[str]:
@@ -314,21 +257,22 @@ class Scheduler:
         if not active:
             return []
         self._end_retries(slot)
-        self._replace(slot, active, why)
+        concurrency.replace(slot, active, why)
+        self.stats.replaced += len(active)
         return [run_id(name, inst.scheduled_time, inst.attempt) for inst in active]
 
     def replace_jobs(self, jobs: Mapping[str, Job]) -> SwapSummary:
         """Install a new job table in one step (see the module docstring)."""
         now = self.clock.now()
         old = self._slots
-        slots: dict[str, _Slot] = {}
+        slots: dict[str, JobSlot] = {}
         added: list[str] = []
         changed: list[str] = []
         unchanged: list[str] = []
         for order, (name, job) in enumerate(jobs.items()):
             slot = old.get(name)
             if slot is None:
-                slot = _Slot(job=job, order=order, cursor=now)
+                slot = JobSlot(job=job, order=order, cursor=now)
                 self._plan(slot, now)
                 added.append(name)
             elif slot.job.digest == job.digest:
@@ -358,7 +302,7 @@ class Scheduler:
         self._wake.set()
         return SwapSummary(tuple(added), tuple(removed), tuple(changed), tuple(unchanged))
 
-    def _plan(self, slot: _Slot, after: datetime) -> None:
+    def _plan(self, slot: JobSlot, after: datetime) -> None:
         """Compute and index the slot's next fire strictly after ``after``."""
         slot.generation += 1
         job = slot.job
@@ -498,11 +442,11 @@ class Scheduler:
         slot = self._slots.get(name)
         if slot is None:
             return False
-        inst = _Instance(run, scheduled.astimezone(UTC), attempt, None, slot.job)
+        inst = LiveRun(run, Launch(slot.job, scheduled.astimezone(UTC), attempt, "fire"), None)
         inst.adopted = started_at
         slot.running.append(inst)
         self._live.add(inst)
-        inst.task = asyncio.create_task(self._supervise(slot, inst, []))
+        inst.task = asyncio.create_task(self._supervise(slot, inst, ()))
         self._tasks.add(inst.task)
         inst.task.add_done_callback(self._tasks.discard)
         return True
@@ -547,7 +491,7 @@ class Scheduler:
                 continue
             self._due(slot, fire, now)
 
-    def _due(self, slot: _Slot, fire: datetime, now: datetime) -> None:
+    def _due(self, slot: JobSlot, fire: datetime, now: datetime) -> None:
         job = slot.job
         resumed, slot.resumed = slot.resumed, False
         # after a restart, every fire before now was missed while the daemon was down:
@@ -665,7 +609,7 @@ class Scheduler:
     def _count_skip(self, reason: str) -> None:
         self.stats.skipped_cluster[reason] = self.stats.skipped_cluster.get(reason, 0) + 1
 
-    def _fire(self, slot: _Slot, scheduled: datetime) -> None:
+    def _fire(self, slot: JobSlot, scheduled: datetime) -> None:
         """A scheduled fire (or catch-up) of ``slot``'s job, or an @reboot job's one run."""
         job = slot.job
         reboot = job.schedule.is_reboot
@@ -677,70 +621,53 @@ class Scheduler:
         self._reboot_waiting.discard(job.name)
         if self.state is not None:
             self.state.fire_handled(job, scheduled)
-        policy = job.config.concurrency_policy
-        active = [inst for inst in slot.running if not inst.replaced]
-        waits: list[asyncio.Future[None]] = []
-        if active and policy == "Forbid":
+        room = self._admit(slot)
+        if room.forbidden:
             self.stats.skipped_forbid += 1
             logger.info(
-                "Job %s: fire at %s skipped, %d run%s still going (concurrencyPolicy Forbid)",
+                "Job %s: fire at %s skipped, %s still going (concurrencyPolicy Forbid)",
                 job.name,
                 scheduled.isoformat(),
-                len(active),
-                "" if len(active) == 1 else "s",
+                runs_going(room.going),
                 extra={"job": job.name, "scheduled_time": scheduled.isoformat()},
             )
             self._missed(job, MissedFire(job.name, scheduled, "forbid"))
             return
-        if active and policy == "Replace":
-            waits = self._replace(slot, active)
         self._end_retries(slot)
         if job.config.on_failure.retry.maximum_retries != 0:
             slot.retry = RetryState.from_config(job.config.on_failure.retry)
         self.stats.fires += 1
-        self._launch(slot, scheduled, 1, slot.retry, waits, kind="reboot" if reboot else "fire")
+        self._launch(
+            slot, scheduled, 1, slot.retry, room.waits, kind="reboot" if reboot else "fire"
+        )
 
-    def _replace(
-        self, slot: _Slot, active: list[_Instance], why: str = "concurrencyPolicy Replace"
-    ) -> list[asyncio.Future[None]]:
-        """Stop ``active``; what a new run must wait for: every run of the job still dying."""
-        for inst in active:
-            inst.replaced = True
-            self.stats.replaced += 1
-            logger.info(
-                "Job %s: stopping the run scheduled at %s (%s)",
-                slot.job.name,
-                inst.scheduled_time.isoformat(),
-                why,
-                extra={"job": slot.job.name},
-            )
-            inst.stopping = asyncio.ensure_future(inst.run.cancel())
-        return [inst.stopping for inst in slot.running if inst.stopping is not None]
+    def _admit(self, slot: JobSlot) -> Admission:
+        """concurrencyPolicy's answer for a new run of ``slot``'s job (counted)."""
+        room = concurrency.admit(slot)
+        self.stats.replaced += room.replaced
+        return room
 
     def _launch(
         self,
-        slot: _Slot,
+        slot: JobSlot,
         scheduled: datetime,
         attempt: int,
         retry: RetryState | None,
-        waits: list[asyncio.Future[None]] | None = None,
+        waits: tuple[asyncio.Future[None], ...] = (),
         *,
         kind: LaunchKind = "fire",
-    ) -> _Instance:
-        inst = _Instance(
-            self.spawner(slot.job, scheduled, attempt), scheduled, attempt, retry, slot.job
-        )
-        inst.manual = kind == "manual"
-        inst.kind = kind
+    ) -> LiveRun:
+        launch = Launch(slot.job, scheduled, attempt, kind)
+        inst = LiveRun(self.spawner(slot.job, scheduled, attempt), launch, retry)
         slot.running.append(inst)
         self._live.add(inst)
-        inst.task = asyncio.create_task(self._supervise(slot, inst, waits or []))
+        inst.task = asyncio.create_task(self._supervise(slot, inst, waits))
         self._tasks.add(inst.task)
         inst.task.add_done_callback(self._tasks.discard)
         return inst
 
     async def _supervise(
-        self, slot: _Slot, inst: _Instance, waits: list[asyncio.Future[None]]
+        self, slot: JobSlot, inst: LiveRun, waits: tuple[asyncio.Future[None], ...]
     ) -> None:
         name = slot.job.name
         fields = {
@@ -748,7 +675,7 @@ class Scheduler:
             "scheduled_time": inst.scheduled_time.isoformat(),
             "attempt": inst.attempt,
         }
-        launch = Launch(inst.job, inst.scheduled_time, inst.attempt, inst.kind)
+        launch = inst.launch
         admitted: list[LaunchGuard] = []
         try:
             if waits:
@@ -840,7 +767,7 @@ class Scheduler:
             except Exception:
                 logger.exception("A run listener failed (%s)", event)
 
-    def _outcome(self, slot: _Slot, inst: _Instance, record: FinishedRun) -> None:
+    def _outcome(self, slot: JobSlot, inst: LiveRun, record: FinishedRun) -> None:
         job = inst.job
         if not record.failed:
             if slot.retry is inst.retry:
@@ -882,7 +809,7 @@ class Scheduler:
             self.state.retry_armed(job, state.count, not_before, inst.scheduled_time)
 
     async def _retry_after(
-        self, slot: _Slot, state: RetryState, delay: float, scheduled: datetime
+        self, slot: JobSlot, state: RetryState, delay: float, scheduled: datetime
     ) -> None:
         await self.clock.sleep(delay)
 
@@ -898,9 +825,8 @@ class Scheduler:
         if self._held_back(slot.job, scheduled, f"retry {state.count}") is not None:
             self._settle(slot.job, "not_here")
             return
-        active = [inst for inst in slot.running if not inst.replaced]
-        waits: list[asyncio.Future[None]] = []
-        if active and slot.job.config.concurrency_policy == "Forbid":
+        room = self._admit(slot)
+        if room.forbidden:
             logger.info(
                 "Job %s: retry skipped, a run is still going (concurrencyPolicy Forbid)",
                 slot.job.name,
@@ -908,9 +834,7 @@ class Scheduler:
             )
             self._settle(slot.job, "forbid")
             return
-        if active and slot.job.config.concurrency_policy == "Replace":
-            waits = self._replace(slot, active)
-        self._launch(slot, scheduled, state.count + 1, state, waits, kind="retry")
+        self._launch(slot, scheduled, state.count + 1, state, room.waits, kind="retry")
 
     def _settle(self, job: Job, reason: str) -> None:
         if self.state is not None:
@@ -929,7 +853,7 @@ class Scheduler:
             extra={"job": launch.job.name, "scheduled_time": launch.scheduled.isoformat()},
         )
 
-    def _end_retries(self, slot: _Slot, why: str | None = None, *, settle: bool = True) -> None:
+    def _end_retries(self, slot: JobSlot, why: str | None = None, *, settle: bool = True) -> None:
         """End the slot's retry sequence.
 
         With ``why`` (the job was ``removed``, ``disabled`` or ``redefined``), a
