@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from cronstable.runtime.table import JobSlot, LiveRun
 
-logger = logging.getLogger(__name__)
+# the scheduler's own lines: a logging section quiets them by its name (docs/configuration.md)
+logger = logging.getLogger("cronstable.runtime.scheduler")
 
 
 @dataclass(frozen=True, slots=True)

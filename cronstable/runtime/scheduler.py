@@ -25,27 +25,19 @@
   retries and their running runs finish.  Each job remembers the last fire it
   handled, so a swap landing at a fire instant neither drops nor doubles that
   fire.
-* **Concurrency.** ``Allow`` starts another run, ``Forbid`` skips the fire
-  (the retry sequence in progress stays), ``Replace`` stops the running runs —
-  a replaced run is not a failure and triggers no retry — then starts anew.
-  With ``concurrencyScope: cluster`` a launch guard also holds the job's slot in
-  the cluster's store (:mod:`cronstable.cluster.claims`), and another node's
-  Replace stops the runs here through :meth:`Scheduler.replace_runs`.
-* **Retries.** A scheduled fire starts a fresh retry sequence; a failed run
-  is retried after an exponential back-off capped at ``maximumDelay``
-  (``maximumRetries: -1`` forever); success ends the sequence, and so does a
-  swap that changes, disables or removes the job.
-* **Reports.** Each :class:`~cronstable.ports.ReportListener` hears
-  the report moments of every finished run
-  (:func:`~cronstable.ports.report_moments`): a failure reports
-  onFailure, plus onPermanentFailure when no retry follows (none configured,
-  exhausted, the job changed or went away, or the daemon is stopping: a run
-  ending during the drain is reported but arms no retry); a pending retry that
-  a swap drops reports onPermanentFailure of the definition that failed, with
-  fail reason ``retry abandoned: job removed|disabled|redefined``.  Replaced
-  and cancelled runs report nothing.  Fires that did not run (Forbid, found
-  too late) are told as :class:`~cronstable.ports.MissedFire`.  A
-  failed run's captured output is logged at WARNING.
+* **Runs.** Each run is launched, asked of the cluster gate and the launch
+  guards, watched until it ends and told to every
+  :class:`~cronstable.ports.RunListener`; fires that did not run (Forbid, found
+  too late) are told to every :class:`~cronstable.ports.ReportListener` as a
+  :class:`~cronstable.ports.MissedFire`.  A failed run's captured output is
+  logged at WARNING.  Replaced and cancelled runs report nothing.
+* Beside it, one job each: :mod:`~cronstable.runtime.concurrency` (may a new
+  run start while others go: Allow, Forbid, Replace; with ``concurrencyScope:
+  cluster`` a launch guard also holds the job's slot in the cluster's store and
+  another node's Replace stops the runs here through
+  :meth:`Scheduler.replace_runs`), :mod:`~cronstable.runtime.retries` (retry
+  sequences and what each finished run reports) and
+  :mod:`~cronstable.runtime.restore` (what a previous daemon's records put back).
 * **@reboot** jobs run once when :meth:`Scheduler.run` starts, never again in
   that daemon's life (also not when a reload adds one).
 
@@ -59,7 +51,7 @@ import asyncio
 import heapq
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from cronstable.config.desired import Job
@@ -79,7 +71,6 @@ from cronstable.ports import (
     RunResult,
     RunStart,
     StateHooks,
-    report_moments,
     run_id,
     run_outcome,
 )
@@ -87,6 +78,7 @@ from cronstable.runtime import concurrency
 from cronstable.runtime.backoff import RetryState
 from cronstable.runtime.clock import Clock
 from cronstable.runtime.concurrency import Admission, runs_going
+from cronstable.runtime.retries import Retries
 from cronstable.runtime.table import JobSlot, LiveRun, SchedulerStats
 
 logger = logging.getLogger(__name__)
@@ -99,11 +91,6 @@ ones too (Vixie cron's limit); a shorter one re-plans wildcard jobs only."""
 EXPLAINED = frozenset({"reboot_ran", "slot_held", "slot_not_freed"})
 """Refusals whose guard logged why (naming what the reason alone cannot): the
 scheduler's own line for them is DEBUG; any other refusal is a WARNING."""
-UNKNOWN_RECHECK = 1.0
-"""Seconds between two looks at the gate by a retry waiting for the leadership."""
-ABANDONED = "retry abandoned: job {why}"
-"""fail_reason of the permanent failure sent when a pending retry is dropped because
-its job was removed, disabled or redefined."""
 MISSED_SCAN_LIMIT = 10_000
 """Most missed fires enumerated one by one after a jump (a per-second job after a
 day-long suspend would otherwise take seconds to count)."""
@@ -159,6 +146,7 @@ class Scheduler:
         """Asked before every run starts (state, cluster slots)."""
         self.state: StateHooks | None = None
         """Told of fires and retries to keep across restarts; None keeps nothing."""
+        self.retries = Retries(self)
         self._reboot_waiting: set[str] = set()
         """@reboot jobs held back while the leadership was unknown: they start once it is
         known and the gate lets them."""
@@ -198,7 +186,7 @@ class Scheduler:
 
     def retry_pending(self, name: str) -> bool:
         slot = self._slots.get(name)
-        return bool(slot and slot.retry and slot.retry.task and not slot.retry.task.done())
+        return slot is not None and Retries.pending(slot)
 
     # ------------------------------------------------------------ on request
 
@@ -213,12 +201,12 @@ class Scheduler:
         slot = self._slots[name]
         if self._stopping:
             raise StartRefused("the daemon is shutting down")
-        room = self._admit(slot)
+        room = self.admit(slot)
         if room.forbidden:
             raise StartRefused(
                 f"{runs_going(room.going)} still going and concurrencyPolicy is Forbid"
             )
-        inst = self._launch(slot, when, 1, None, room.waits, kind="manual")
+        inst = self.launch(slot, when, 1, None, room.waits, kind="manual")
         return run_id(name, inst.scheduled_time, inst.attempt)
 
     def cancel_runs(self, name: str, run: str | None = None) -> list[str]:
@@ -238,7 +226,7 @@ class Scheduler:
             stopped.append(ident)
             inst.stopping = asyncio.ensure_future(inst.run.cancel())
         if stopped:
-            self._end_retries(slot)
+            self.retries.end(slot)
             logger.info("Job %s: cancelling %s", name, ", ".join(stopped), extra={"job": name})
         return stopped
 
@@ -256,7 +244,7 @@ class Scheduler:
         active = [inst for inst in slot.running if not inst.replaced and not inst.cancelled]
         if not active:
             return []
-        self._end_retries(slot)
+        self.retries.end(slot)
         concurrency.replace(slot, active, why)
         self.stats.replaced += len(active)
         return [run_id(name, inst.scheduled_time, inst.attempt) for inst in active]
@@ -281,7 +269,7 @@ class Scheduler:
             else:
                 retimed = _timing(slot.job) != _timing(job)
                 disabled = not job.config.enabled
-                self._end_retries(slot, "disabled" if disabled else "redefined")
+                self.retries.end(slot, "disabled" if disabled else "redefined")
                 slot.job = job
                 slot.order = order
                 if retimed:
@@ -297,7 +285,7 @@ class Scheduler:
             slot = old[name]
             slot.generation += 1
             slot.next_fire = None
-            self._end_retries(slot, "removed")
+            self.retries.end(slot, "removed")
         self._slots = slots
         self._wake.set()
         return SwapSummary(tuple(added), tuple(removed), tuple(changed), tuple(unchanged))
@@ -388,7 +376,7 @@ class Scheduler:
             if slot is None or not slot.job.config.enabled or not slot.job.schedule.is_reboot:
                 self._reboot_waiting.discard(name)
                 continue
-            reason = self._gate_says(slot.job)
+            reason = self.gate_says(slot.job)
             if reason == "leadership_unknown":
                 continue
             self._reboot_waiting.discard(name)
@@ -416,22 +404,9 @@ class Scheduler:
         had started, the next is due in ``delay`` seconds (0: at once), for the fire at
         ``scheduled``.  False when the job is not applied or a sequence is going."""
         slot = self._slots.get(name)
-        if slot is None or slot.retry is not None or self._stopping:
+        if slot is None:
             return False
-        state = RetryState.from_config(slot.job.config.on_failure.retry)
-        if count < 1 or (state.maximum_retries != -1 and count > state.maximum_retries):
-            return False  # the budget the record counted on is gone
-        for _ in range(count):
-            before = state.delay
-            state.next_delay()
-            if state.delay == before:  # at maximumDelay: the rest only counts
-                state.count = count
-                break
-        slot.retry = state
-        state.task = asyncio.create_task(
-            self._retry_after(slot, state, max(0.0, delay), scheduled.astimezone(UTC))
-        )
-        return True
+        return self.retries.rearm(slot, count, delay, scheduled.astimezone(UTC))
 
     def adopt(
         self, name: str, run: Run, scheduled: datetime, attempt: int, started_at: datetime
@@ -578,7 +553,11 @@ class Scheduler:
 
     # ------------------------------------------------------------ runs
 
-    def _gate_says(self, job: Job) -> str | None:
+    def applied(self, slot: JobSlot) -> bool:
+        """Whether ``slot`` is still the applied one of its job (no swap removed it)."""
+        return self._slots.get(slot.job.name) is slot
+
+    def gate_says(self, job: Job) -> str | None:
         """The cluster gate's answer for ``job`` now (None: it may start)."""
         if self.gate is None:
             return None
@@ -588,10 +567,10 @@ class Scheduler:
             logger.exception("Job %s: the cluster gate failed; please report this", job.name)
             return "gate_error"
 
-    def _held_back(self, job: Job, scheduled: datetime, what: str) -> str | None:
+    def held_back(self, job: Job, scheduled: datetime, what: str) -> str | None:
         """Why the cluster gate refuses ``job`` here now (logged at DEBUG, counted); None
         when it may start."""
-        reason = self._gate_says(job)
+        reason = self.gate_says(job)
         if reason is None:
             return None
         self._count_skip(reason)
@@ -613,7 +592,7 @@ class Scheduler:
         """A scheduled fire (or catch-up) of ``slot``'s job, or an @reboot job's one run."""
         job = slot.job
         reboot = job.schedule.is_reboot
-        held = self._held_back(job, scheduled, "fire")
+        held = self.held_back(job, scheduled, "fire")
         if held is not None:
             if reboot and held == "leadership_unknown":
                 self._reboot_waiting.add(job.name)  # runs once the leadership is known
@@ -621,7 +600,7 @@ class Scheduler:
         self._reboot_waiting.discard(job.name)
         if self.state is not None:
             self.state.fire_handled(job, scheduled)
-        room = self._admit(slot)
+        room = self.admit(slot)
         if room.forbidden:
             self.stats.skipped_forbid += 1
             logger.info(
@@ -633,21 +612,17 @@ class Scheduler:
             )
             self._missed(job, MissedFire(job.name, scheduled, "forbid"))
             return
-        self._end_retries(slot)
-        if job.config.on_failure.retry.maximum_retries != 0:
-            slot.retry = RetryState.from_config(job.config.on_failure.retry)
+        self.retries.begin(slot)
         self.stats.fires += 1
-        self._launch(
-            slot, scheduled, 1, slot.retry, room.waits, kind="reboot" if reboot else "fire"
-        )
+        self.launch(slot, scheduled, 1, slot.retry, room.waits, kind="reboot" if reboot else "fire")
 
-    def _admit(self, slot: JobSlot) -> Admission:
+    def admit(self, slot: JobSlot) -> Admission:
         """concurrencyPolicy's answer for a new run of ``slot``'s job (counted)."""
         room = concurrency.admit(slot)
         self.stats.replaced += room.replaced
         return room
 
-    def _launch(
+    def launch(
         self,
         slot: JobSlot,
         scheduled: datetime,
@@ -758,7 +733,7 @@ class Scheduler:
         record = FinishedRun.of(start, result, outcome)
         if record.failed:
             _log_output(record)
-        self._outcome(slot, inst, record)
+        self.retries.finished(slot, inst, record)
 
     def _tell(self, event: str, *args: object) -> None:
         for listener in self.run_listeners:
@@ -766,79 +741,6 @@ class Scheduler:
                 getattr(listener, event)(*args)
             except Exception:
                 logger.exception("A run listener failed (%s)", event)
-
-    def _outcome(self, slot: JobSlot, inst: LiveRun, record: FinishedRun) -> None:
-        job = inst.job
-        if not record.failed:
-            if slot.retry is inst.retry:
-                slot.retry = None
-                slot.failed_run = None
-            self._report(job, record, report_moments(record.outcome, retry_follows=False))
-            return
-        state = inst.retry
-        current = self._slots.get(job.name) is slot and slot.job is job
-        if (
-            state is None
-            or state.cancelled
-            or state is not slot.retry
-            or not current
-            or self._stopping
-            or state.exhausted
-        ):
-            if state is not None and state is slot.retry:
-                slot.retry = None
-                slot.failed_run = None
-            self._report(job, record, report_moments(record.outcome, retry_follows=False))
-            return
-        self._report(job, record, report_moments(record.outcome, retry_follows=True))
-        slot.failed_run = (job, record)
-        delay = state.next_delay()
-        self.stats.retries += 1
-        limit = "∞" if state.maximum_retries == -1 else str(state.maximum_retries)
-        logger.info(
-            "Job %s: retry %d of %s in %.1f s",
-            job.name,
-            state.count,
-            limit,
-            delay,
-            extra={"job": job.name, "attempt": state.count + 1},
-        )
-        state.task = asyncio.create_task(self._retry_after(slot, state, delay, inst.scheduled_time))
-        if self.state is not None:
-            not_before = self.clock.now() + timedelta(seconds=delay)
-            self.state.retry_armed(job, state.count, not_before, inst.scheduled_time)
-
-    async def _retry_after(
-        self, slot: JobSlot, state: RetryState, delay: float, scheduled: datetime
-    ) -> None:
-        await self.clock.sleep(delay)
-
-        def gone() -> bool:
-            return state.cancelled or self._stopping or self._slots.get(slot.job.name) is not slot
-
-        # while this node cannot tell who leads (a restart, a store outage) the retry
-        # waits rather than ends: the gate decides once the leadership is known
-        while not gone() and self._gate_says(slot.job) == "leadership_unknown":
-            await self.clock.sleep(UNKNOWN_RECHECK)
-        if gone():
-            return
-        if self._held_back(slot.job, scheduled, f"retry {state.count}") is not None:
-            self._settle(slot.job, "not_here")
-            return
-        room = self._admit(slot)
-        if room.forbidden:
-            logger.info(
-                "Job %s: retry skipped, a run is still going (concurrencyPolicy Forbid)",
-                slot.job.name,
-                extra={"job": slot.job.name},
-            )
-            self._settle(slot.job, "forbid")
-            return
-        self._launch(slot, scheduled, state.count + 1, state, room.waits, kind="retry")
-
-    def _settle(self, job: Job, reason: str) -> None:
-        if self.state is not None:
-            self.state.retry_settled(job, reason)
 
     def _refused(self, launch: Launch, reason: str) -> None:
         """A launch guard refused ``launch`` (logged, counted)."""
@@ -853,44 +755,7 @@ class Scheduler:
             extra={"job": launch.job.name, "scheduled_time": launch.scheduled.isoformat()},
         )
 
-    def _end_retries(self, slot: JobSlot, why: str | None = None, *, settle: bool = True) -> None:
-        """End the slot's retry sequence.
-
-        With ``why`` (the job was ``removed``, ``disabled`` or ``redefined``), a
-        pending retry it drops is logged and settled: the failed run it followed
-        reports onPermanentFailure of the definition that ran it.  A pending retry's
-        durable record is settled too, unless ``settle`` is false (a graceful stop
-        keeps it for the next start to re-arm).
-        """
-        state = slot.retry
-        failed, slot.failed_run = slot.failed_run, None
-        if state is None:
-            return
-        if settle and state.task is not None and not state.task.done():
-            self._settle(slot.job, why or "superseded")
-        if why is not None and state.task is not None and not state.task.done():
-            logger.info(
-                "Job %s: pending retry %d dropped: %s",
-                slot.job.name,
-                state.count,
-                "the job was removed"
-                if why == "removed"
-                else "the job was disabled"
-                if why == "disabled"
-                else "it changed",
-                extra={"job": slot.job.name, "attempt": state.count + 1},
-            )
-            if failed is not None:
-                job, record = failed
-                self._report(
-                    job,
-                    replace(record, fail_reason=ABANDONED.format(why=why)),
-                    ("permanent_failure",),
-                )
-        state.cancel()
-        slot.retry = None
-
-    def _report(self, job: Job, record: FinishedRun, moments: tuple[Moment, ...]) -> None:
+    def report(self, job: Job, record: FinishedRun, moments: tuple[Moment, ...]) -> None:
         if not moments:
             return
         for listener in self.report_listeners:
@@ -908,7 +773,7 @@ class Scheduler:
 
     async def _drain(self) -> None:
         for slot in self._slots.values():
-            self._end_retries(slot, settle=False)
+            self.retries.end(slot, settle=False)
         pending = [task for task in self._tasks if not task.done()]
         if pending:
             logger.info(
