@@ -10,6 +10,8 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 * :mod:`.launch`: a run about to start (:class:`Launch`) and who has a say in it
   (:class:`ClusterGate`, :class:`LaunchGuard`, :class:`StateHooks`), a :class:`Run`;
 * :mod:`.listeners`: who hears of runs (:class:`RunListener`, :class:`ReportListener`);
+* :mod:`.restore`: what a previous daemon's records are put back into
+  (:class:`Restorable`, :class:`History`);
 * :mod:`.section`: :class:`Section`, a part of the daemon a revision configures.
 """
 
@@ -24,6 +26,7 @@ from cronstable.ports.launch import (
     StateHooks,
 )
 from cronstable.ports.listeners import ReportListener, RunListener
+from cronstable.ports.restore import History, Restorable, WallClock
 from cronstable.ports.runs import (
     FAILURES,
     MISSED_REASONS,
@@ -46,26 +49,29 @@ from cronstable.ports.runs import (
 from cronstable.ports.section import Section
 
 __all__ = [
-    "ClusterGate",
-    "Launch",
-    "LaunchGuard",
-    "LaunchKind",
-    "Run",
-    "StateHooks",
     "FAILURES",
     "MISSED_REASONS",
     "RUN_OUTCOMES",
     "SPAWN_FAILED_RETURNCODE",
+    "ClusterGate",
     "FinishedRun",
+    "History",
+    "Launch",
+    "LaunchGuard",
+    "LaunchKind",
     "MissedFire",
     "MissedReason",
     "Moment",
     "ReportListener",
+    "Restorable",
+    "Run",
     "RunListener",
     "RunOutcome",
     "RunResult",
     "RunStart",
     "Section",
+    "StateHooks",
+    "WallClock",
     "report_moments",
     "run_id",
     "run_outcome",

@@ -78,6 +78,7 @@ from cronstable.runtime import concurrency
 from cronstable.runtime.backoff import RetryState
 from cronstable.runtime.clock import Clock
 from cronstable.runtime.concurrency import Admission, runs_going
+from cronstable.runtime.restore import Restore
 from cronstable.runtime.retries import Retries
 from cronstable.runtime.table import JobSlot, LiveRun, SchedulerStats
 
@@ -147,6 +148,7 @@ class Scheduler:
         self.state: StateHooks | None = None
         """Told of fires and retries to keep across restarts; None keeps nothing."""
         self.retries = Retries(self)
+        self._restore = Restore(self)
         self._reboot_waiting: set[str] = set()
         """@reboot jobs held back while the leadership was unknown: they start once it is
         known and the gate lets them."""
@@ -261,7 +263,7 @@ class Scheduler:
             slot = old.get(name)
             if slot is None:
                 slot = JobSlot(job=job, order=order, cursor=now)
-                self._plan(slot, now)
+                self.plan(slot, now)
                 added.append(name)
             elif slot.job.digest == job.digest:
                 slot.order = order
@@ -277,7 +279,7 @@ class Scheduler:
                     # is later than now only after a backward clock step, when a
                     # fixed-time fire already handled must not run again
                     slot.cursor = max(slot.cursor, now)
-                    self._plan(slot, slot.cursor)
+                    self.plan(slot, slot.cursor)
                 changed.append(name)
             slots[name] = slot
         removed = [name for name in old if name not in jobs]
@@ -290,7 +292,7 @@ class Scheduler:
         self._wake.set()
         return SwapSummary(tuple(added), tuple(removed), tuple(changed), tuple(unchanged))
 
-    def _plan(self, slot: JobSlot, after: datetime) -> None:
+    def plan(self, slot: JobSlot, after: datetime) -> None:
         """Compute and index the slot's next fire strictly after ``after``."""
         slot.generation += 1
         job = slot.job
@@ -386,45 +388,24 @@ class Scheduler:
     # ------------------------------------------------------------ after a restart
 
     def resume(self, name: str, last_fire: datetime) -> bool:
-        """Plan ``name`` from ``last_fire``, the last fire a previous daemon handled (durable
-        state): fires missed since are handled as missed while the daemon was down, the
-        latest within startingDeadlineSeconds runs once.  False for a job not applied."""
-        slot = self._slots.get(name)
-        if slot is None or not slot.job.config.enabled or slot.job.schedule.is_reboot:
-            return False
-        slot.cursor = last_fire.astimezone(UTC)
-        self._plan(slot, slot.cursor)
-        # only a fire already past was missed while down; a later one is ordinary
-        slot.resumed = slot.next_fire is not None and slot.next_fire < self.clock.now()
-        self._wake.set()
-        return True
+        """See :meth:`cronstable.runtime.restore.Restore.resume`."""
+        return self._restore.resume(name, last_fire)
 
     def rearm_retry(self, name: str, count: int, delay: float, scheduled: datetime) -> bool:
-        """Re-arm the retry sequence a previous daemon left pending: ``count`` retries
-        had started, the next is due in ``delay`` seconds (0: at once), for the fire at
-        ``scheduled``.  False when the job is not applied or a sequence is going."""
-        slot = self._slots.get(name)
-        if slot is None:
-            return False
-        return self.retries.rearm(slot, count, delay, scheduled.astimezone(UTC))
+        """See :meth:`cronstable.runtime.restore.Restore.rearm_retry`."""
+        return self._restore.rearm_retry(name, count, delay, scheduled)
 
     def adopt(
-        self, name: str, run: Run, scheduled: datetime, attempt: int, started_at: datetime
+        self,
+        name: str,
+        pid: int,
+        start_ticks: int,
+        scheduled: datetime,
+        attempt: int,
+        started_at: datetime,
     ) -> bool:
-        """Watch ``run``, a run of ``name`` that outlived the previous daemon, until it ends:
-        it counts for concurrencyPolicy meanwhile and ends with outcome ``unknown`` (no
-        report, no retry).  False for a job not applied (the run is left alone)."""
-        slot = self._slots.get(name)
-        if slot is None:
-            return False
-        inst = LiveRun(run, Launch(slot.job, scheduled.astimezone(UTC), attempt, "fire"), None)
-        inst.adopted = started_at
-        slot.running.append(inst)
-        self._live.add(inst)
-        inst.task = asyncio.create_task(self._supervise(slot, inst, ()))
-        self._tasks.add(inst.task)
-        inst.task.add_done_callback(self._tasks.discard)
-        return True
+        """See :meth:`cronstable.runtime.restore.Restore.adopt`."""
+        return self._restore.adopt(name, pid, start_ticks, scheduled, attempt, started_at)
 
     def _stepped_back(self, now: datetime, step: float) -> None:
         """Re-plan after the wall clock stepped back ``step`` seconds (Vixie cron's rule)."""
@@ -436,7 +417,7 @@ class Scheduler:
         for slot in self._slots.values():
             if every or slot.job.schedule.is_wildcard:
                 slot.cursor = start
-                self._plan(slot, start)
+                self.plan(slot, start)
                 count += 1
         self.stats.replanned += count
         logger.warning(
@@ -475,7 +456,7 @@ class Scheduler:
         if fire >= on_time:
             slot.cursor = fire
             self._fire(slot, fire)
-            self._plan(slot, fire)
+            self.plan(slot, fire)
             return
         # Found too late: walk the missed fires up to the on-time window.
         deadline = job.config.starting_deadline_seconds
@@ -549,9 +530,13 @@ class Scheduler:
             self._fire(slot, cursor)
             cursor = self._next(job, cursor)
         # every fire before the on-time window has been handled (run or missed)
-        self._plan(slot, max(slot.cursor, on_time - timedelta(microseconds=1)))
+        self.plan(slot, max(slot.cursor, on_time - timedelta(microseconds=1)))
 
     # ------------------------------------------------------------ runs
+
+    def slot(self, name: str) -> JobSlot | None:
+        """The applied job ``name``'s slot; None for a job not applied."""
+        return self._slots.get(name)
 
     def applied(self, slot: JobSlot) -> bool:
         """Whether ``slot`` is still the applied one of its job (no swap removed it)."""
@@ -633,13 +618,19 @@ class Scheduler:
         kind: LaunchKind = "fire",
     ) -> LiveRun:
         launch = Launch(slot.job, scheduled, attempt, kind)
-        inst = LiveRun(self.spawner(slot.job, scheduled, attempt), launch, retry)
-        slot.running.append(inst)
-        self._live.add(inst)
-        inst.task = asyncio.create_task(self._supervise(slot, inst, waits))
-        self._tasks.add(inst.task)
-        inst.task.add_done_callback(self._tasks.discard)
-        return inst
+        live = LiveRun(self.spawner(slot.job, scheduled, attempt), launch, retry)
+        self.watch(slot, live, waits)
+        return live
+
+    def watch(
+        self, slot: JobSlot, live: LiveRun, waits: tuple[asyncio.Future[None], ...] = ()
+    ) -> None:
+        """Watch ``live`` (once ``waits`` are done) until it ends, as a run of ``slot``'s job."""
+        slot.running.append(live)
+        self._live.add(live)
+        live.task = asyncio.create_task(self._supervise(slot, live, waits))
+        self._tasks.add(live.task)
+        live.task.add_done_callback(self._tasks.discard)
 
     async def _supervise(
         self, slot: JobSlot, inst: LiveRun, waits: tuple[asyncio.Future[None], ...]

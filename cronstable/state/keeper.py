@@ -58,7 +58,9 @@ from cronstable.config.desired import Job
 from cronstable.platform import boot_id, process_start_ticks
 from cronstable.ports import (
     FinishedRun,
+    History,
     Launch,
+    Restorable,
     RunOutcome,
     RunResult,
     RunStart,
@@ -66,9 +68,6 @@ from cronstable.ports import (
     utc_text,
 )
 from cronstable.redact import redact
-from cronstable.runtime.adopted import AdoptedRun, same_process
-from cronstable.runtime.history import RunHistory
-from cronstable.runtime.scheduler import LATE_TOLERANCE, Scheduler
 from cronstable.state.base import Record, StateError, StateStore, key, node_key
 from cronstable.state.writer import Writer
 
@@ -115,8 +114,8 @@ class StateKeeper:
     def __init__(
         self,
         node: str,
-        scheduler: Scheduler,
-        history: RunHistory,
+        scheduler: Restorable,
+        history: History,
         *,
         cluster_wide: Callable[[Job], bool] = lambda job: False,
         gated: Callable[[Job], bool] = lambda job: False,
@@ -499,7 +498,7 @@ class StateKeeper:
             return
         job = str(record.get("job"))
         runs = [run for item in record["runs"] if (run := FinishedRun.from_json(item)) is not None]
-        if self.scheduler.has_job(job) and runs:
+        if self.scheduler.job(job) is not None and runs:
             late = bool(self.history.finished(job))
             self.history.restore(job, runs)
             if late:  # runs of this daemon's came first: write the merged history
@@ -517,22 +516,19 @@ class StateKeeper:
                 and isinstance(ticks, int)
                 and self.boot is not None
                 and record.get("bootId") == self.boot
-                and same_process(pid, ticks)
                 and job is not None
                 and scheduled is not None
                 and started is not None
             ):
                 attempt = record.get("attempt")
-                run = AdoptedRun(
+                adopted = self.scheduler.adopt(
                     name,
                     pid,
                     ticks,
-                    scheduled_time=scheduled,
-                    attempt=attempt if isinstance(attempt, int) else 1,
-                    started_at=started,
-                    kill_timeout=float(job.config.kill_timeout),
+                    scheduled,
+                    attempt if isinstance(attempt, int) else 1,
+                    started,
                 )
-                adopted = self.scheduler.adopt(name, run, scheduled, run.attempt, started)
                 if adopted:
                     self.stats.adopted_runs += 1
                     logger.warning(
@@ -594,7 +590,7 @@ class StateKeeper:
         else:
             overdue = (now - not_before).total_seconds()
             deadline = job.config.starting_deadline_seconds
-            if overdue > LATE_TOLERANCE and (deadline is None or overdue > deadline):
+            if overdue > self.scheduler.late_tolerance and (deadline is None or overdue > deadline):
                 why = "overdue"
             elif self.scheduler.rearm_retry(name, count, max(0.0, -overdue), scheduled):
                 self.stats.rearmed_retries += 1
