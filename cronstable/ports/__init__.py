@@ -3,7 +3,7 @@
 Nothing here does I/O or imports the daemon: only :mod:`cronstable.config`,
 :mod:`cronstable.errors` and the standard library are below it.  Import the
 names from ``cronstable.ports``; the modules inside only group them, one job each
-(a single file would hold four):
+(a single file would hold five):
 
 * :mod:`.runs`: the run records (:class:`RunStart`, :class:`RunResult`,
   :class:`FinishedRun`, :class:`MissedFire`) and their vocabulary;
@@ -12,7 +12,9 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 * :mod:`.listeners`: who hears of runs (:class:`RunListener`, :class:`ReportListener`);
 * :mod:`.restore`: what a previous daemon's records are put back into
   (:class:`Restorable`, :class:`History`);
-* :mod:`.section`: :class:`Section`, a part of the daemon a revision configures.
+* :mod:`.section`: :class:`Section`, a part of the daemon a revision configures;
+* :mod:`.views`: the read models the daemon shows of itself (:class:`Status`,
+  :class:`ClusterView` …), which :mod:`cronstable.web.encode` writes as JSON.
 """
 
 from __future__ import annotations
@@ -42,20 +44,46 @@ from cronstable.ports.runs import (
     report_moments,
     run_id,
     run_outcome,
-    running_json,
     tail_text,
     utc_text,
 )
 from cronstable.ports.section import Section
+from cronstable.ports.views import (
+    AppliedConfig,
+    ClusterMember,
+    ClusterView,
+    Election,
+    EventData,
+    FireBand,
+    Forecast,
+    JobForecast,
+    JobRuns,
+    JobStatus,
+    RevisionView,
+    RunEnded,
+    StateView,
+    Status,
+    StoreView,
+)
 
 __all__ = [
     "FAILURES",
     "MISSED_REASONS",
     "RUN_OUTCOMES",
     "SPAWN_FAILED_RETURNCODE",
+    "AppliedConfig",
     "ClusterGate",
+    "ClusterMember",
+    "ClusterView",
+    "Election",
+    "EventData",
     "FinishedRun",
+    "FireBand",
+    "Forecast",
     "History",
+    "JobForecast",
+    "JobRuns",
+    "JobStatus",
     "Launch",
     "LaunchGuard",
     "LaunchKind",
@@ -64,18 +92,22 @@ __all__ = [
     "Moment",
     "ReportListener",
     "Restorable",
+    "RevisionView",
     "Run",
+    "RunEnded",
     "RunListener",
     "RunOutcome",
     "RunResult",
     "RunStart",
     "Section",
     "StateHooks",
+    "StateView",
+    "Status",
+    "StoreView",
     "WallClock",
     "report_moments",
     "run_id",
     "run_outcome",
-    "running_json",
     "tail_text",
     "utc_text",
 ]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 SPAWN_FAILED_RETURNCODE = 127
 """Return code of a run whose command could not be started (as a shell reports it)."""
@@ -202,79 +202,3 @@ class FinishedRun:
     @property
     def failed(self) -> bool:
         return self.outcome in FAILURES
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            **_start_json(self.start),
-            "outcome": self.outcome,
-            "exitCode": self.exit_code,
-            "finishedAt": utc_text(self.finished_at),
-            "duration": round(self.duration, 6),
-            "failReason": self.fail_reason,
-            "stdout": self.stdout,
-            "stderr": self.stderr,
-            "stdoutDropped": self.stdout_dropped,
-            "stderrDropped": self.stderr_dropped,
-            "cpuSeconds": None if self.cpu_seconds is None else round(self.cpu_seconds, 6),
-            "maxRss": self.max_rss,
-        }
-
-    @classmethod
-    def from_json(cls, data: object) -> FinishedRun | None:
-        """The record :meth:`as_json` wrote; None for anything else (durable state)."""
-        if not isinstance(data, dict):
-            return None
-        try:
-            start = RunStart(
-                id=str(data["id"]),
-                job=str(data["job"]),
-                scheduled_time=_parse_utc(data["scheduledTime"]),
-                attempt=int(data["attempt"]),
-                started_at=_parse_utc(data["startedAt"]),
-                pid=None if data.get("pid") is None else int(data["pid"]),
-                manual=bool(data.get("manual", False)),
-            )
-            outcome = data["outcome"]
-            if outcome not in RUN_OUTCOMES:
-                return None
-            return cls(
-                start=start,
-                outcome=outcome,
-                exit_code=None if data.get("exitCode") is None else int(data["exitCode"]),
-                finished_at=_parse_utc(data["finishedAt"]),
-                duration=float(data["duration"]),
-                fail_reason=None if data.get("failReason") is None else str(data["failReason"]),
-                stdout=None if data.get("stdout") is None else str(data["stdout"]),
-                stderr=None if data.get("stderr") is None else str(data["stderr"]),
-                stdout_dropped=int(data.get("stdoutDropped", 0)),
-                stderr_dropped=int(data.get("stderrDropped", 0)),
-                cpu_seconds=None if data.get("cpuSeconds") is None else float(data["cpuSeconds"]),
-                max_rss=None if data.get("maxRss") is None else int(data["maxRss"]),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-
-
-def _parse_utc(text: object) -> datetime:
-    if not isinstance(text, str):
-        raise TypeError("not a time")
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if moment.tzinfo is None:
-        raise ValueError("a time without a zone")
-    return moment.astimezone(UTC)
-
-
-def _start_json(start: RunStart) -> dict[str, Any]:
-    return {
-        "id": start.id,
-        "job": start.job,
-        "scheduledTime": utc_text(start.scheduled_time),
-        "attempt": start.attempt,
-        "startedAt": utc_text(start.started_at),
-        "pid": start.pid,
-        "manual": start.manual,
-    }
-
-
-def running_json(start: RunStart) -> dict[str, Any]:
-    return _start_json(start)

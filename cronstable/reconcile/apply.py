@@ -27,6 +27,7 @@ from cronstable.config import ConfigError, DesiredState, Limits, LoadCache, Prob
 from cronstable.config.crontab import is_crontab_name
 from cronstable.logs import LogOverrides
 from cronstable.metrics import DaemonMetrics
+from cronstable.ports import RevisionView
 from cronstable.reconcile.plan import Plan, plan
 from cronstable.snapshot import Snapshot
 
@@ -57,6 +58,17 @@ class RevisionRecord:
     job_set_id: str | None = None
     summary: dict[str, Any] | None = None
     errors: tuple[str, ...] = ()
+
+    def view(self) -> RevisionView:
+        """This attempt as the daemon shows it (``/status``, the live events)."""
+        return RevisionView(
+            self.revision,
+            self.source,
+            self.time,
+            self.job_set_id,
+            rejected=self.outcome == "rejected",
+            errors=self.errors,
+        )
 
 
 @dataclass(slots=True)

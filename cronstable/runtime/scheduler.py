@@ -43,6 +43,11 @@
 
 Time comes from an injected :class:`~cronstable.runtime.clock.Clock` and runs
 from an injected spawner, so the semantics are tested in milliseconds.
+
+Two jobs stay in this module, on purpose: the schedule (heap, table swap, loop)
+and the life of each run it starts (launch, gate and guards, watch, tell).  Both
+own the same records (a job's slot holds its next fire *and* its runs going), and
+every swap, fire and stop touches both at once.
 """
 
 from __future__ import annotations
@@ -385,28 +390,6 @@ class Scheduler:
             if reason is None:
                 self._fire(slot, now)
 
-    # ------------------------------------------------------------ after a restart
-
-    def resume(self, name: str, last_fire: datetime) -> bool:
-        """See :meth:`cronstable.runtime.restore.Restore.resume`."""
-        return self._restore.resume(name, last_fire)
-
-    def rearm_retry(self, name: str, count: int, delay: float, scheduled: datetime) -> bool:
-        """See :meth:`cronstable.runtime.restore.Restore.rearm_retry`."""
-        return self._restore.rearm_retry(name, count, delay, scheduled)
-
-    def adopt(
-        self,
-        name: str,
-        pid: int,
-        start_ticks: int,
-        scheduled: datetime,
-        attempt: int,
-        started_at: datetime,
-    ) -> bool:
-        """See :meth:`cronstable.runtime.restore.Restore.adopt`."""
-        return self._restore.adopt(name, pid, start_ticks, scheduled, attempt, started_at)
-
     def _stepped_back(self, now: datetime, step: float) -> None:
         """Re-plan after the wall clock stepped back ``step`` seconds (Vixie cron's rule)."""
         every = step >= BIG_STEP
@@ -531,6 +514,28 @@ class Scheduler:
             cursor = self._next(job, cursor)
         # every fire before the on-time window has been handled (run or missed)
         self.plan(slot, max(slot.cursor, on_time - timedelta(microseconds=1)))
+
+    # ------------------------------------------------------------ after a restart
+
+    def resume(self, name: str, last_fire: datetime) -> bool:
+        """See :meth:`cronstable.runtime.restore.Restore.resume`."""
+        return self._restore.resume(name, last_fire)
+
+    def rearm_retry(self, name: str, count: int, delay: float, scheduled: datetime) -> bool:
+        """See :meth:`cronstable.runtime.restore.Restore.rearm_retry`."""
+        return self._restore.rearm_retry(name, count, delay, scheduled)
+
+    def adopt(
+        self,
+        name: str,
+        pid: int,
+        start_ticks: int,
+        scheduled: datetime,
+        attempt: int,
+        started_at: datetime,
+    ) -> bool:
+        """See :meth:`cronstable.runtime.restore.Restore.adopt`."""
+        return self._restore.adopt(name, pid, start_ticks, scheduled, attempt, started_at)
 
     # ------------------------------------------------------------ runs
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -64,11 +63,13 @@ from cronstable.ports import (
     RunOutcome,
     RunResult,
     RunStart,
+    StateView,
     tail_text,
     utc_text,
 )
 from cronstable.redact import redact
 from cronstable.state.base import Record, StateError, StateStore, key, node_key
+from cronstable.state.records import history_record, history_runs
 from cronstable.state.writer import Writer
 
 logger = logging.getLogger(__name__)
@@ -214,20 +215,19 @@ class StateKeeper:
         if store is not None:
             await store.close()
 
-    def view(self) -> dict[str, Any]:
-        """What ``/status`` shows of durable state."""
+    def view(self) -> StateView | None:
+        """What ``/status`` shows of durable state; None while none is kept."""
         if self.store is None:
-            return {"enabled": False}
-        return {
-            "enabled": True,
-            "backend": self.store.backend,
-            "node": self.node,
-            "onStoreUnavailable": self.policy,
-            "connecting": self.waiting,
-            "available": self.available,
-            "lastError": self.last_error,
-            "queued": self.writer.queued() if self.writer is not None else 0,
-        }
+            return None
+        return StateView(
+            backend=self.store.backend,
+            node=self.node,
+            on_store_unavailable=self.policy,
+            connecting=self.waiting,
+            available=self.available,
+            last_error=self.last_error,
+            queued=self.writer.queued() if self.writer is not None else 0,
+        )
 
     def _key(self, *rest: str) -> str:
         return node_key(self.node, *rest)
@@ -460,12 +460,10 @@ class StateKeeper:
     def _flush_history(self) -> None:
         dirty, self._dirty_history = self._dirty_history, set()
         for job in sorted(dirty):
-            runs = [_capped(run).as_json() for run in self.history.finished(job)]
-            # whole runs, newest kept, within HISTORY_RECORD bytes (etcd refuses a request
-            # over 1.5 MiB; escaped output can grow past the per-stream cap)
-            while len(runs) > 1 and len(json.dumps(runs)) > HISTORY_RECORD:
-                runs.pop(0)
-            self._submit(self._key("history", job), {"job": job, "runs": runs})
+            runs = [_capped(run) for run in self.history.finished(job)]
+            # within HISTORY_RECORD bytes (etcd refuses a request over 1.5 MiB; escaped
+            # output can grow past the per-stream cap)
+            self._submit(self._key("history", job), history_record(job, runs, HISTORY_RECORD))
 
     # ------------------------------------------------------------ the restore
 
@@ -494,10 +492,10 @@ class StateKeeper:
                 self._restore_retry(full, record, now, booted)
 
     def _restore_history(self, record: Record | None) -> None:
-        if record is None or not isinstance(record.get("runs"), list):
+        read = history_runs(record) if record is not None else None
+        if read is None:
             return
-        job = str(record.get("job"))
-        runs = [run for item in record["runs"] if (run := FinishedRun.from_json(item)) is not None]
+        job, runs = read
         if self.scheduler.job(job) is not None and runs:
             late = bool(self.history.finished(job))
             self.history.restore(job, runs)
