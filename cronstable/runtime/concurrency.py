@@ -36,18 +36,24 @@ class Admission:
     still dying (an Allow run starts at once)."""
 
 
+FREE = Admission(0)
+"""The answer when no run of the job is going: start at once."""
+
+
 def admit(slot: JobSlot) -> Admission:
     """Whether a new run of ``slot``'s job may start now; under Replace, the runs going
     are told to stop first."""
+    if not slot.running:
+        return FREE  # the common case, on every fire: nothing to look at
     active = slot.active()
     if not active:
-        return Admission(0)
+        return FREE
     policy = slot.job.config.concurrency_policy
     if policy == "Forbid":
         return Admission(len(active), forbidden=True)
     if policy == "Replace":
         return Admission(len(active), replaced=len(active), waits=replace(slot, active))
-    return Admission(len(active))
+    return Admission(len(active))  # Allow
 
 
 def replace(

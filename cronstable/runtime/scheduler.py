@@ -609,7 +609,8 @@ class Scheduler:
     def admit(self, slot: JobSlot) -> Admission:
         """concurrencyPolicy's answer for a new run of ``slot``'s job (counted)."""
         room = concurrency.admit(slot)
-        self.stats.replaced += room.replaced
+        if room.replaced:
+            self.stats.replaced += room.replaced
         return room
 
     def launch(
@@ -641,12 +642,9 @@ class Scheduler:
         self, slot: JobSlot, inst: LiveRun, waits: tuple[asyncio.Future[None], ...]
     ) -> None:
         name = slot.job.name
-        fields = {
-            "job": name,
-            "scheduled_time": inst.scheduled_time.isoformat(),
-            "attempt": inst.attempt,
-        }
         launch = inst.launch
+        scheduled, attempt = launch.scheduled, launch.attempt
+        fields = {"job": name, "scheduled_time": scheduled.isoformat(), "attempt": attempt}
         admitted: list[LaunchGuard] = []
         try:
             if waits:
@@ -662,25 +660,25 @@ class Scheduler:
                         self._refused(launch, refused)
                         return
                     admitted.append(guard)
-                if inst.replaced or inst.cancelled or (self._stopping and not inst.manual):
+                if inst.replaced or inst.cancelled or (self._stopping and launch.kind != "manual"):
                     return  # stopped while the guards were asked
             await inst.run.start()
             start = RunStart(
                 id=launch.id,
                 job=name,
-                scheduled_time=inst.scheduled_time,
-                attempt=inst.attempt,
+                scheduled_time=scheduled,
+                attempt=attempt,
                 started_at=inst.adopted or self.clock.now(),
                 pid=inst.run.pid,
-                manual=inst.manual,
+                manual=launch.kind == "manual",
             )
             self._tell("run_started", start)
             logger.info(
                 "Job %s %s: scheduled %s, attempt %d, pid %s",
                 name,
                 "adopted (it outlived the previous daemon)" if inst.adopted else "started",
-                inst.scheduled_time.isoformat(),
-                inst.attempt,
+                scheduled.isoformat(),
+                attempt,
                 inst.run.pid,
                 extra=fields | {"pid": inst.run.pid},
             )
@@ -714,8 +712,8 @@ class Scheduler:
             f" ({result.fail_reason})" if outcome in FAILURES else "",
             result.returncode,
             result.duration,
-            inst.scheduled_time.isoformat(),
-            inst.attempt,
+            scheduled.isoformat(),
+            attempt,
             extra=fields
             | {
                 "outcome": outcome,
