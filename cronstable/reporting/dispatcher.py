@@ -75,16 +75,16 @@ class ReportDispatcher:
     def affected(self, plan: Plan) -> bool:
         return True
 
-    async def prepare(self, desired: DesiredState) -> Any:
-        return None
+    async def prepare(self, desired: DesiredState) -> None:
+        return None  # nothing to build: commit reads the revision's job set
 
-    def commit(self, prepared: Any, desired: DesiredState) -> None:
+    def commit(self, prepared: None, desired: DesiredState) -> None:
         self.job_set_id = desired.job_set_id
         gone = [key for key in self._windows if key[0] not in desired.jobs]
         for key in gone:
             del self._windows[key]
 
-    async def discard(self, prepared: Any) -> None:
+    async def discard(self, prepared: None) -> None:
         return None
 
     async def close(self) -> None:
