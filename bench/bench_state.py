@@ -32,9 +32,10 @@ sys.path.insert(0, str(ROOT))
 from etcd_server import EtcdServer  # noqa: E402
 
 from cronstable.config import MemoryTree, load  # noqa: E402
+from cronstable.ports import Launch, utc_text  # noqa: E402
 from cronstable.runtime.clock import ManualClock  # noqa: E402
-from cronstable.runtime.runs import RunHistory, utc_text  # noqa: E402
-from cronstable.runtime.scheduler import Launch, Scheduler  # noqa: E402
+from cronstable.runtime.history import RunHistory  # noqa: E402
+from cronstable.runtime.scheduler import Scheduler  # noqa: E402
 from cronstable.state.base import StateStore, node_key  # noqa: E402
 from cronstable.state.etcd import EtcdStore  # noqa: E402
 from cronstable.state.filesystem import FilesystemStore  # noqa: E402

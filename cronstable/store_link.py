@@ -32,6 +32,7 @@ from typing import Any, Generic, Literal, TypeVar
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cronstable.ports import StoreView
 from cronstable.redact import redact
 from cronstable.store_errors import Fault, fault_of
 
@@ -58,10 +59,6 @@ def retry_cap(lease_ttl: float | None) -> float:
 def describe(exc: BaseException) -> str:
     """A store error in words, redacted."""
     return redact(str(exc) or "no answer in time")
-
-
-def utc(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 class StoreLink(Generic[T]):
@@ -145,21 +142,21 @@ class StoreLink(Generic[T]):
         """Seconds the section has waited for its store; 0 once it answered."""
         return self._monotonic() - self._since if self.connecting else 0.0
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> StoreView:
         """What ``/status`` shows of this store."""
         next_in = None
         if self.connecting and self._next_at is not None:
-            next_in = round(max(0.0, self._next_at - self._monotonic()), 3)
-        return {
-            "backend": self.backend,
-            "state": self.state,
-            "since": utc(self.since),
-            "unreachableFor": round(self.unreachable_for(), 3),
-            "attempts": self.attempts,
-            "lastError": self.last_error,
-            "fault": self.fault,
-            "nextAttemptIn": next_in,
-        }
+            next_in = max(0.0, self._next_at - self._monotonic())
+        return StoreView(
+            backend=self.backend,
+            state=self.state,
+            since=self.since,
+            unreachable_for=self.unreachable_for(),
+            attempts=self.attempts,
+            last_error=self.last_error,
+            fault=self.fault,
+            next_attempt_in=next_in,
+        )
 
     # ------------------------------------------------------------ the task
 
@@ -267,7 +264,7 @@ class StoreLinks:
             if link is not None:
                 yield name, link
 
-    def view(self) -> dict[str, dict[str, Any]]:
+    def view(self) -> dict[str, StoreView]:
         """What ``/status`` shows: every store in use, by name."""
         return {name: link.view() for name, link in self.current()}
 

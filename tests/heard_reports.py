@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cronstable.config.desired import Job
-from cronstable.runtime.runs import FinishedRun, MissedFire, Moment
+from cronstable.ports import FinishedRun, MissedFire, Moment
 
 
 class HeardReports:

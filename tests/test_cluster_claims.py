@@ -22,7 +22,7 @@ from cronstable.cluster.factory import make_slots
 from cronstable.config import MemoryTree, load
 from cronstable.config.desired import Job
 from cronstable.config.models import ClusterConfig
-from cronstable.runtime.scheduler import Launch, LaunchKind
+from cronstable.ports import Launch, LaunchKind
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio]
 

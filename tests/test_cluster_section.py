@@ -17,6 +17,7 @@ from cronstable.cluster.section import ClusterSection
 from cronstable.config import ConfigError, DesiredState, MemoryTree, load
 from cronstable.etcd import EtcdClient
 from cronstable.store_link import StoreLinks
+from cronstable.web import encode
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio]
 
@@ -42,7 +43,7 @@ async def test_without_a_cluster_section_every_policy_runs() -> None:
     state = desired(JOBS)
     await apply(section, state)
     assert [section.allows(job) for job in state.jobs.values()] == [None, None, None]
-    assert section.view() == {"enabled": False, "node": "n1"}
+    assert encode.cluster(section.view()) == {"enabled": False, "node": "n1"}
 
 
 async def test_elect_leader_false_runs_every_policy(tmp_path: Path) -> None:
@@ -71,7 +72,7 @@ async def test_an_etcd_cluster_leads_then_releases(
     assert section.allows(lead) == "leadership_unknown"
     assert section.allows(prefer) is None and section.allows(every) is None
     await until(lambda: section.allows(lead) is None)
-    view = section.view()
+    view = encode.cluster(section.view())
     assert (view["role"], view["leader"], view["known"]) == ("leader", "n1", True)
     assert view["members"] == [
         {
@@ -132,10 +133,10 @@ async def test_a_store_that_does_not_answer_is_waited_for_then_joined_without_a_
     # meanwhile: Leader waits, PreferLeader follows its no-leader rule (runs), EveryNode runs
     assert section.allows(lead) == "leadership_unknown"
     assert section.allows(prefer) is None and section.allows(every) is None
-    view = section.view()
+    view = encode.cluster(section.view())
     assert (view["role"], view["store"]["state"]) == ("unknown", "connecting")
     assert f"the {backend} store has not answered since" in view["unknownReason"]
-    assert links.view()["cluster"]["state"] == "connecting"
+    assert encode.stores(links.view())["cluster"]["state"] == "connecting"
     metrics = generate_latest(registry).decode()
     assert 'cronstable_store_unreachable{store="cluster"} 1.0' in metrics
     # a revision that changes a job only keeps waiting on the same link
@@ -149,8 +150,8 @@ async def test_a_store_that_does_not_answer_is_waited_for_then_joined_without_a_
     assert section.link is waiting and len(link_tasks()) == 1
     back()
     await until(lambda: section.allows(lead) is None, timeout=15)
-    assert not section.link.connecting and section.view()["role"] == "leader"
-    assert section.view()["members"][0]["jobSetId"] == more.job_set_id
+    assert not section.link.connecting and encode.cluster(section.view())["role"] == "leader"
+    assert encode.cluster(section.view())["members"][0]["jobSetId"] == more.job_set_id
     assert 'cronstable_store_unreachable{store="cluster"} 0.0' in generate_latest(registry).decode()
     await section.close()
     assert link_tasks() == []

@@ -22,7 +22,7 @@ from cronstable.config import DesiredState, MemoryTree, load
 from cronstable.daemon.build import NodeFacts, build_daemon
 from cronstable.etcd import EtcdClient, EtcdError, EtcdPools
 from cronstable.runtime.clock import ManualClock
-from cronstable.runtime.runs import RunHistory
+from cronstable.runtime.history import RunHistory
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.sources.factory import open_source
 from cronstable.state.keeper import StateKeeper

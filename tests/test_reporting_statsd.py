@@ -19,9 +19,9 @@ import pytest_asyncio
 import yaml
 
 from cronstable.config import Job, MemoryTree, load
+from cronstable.ports import RunResult, RunStart
 from cronstable.reporting.statsd import ENDPOINT_LIFETIME, StatsdListener
-from cronstable.runtime.process import JobProcess, RunResult
-from cronstable.runtime.runs import RunStart
+from cronstable.runtime.process import JobProcess
 
 pytestmark = pytest.mark.timeout(30)
 async_test = pytest.mark.asyncio

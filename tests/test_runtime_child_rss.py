@@ -35,10 +35,11 @@ import yaml
 from daemon_proc import DaemonProcess, http, wait_for, write_config
 
 from cronstable.config import Job, MemoryTree, load
+from cronstable.ports import RunResult
 from cronstable.runtime import exec_shim
 from cronstable.runtime.child import spawn
 from cronstable.runtime.identity import Identity
-from cronstable.runtime.process import JobProcess, RunResult
+from cronstable.runtime.process import JobProcess
 
 pytestmark = pytest.mark.timeout(60)
 async_test = pytest.mark.asyncio

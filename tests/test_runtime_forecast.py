@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from cronstable.runtime import forecast as forecast_module
 from cronstable.runtime.forecast import MAX_FIRES, forecast
 from cronstable.schedule import parse_schedule
+from cronstable.web import encode
+
+
+def window(*args: Any) -> dict[str, Any]:
+    """The forecast as ``GET /jobs/{name}/next`` answers it."""
+    return encode.forecast(forecast(*args))
+
 
 START = datetime(2026, 3, 7, 12, 0, 30, tzinfo=UTC)
 
 
 def test_a_sparse_schedule_lists_every_fire_in_the_window() -> None:
-    answer = forecast(parse_schedule("0 */6 * * *"), UTC, START, 24)
+    answer = window(parse_schedule("0 */6 * * *"), UTC, START, 24)
     assert answer == {
         "from": "2026-03-07T12:00:30Z",
         "until": "2026-03-08T12:00:30Z",
@@ -30,13 +38,13 @@ def test_a_sparse_schedule_lists_every_fire_in_the_window() -> None:
 
 def test_fires_are_utc_instants_across_a_dst_change() -> None:
     # 02:30 does not exist in New York on 2026-03-08: the slot fires at 03:00 EDT
-    answer = forecast(parse_schedule("30 2 * * *"), ZoneInfo("America/New_York"), START, 48)
+    answer = window(parse_schedule("30 2 * * *"), ZoneInfo("America/New_York"), START, 48)
     assert answer["fires"] == ["2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"]
 
 
 def test_more_than_500_fires_become_bands() -> None:
     # every minute from 09:00 to 10:59 (120 fires a day): 840 in a week
-    answer = forecast(parse_schedule("* 9-10 * * *"), UTC, START, 24 * 7)
+    answer = window(parse_schedule("* 9-10 * * *"), UTC, START, 24 * 7)
     assert answer["fires"] is None and answer["complete"] is True
     bands = answer["bands"]
     assert len(bands) == 7
@@ -49,12 +57,12 @@ def test_more_than_500_fires_become_bands() -> None:
 
 
 def test_exactly_500_fires_are_still_listed() -> None:
-    answer = forecast(parse_schedule("* * * * *"), UTC, START, 500 / 60)
+    answer = window(parse_schedule("* * * * *"), UTC, START, 500 / 60)
     assert len(answer["fires"]) == MAX_FIRES and answer["bands"] is None
 
 
 def test_a_walk_cut_short_says_so_and_reaches_the_window_end() -> None:
-    answer = forecast(parse_schedule("* * * * * * *"), UTC, START, 24)  # every second
+    answer = window(parse_schedule("* * * * * * *"), UTC, START, 24)  # every second
     assert answer["complete"] is False
     [band] = answer["bands"]
     assert band["start"] == "2026-03-07T12:00:31Z"

@@ -14,11 +14,13 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from cronstable.config import ConfigError, Job, MemoryTree, load
+from cronstable.ports import RunResult, RunStart
 from cronstable.runtime.clock import SystemClock
-from cronstable.runtime.process import JobProcess, RunResult
+from cronstable.runtime.history import RunHistory
+from cronstable.runtime.process import JobProcess
 from cronstable.runtime.run_metrics import RunMetrics
-from cronstable.runtime.runs import RunHistory, RunStart
 from cronstable.runtime.scheduler import Scheduler
+from cronstable.web.encode import finished_run
 
 pytestmark = pytest.mark.timeout(30)
 async_test = pytest.mark.asyncio
@@ -172,7 +174,7 @@ async def test_history_and_metrics_carry_the_usage(tmp_path: Path) -> None:
     history = RunHistory()
     history.run_started(start)
     history.run_finished(start, result, "succeeded")
-    shown = history.finished("hog")[-1].as_json()
+    shown = finished_run(history.finished("hog")[-1])
     assert shown["maxRss"] == result.max_rss >= 200 * MiB
     assert shown["cpuSeconds"] >= 0.3
 

@@ -20,8 +20,9 @@ import yaml
 from daemon_proc import until
 
 from cronstable.config import Job, MemoryTree, load
+from cronstable.ports import RunResult
 from cronstable.runtime.output import OutputMirror
-from cronstable.runtime.process import JobProcess, RunResult
+from cronstable.runtime.process import JobProcess
 
 pytestmark = pytest.mark.timeout(15)
 

@@ -13,10 +13,11 @@ from heard_reports import HeardReports
 
 from cronstable.config import MemoryTree, load
 from cronstable.metrics import DaemonMetrics
+from cronstable.ports import run_id
 from cronstable.runtime.clock import SystemClock
 from cronstable.runtime.daemon import ProcessSpawner
+from cronstable.runtime.history import OUTPUT_TAIL, RunHistory
 from cronstable.runtime.run_metrics import RunMetrics
-from cronstable.runtime.runs import OUTPUT_TAIL, RunHistory, run_id
 from cronstable.runtime.scheduler import Scheduler, StartRefused
 
 JOBS = """\

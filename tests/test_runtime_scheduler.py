@@ -20,9 +20,8 @@ from heard_reports import HeardReports
 
 from cronstable.config import DesiredState, MemoryTree, load
 from cronstable.config.desired import Job
+from cronstable.ports import Moment, RunResult
 from cronstable.runtime.clock import ManualClock
-from cronstable.runtime.process import RunResult
-from cronstable.runtime.runs import Moment
 from cronstable.runtime.scheduler import Scheduler
 
 T0 = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)

@@ -24,7 +24,7 @@ from backends import StateBackend
 from daemon_proc import DaemonProcess, wait_for
 from etcd_server import EtcdServer
 
-from cronstable.runtime.runs import run_id
+from cronstable.ports import run_id
 from cronstable.state.base import node_key
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]

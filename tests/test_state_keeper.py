@@ -22,12 +22,13 @@ from test_runtime_scheduler import StandInRun
 from cronstable.config import MemoryTree, load
 from cronstable.config.desired import Job
 from cronstable.runtime.clock import ManualClock
-from cronstable.runtime.runs import RunHistory
+from cronstable.runtime.history import RunHistory
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.state.base import node_key
 from cronstable.state.filesystem import FilesystemStore
 from cronstable.state.keeper import HISTORY_OUTPUT, StateKeeper
 from cronstable.state.writer import Writer
+from cronstable.web import encode
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.asyncio]
 
@@ -446,8 +447,8 @@ async def test_a_store_that_answers_late_restores_but_what_ran_meanwhile_wins(
     second: Life = await life(
         table, T0 + timedelta(hours=1, minutes=20, seconds=30), {"b": (1.0, 1)}, waiting=True
     )
-    assert second.keeper.view()["connecting"] is True
-    assert second.keeper.view()["available"] is False
+    assert encode.state(second.keeper.view())["connecting"] is True
+    assert encode.state(second.keeper.view())["available"] is False
     second.scheduler.start_now("a", second.clock.now())  # a runs here (and succeeds)
     await second.advance(280, step=10)  # 13:25 v fires here; nothing is written yet
     assert [s for s, _, _ in second.scheduled("v")] == [T0 + timedelta(hours=1, minutes=25)]
@@ -471,7 +472,7 @@ async def test_a_store_that_answers_late_restores_but_what_ran_meanwhile_wins(
     )
     assert (await record(tmp_path, "fires", "v"))["fire"] == "2026-06-01T13:25:00Z"  # type: ignore[index]
     assert (await record(tmp_path, "fires", "t"))["fire"] == "2026-06-01T13:20:00Z"  # type: ignore[index]
-    assert second.keeper.view()["connecting"] is False
+    assert encode.state(second.keeper.view())["connecting"] is False
 
 
 @pytest.mark.parametrize("policy", ["degrade", "fail-closed"])

@@ -14,13 +14,15 @@ from daemon_proc import until
 from etcd_server import EtcdServer
 
 from cronstable.config import ConfigError, DesiredState, MemoryTree, load
+from cronstable.ports import utc_text
 from cronstable.runtime.clock import ManualClock
-from cronstable.runtime.runs import RunHistory, utc_text
+from cronstable.runtime.history import RunHistory
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.state.base import node_key
 from cronstable.state.etcd import EtcdStore
 from cronstable.state.keeper import StateKeeper
 from cronstable.state.section import StateSection
+from cronstable.web import encode
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio]
 
@@ -66,7 +68,7 @@ async def test_a_state_store_down_at_start_is_waited_for_and_restored_when_it_an
     section = StateSection(keeper, tmp_path / "state")
     section.commit(await section.prepare(revision), revision)  # applied, not rejected
     assert section.link is not None and section.link.connecting
-    view = keeper.view()
+    view = encode.state(keeper.view())
     assert (view["connecting"], view["available"], view["onStoreUnavailable"]) == (
         True,
         False,

@@ -15,6 +15,8 @@ import pytest_asyncio
 from raw_http import Connection, exchange
 from web_stack import Stack
 
+from cronstable.web import encode
+
 pytestmark = pytest.mark.timeout(60)
 
 SECRET = "hook-secret"
@@ -156,9 +158,9 @@ async def test_a_body_trickled_past_body_timeout_gets_408_and_the_connection_clo
     finally:
         await connection.close()
     # the route never ran: the job was not started
-    status = stack.daemon.control.status()
+    status = encode.status(stack.daemon.control.status())
     assert [job["lastRun"] for job in status["jobs"]] == [None]
-    assert not stack.daemon.control.runs("a")
+    assert not encode.job_runs(stack.daemon.control.runs("a"))
 
 
 @pytest.mark.asyncio

@@ -34,11 +34,11 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Literal, Protocol, TypeVar
+from typing import Literal, TypeVar
 
 from cronstable.cluster.slots import Claim, Holder, SlotError, SlotStore
 from cronstable.config import Job
+from cronstable.ports import Launch
 from cronstable.redact import redact
 from cronstable.tasks import TaskSet
 
@@ -47,22 +47,6 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 OnUnavailable = Literal["degrade", "fail-closed"]
-
-
-class SlotLaunch(Protocol):
-    """A run about to start (the scheduler's ``Launch``, as far as slots care)."""
-
-    @property
-    def job(self) -> Job: ...
-
-    @property
-    def scheduled(self) -> datetime: ...
-
-    @property
-    def kind(self) -> str: ...
-
-    @property
-    def id(self) -> str: ...
 
 
 @dataclass(slots=True)
@@ -186,7 +170,7 @@ class SlotGuard:
 
     # ------------------------------------------------------------ LaunchGuard
 
-    async def admit(self, launch: SlotLaunch) -> str | None:
+    async def admit(self, launch: Launch) -> str | None:
         store = self.store
         if store is None or not uses_slot(launch.job):
             return None
@@ -197,12 +181,12 @@ class SlotGuard:
             reason = self._failed(store, exc)
             return self._unavailable(launch, reason)
 
-    def _count(self, launch: SlotLaunch) -> None:
+    def _count(self, launch: Launch) -> None:
         name = launch.job.name
         self._runs[name] = self._runs.get(name, 0) + 1
         self._admitted[launch.id] = self._admitted.get(launch.id, 0) + 1
 
-    async def _admit(self, store: SlotStore, launch: SlotLaunch) -> str | None:
+    async def _admit(self, store: SlotStore, launch: Launch) -> str | None:
         job = launch.job
         name = job.name
         deadline: float | None = None
@@ -262,7 +246,7 @@ class SlotGuard:
                 return "slot_not_freed"
             await asyncio.sleep(min(max(0.1, store.ttl / 8), deadline - now))
 
-    def _unavailable(self, launch: SlotLaunch, reason: str) -> str | None:
+    def _unavailable(self, launch: Launch, reason: str) -> str | None:
         if self.on_unavailable() == "fail-closed":
             return "slot_unavailable"
         name = launch.job.name
@@ -278,7 +262,7 @@ class SlotGuard:
         self._count(launch)
         return None
 
-    def release(self, launch: SlotLaunch) -> None:
+    def release(self, launch: Launch) -> None:
         admitted = self._admitted.get(launch.id, 0)
         if not admitted:
             return  # not one this guard counted (no slot needed, or refused)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -36,11 +35,12 @@ from prometheus_client.registry import Collector
 from cronstable.cluster.base import Leadership, LeadershipError, LeadershipStats
 from cronstable.cluster.factory import make_leadership
 from cronstable.cluster.gate import Seen, refusal
-from cronstable.cluster.hashing import owner
+from cronstable.cluster.view import cluster_view
 from cronstable.config import DesiredState, Job
 from cronstable.config.models import ClusterConfig
 from cronstable.errors import KeyPath
 from cronstable.etcd import EtcdError, EtcdPools, login_from_environment
+from cronstable.ports import ClusterView
 from cronstable.reconcile.backend_section import BackendSection, Reach, Retire
 from cronstable.store_link import StoreLink, retry_cap
 
@@ -60,7 +60,7 @@ def store_key(config: ClusterConfig) -> KeyPath:
 
 
 class ClusterSection(BackendSection[ClusterConfig, Leadership, None]):
-    """The cluster section and the :class:`~cronstable.runtime.scheduler.ClusterGate`.
+    """The cluster section and the :class:`~cronstable.ports.ClusterGate`.
 
     ``pools``: the daemon's connections to etcd (shared with the slots and the state
     store); ``on_change``: called when what this node sees of the leadership changed
@@ -217,57 +217,9 @@ class ClusterSection(BackendSection[ClusterConfig, Leadership, None]):
 
     # ------------------------------------------------------------ visibility
 
-    def view(self, jobs: Iterator[Job] | None = None) -> dict[str, Any]:
-        """What ``GET /cluster`` shows."""
-        config = self.config
-        if config is None or not config.elect_leader:
-            return {"enabled": False, "node": self.node_name}
-        lead = self.leadership
-        seen = self.seen()
-        members = lead.members() if lead is not None else ()
-        mine = next((m.job_set_id for m in members if m.name == self.node_name), None)
-        data: dict[str, Any] = {
-            "enabled": True,
-            "node": self.node_name,
-            "backend": config.backend,
-            "distribution": config.distribution,
-            "leaseTtl": config.lease_ttl,
-            "known": seen.known,
-            "role": "unknown" if not seen.known else "leader" if seen.is_leader else "follower",
-            "leader": seen.leader,
-            "fence": lead.fence() if lead is not None else None,
-            "leaseValidFor": lead.lease_valid_for() if lead is not None else None,
-            "unknownReason": self._unknown_reason(lead),
-            "nodeNameConflict": seen.conflict,
-            "members": [
-                {
-                    "name": m.name,
-                    "instance": m.instance,
-                    "jobSetId": m.job_set_id,
-                    "sameJobSet": mine is None or m.job_set_id == mine,
-                }
-                for m in members
-            ],
-        }
-        if self.link is not None:
-            data["store"] = self.link.view()
-        if config.distribution == "spread" and jobs is not None and seen.known:
-            data["ownedJobs"] = sorted(
-                job.name
-                for job in jobs
-                if job.config.cluster_policy != "EveryNode"
-                and owner(job.name, seen.members) == self.node_name
-            )
-        return data
-
-    def _unknown_reason(self, lead: Leadership | None) -> str | None:
-        link = self.link
-        if link is not None and link.connecting:
-            return (
-                f"the {link.backend} store has not answered since {link.view()['since']}: "
-                f"{link.last_error}"
-            )
-        return lead.unknown_reason() if lead is not None else "not started"
+    def view(self, jobs: Iterator[Job] | None = None) -> ClusterView:
+        """What ``GET /cluster`` shows (:func:`cronstable.cluster.view.cluster_view`)."""
+        return cluster_view(self, jobs)
 
 
 class _ClusterCollector(Collector):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cronstable.cluster.claims import SlotGuard
 from cronstable.cluster.section import ClusterSection
@@ -33,9 +34,9 @@ from cronstable.runtime.clock import Clock, SystemClock
 from cronstable.runtime.control import DaemonControl, RunRecordsSection
 from cronstable.runtime.daemon import Closer, Daemon, JobsSection, ProcessSpawner, request_reload
 from cronstable.runtime.events import EventHub
+from cronstable.runtime.history import RunHistory
 from cronstable.runtime.output import OutputMirror
 from cronstable.runtime.run_metrics import RunMetrics
-from cronstable.runtime.runs import RunHistory
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.sources.base import Source
 from cronstable.state.keeper import StateKeeper
@@ -139,7 +140,7 @@ def build_daemon(source: Source, node: NodeFacts, *, clock: Clock | None = None)
     web = WebSection(control, registry)
     # The sections, in the order each revision prepares and then commits them; the
     # first that cannot be prepared rejects the revision and the later ones are not.
-    sections: list[Section] = [
+    sections: list[Section[Any]] = [
         # first: the job table every later commit meets (the state restore resumes and
         # re-arms the jobs of this revision)
         JobsSection(scheduler, spawner),

@@ -21,40 +21,30 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from cronstable import logconfig
+from cronstable import logconfig, ports
 from cronstable.config import ConfigError, DesiredState, Limits, LoadCache, Problem, load_snapshot
 from cronstable.config.crontab import is_crontab_name
 from cronstable.logs import LogOverrides
 from cronstable.metrics import DaemonMetrics
+from cronstable.ports import RevisionView
 from cronstable.reconcile.plan import Plan, plan
 from cronstable.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 
+P = TypeVar("P")
+
 Recheck = Callable[[Snapshot], Awaitable[bool]]
 """A source's answer to "this revision did not load: was it read mid-write?"."""
 
 
-class Section(Protocol):
-    """One part of the daemon a revision configures."""
-
-    name: str
+class Section(ports.Section[P], Protocol[P]):
+    """A :class:`cronstable.ports.Section` the Applier drives: it also says whether a
+    plan touches it (every section is prepared for the first revision)."""
 
     def affected(self, plan: Plan) -> bool: ...
-
-    async def prepare(self, desired: DesiredState) -> Any:
-        """Everything that can fail, with no visible effect; raises ConfigError."""
-        ...
-
-    def commit(self, prepared: Any, desired: DesiredState) -> None:
-        """Make the prepared state live; must not fail."""
-        ...
-
-    async def discard(self, prepared: Any) -> None:
-        """Release what :meth:`prepare` acquired (listeners, connections)."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +59,17 @@ class RevisionRecord:
     job_set_id: str | None = None
     summary: dict[str, Any] | None = None
     errors: tuple[str, ...] = ()
+
+    def view(self) -> RevisionView:
+        """This attempt as the daemon shows it (``/status``, the live events)."""
+        return RevisionView(
+            self.revision,
+            self.source,
+            self.time,
+            self.job_set_id,
+            rejected=self.outcome == "rejected",
+            errors=self.errors,
+        )
 
 
 @dataclass(slots=True)
@@ -119,7 +120,7 @@ class LoggingSection:
     def affected(self, plan: Plan) -> bool:
         return any(s.section == "logging" for s in plan.sections)
 
-    async def prepare(self, desired: DesiredState) -> Any:
+    async def prepare(self, desired: DesiredState) -> logconfig.BuiltLogging | None:
         if desired.logging is None:
             return None
         try:
@@ -127,7 +128,7 @@ class LoggingSection:
         except logconfig.LoggingSetupError as exc:
             raise ConfigError([desired.problem(("logging", *exc.key), exc.message)]) from exc
 
-    def commit(self, prepared: Any, desired: DesiredState) -> None:
+    def commit(self, prepared: logconfig.BuiltLogging | None, desired: DesiredState) -> None:
         if prepared is None:
             return  # a removed section leaves the logging as it is
         try:
@@ -136,9 +137,12 @@ class LoggingSection:
             logger.exception("The logging section could not be installed completely")
         self.overrides.apply()
 
-    async def discard(self, prepared: Any) -> None:
+    async def discard(self, prepared: logconfig.BuiltLogging | None) -> None:
         if prepared is not None:
             await asyncio.to_thread(prepared.close)
+
+    async def close(self) -> None:
+        """Nothing to release: the installed logging outlives the daemon's stop."""
 
 
 def _internal(exc: Exception) -> Problem:
@@ -150,7 +154,7 @@ class Applier:
 
     def __init__(
         self,
-        sections: Sequence[Section],
+        sections: Sequence[Section[Any]],
         metrics: DaemonMetrics | None = None,
         *,
         limits: Limits | None = None,
@@ -158,7 +162,7 @@ class Applier:
     ) -> None:
         """``sections``: prepared and committed in this order; ``status``: where the
         attempts are recorded (its observers hear of each)."""
-        self.sections = list(sections)
+        self.sections: list[Section[Any]] = list(sections)
         self.metrics = metrics
         self.limits = limits if limits is not None else Limits()
         self.status = status if status is not None else ReconcileStatus()
@@ -233,7 +237,7 @@ class Applier:
         )
         first = self.applied_state is None
         touched = [s for s in self.sections if first or s.affected(the_plan)]
-        prepared: list[tuple[Section, Any]] = []
+        prepared: list[tuple[Section[Any], Any]] = []
         try:
             for section in touched:
                 prepared.append((section, await section.prepare(desired)))

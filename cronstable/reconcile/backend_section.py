@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
 
+from cronstable import ports
 from cronstable.config import ConfigError, DesiredState
 from cronstable.errors import KeyPath
 from cronstable.reconcile.plan import Plan
@@ -66,22 +67,6 @@ class Backend(Protocol):
 
 
 B = TypeVar("B", bound=Backend)
-
-
-class SectionOf(Protocol[P]):
-    """A section whose prepared state is a ``P``: the same four methods as the generic
-    ``cronstable.ports.Section[P]``, which it stands for until that module is merged
-    here (the Applier also asks ``affected``)."""
-
-    name: str
-
-    async def prepare(self, desired: DesiredState) -> P: ...
-
-    def commit(self, prepared: P, desired: DesiredState) -> None: ...
-
-    async def discard(self, prepared: P) -> None: ...
-
-    async def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +122,7 @@ Retire = Callable[[], Awaitable[None]]
 """How to stop a replaced backend (run in the background once its link is closed)."""
 
 
-class BackendSection(SectionOf["Prepared[B, R]"], ABC, Generic[C, B, R]):
+class BackendSection(ports.Section["Prepared[B, R]"], ABC, Generic[C, B, R]):
     """See the module docstring.  A subclass sets the class attributes and the hooks."""
 
     name: str

@@ -23,8 +23,8 @@ from cronstable.config.models import (
     ReporterSettings,
     SecretSource,
 )
+from cronstable.ports import FinishedRun, MissedFire
 from cronstable.redact import redact
-from cronstable.runtime.runs import FinishedRun, MissedFire
 from cronstable.templates import render
 
 logger = logging.getLogger(__name__)

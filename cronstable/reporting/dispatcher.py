@@ -1,6 +1,6 @@
 """The dispatcher: hears the scheduler, holds back floods, runs each reporter as a task.
 
-* It is a :class:`~cronstable.runtime.runs.ReportListener`: for each report
+* It is a :class:`~cronstable.ports.ReportListener`: for each report
   moment of a finished run (and each missed fire) it builds one
   :class:`~.base.Message` and starts one task per enabled reporter of that
   moment's ``report``.  It never blocks the scheduler: it only creates tasks.
@@ -29,11 +29,11 @@ from prometheus_client import CollectorRegistry, Counter
 
 from cronstable.config.desired import DesiredState, Job
 from cronstable.config.models import OnMissed, OnReport, Report
+from cronstable.ports import FinishedRun, MissedFire, Moment, utc_text
 from cronstable.reconcile.plan import Plan
 from cronstable.redact import redact
 from cronstable.reporting.base import Message, job_environment
 from cronstable.reporting.registry import ReporterRegistry
-from cronstable.runtime.runs import FinishedRun, MissedFire, Moment, utc_text
 from cronstable.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
@@ -77,16 +77,16 @@ class ReportDispatcher:
     def affected(self, plan: Plan) -> bool:
         return True
 
-    async def prepare(self, desired: DesiredState) -> Any:
-        return None
+    async def prepare(self, desired: DesiredState) -> None:
+        return None  # nothing to build: commit reads the revision's job set
 
-    def commit(self, prepared: Any, desired: DesiredState) -> None:
+    def commit(self, prepared: None, desired: DesiredState) -> None:
         self.job_set_id = desired.job_set_id
         gone = [key for key in self._windows if key[0] not in desired.jobs]
         for key in gone:
             del self._windows[key]
 
-    async def discard(self, prepared: Any) -> None:
+    async def discard(self, prepared: None) -> None:
         return None
 
     async def close(self) -> None:

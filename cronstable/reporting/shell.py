@@ -21,8 +21,8 @@ import signal
 from typing import Any
 
 from cronstable.config.models import ShellReport
+from cronstable.ports import tail_text
 from cronstable.reporting.base import Message, Reporter, ReportError, job_environment
-from cronstable.runtime.runs import tail_text
 
 logger = logging.getLogger(__name__)
 

@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 
 from cronstable.config.desired import Job
 from cronstable.config.models import Statsd
-from cronstable.runtime.process import RunResult
-from cronstable.runtime.runs import RunOutcome, RunStart
+from cronstable.ports import RunOutcome, RunResult, RunStart
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +151,7 @@ class _Target:
 
 
 class StatsdListener:
-    """A :class:`~cronstable.runtime.runs.RunListener` sending each run's metrics.
+    """A :class:`~cronstable.ports.RunListener` sending each run's metrics.
 
     ``job`` finds a job of the applied revision by name; the ``statsd`` settings
     a run started with are the ones its stop is sent with.

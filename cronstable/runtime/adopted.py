@@ -21,7 +21,7 @@ import time
 from datetime import UTC, datetime
 
 from cronstable.platform import pidfd_open, process_start_ticks
-from cronstable.runtime.process import RunResult
+from cronstable.ports import RunResult
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def same_process(pid: int, start_ticks: int | None) -> bool:
 
 
 class AdoptedRun:
-    """A :class:`~cronstable.runtime.scheduler.Run` of a process this daemon did not start."""
+    """A :class:`~cronstable.ports.Run` of a process this daemon did not start."""
 
     def __init__(
         self,

@@ -12,39 +12,36 @@ and metric series of jobs a revision removes, at the commit that removes them.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from cronstable.config import DesiredState, Job
 from cronstable.metrics import DaemonMetrics
+from cronstable.ports import (
+    AppliedConfig,
+    ClusterView,
+    JobForecast,
+    JobRuns,
+    JobStatus,
+    StateView,
+    Status,
+    StoreView,
+    utc_text,
+)
 from cronstable.published import published_config
-from cronstable.reconcile.apply import ReconcileStatus, RevisionRecord
+from cronstable.reconcile.apply import ReconcileStatus
 from cronstable.reconcile.plan import Plan
 from cronstable.runtime.events import EventHub, Subscription
 from cronstable.runtime.forecast import forecast
+from cronstable.runtime.history import RunHistory
 from cronstable.runtime.run_metrics import RunMetrics
-from cronstable.runtime.runs import RunHistory, running_json, utc_text
 from cronstable.runtime.scheduler import Scheduler, StartRefused
 from cronstable.sources.base import Source
 
 __all__ = ["DaemonControl", "RunRecordsSection", "StartRefused"]
-
-
-def _record_json(record: RevisionRecord | None, *, errors: bool) -> dict[str, Any] | None:
-    if record is None:
-        return None
-    data: dict[str, Any] = {
-        "revision": record.revision,
-        "source": record.source,
-        "time": utc_text(record.time),
-        "jobSetId": record.job_set_id,
-    }
-    if errors:
-        data["errors"] = list(record.errors)
-    return data
 
 
 class DaemonControl:
@@ -58,9 +55,9 @@ class DaemonControl:
         reload: Callable[[], None],
         events: EventHub | None = None,
         source: Source | None = None,
-        cluster: Callable[[], dict[str, Any]] | None = None,
-        state: Callable[[], dict[str, Any]] | None = None,
-        stores: Callable[[], dict[str, dict[str, Any]]] | None = None,
+        cluster: Callable[[], ClusterView] | None = None,
+        state: Callable[[], StateView | None] | None = None,
+        stores: Callable[[], Mapping[str, StoreView]] | None = None,
         start_check: Callable[[Job], Awaitable[str | None]] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
@@ -97,10 +94,10 @@ class DaemonControl:
         if self.reconciled.applied is None:
             return "no configuration revision has been applied yet"
         waiting = [
-            f"the {name} store ({store['backend']}) has not answered since {store['since']}"
-            f" ({store['lastError']}); retrying"
+            f"the {name} store ({store.backend}) has not answered since "
+            f"{utc_text(store.since)} ({store.last_error}); retrying"
             for name, store in self._stores().items()
-            if store.get("state") == "connecting"
+            if store.state == "connecting"
         ]
         if waiting:
             return "; ".join(waiting)
@@ -126,69 +123,54 @@ class DaemonControl:
         origin = self.source.origin() if self.source is not None else None
         return None if origin is None else (origin.url, origin.ref)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Status:
         status = self.reconciled
-        jobs: list[dict[str, Any]] = []
-        for name, job in self.scheduler.jobs.items():
-            fire = self.scheduler.next_fire(name)
-            last = self.history.last(name)
-            jobs.append(
-                {
-                    "name": name,
-                    "schedule": job.schedule.text,
-                    "timezone": str(job.timezone),
-                    "enabled": job.config.enabled,
-                    "nextFire": utc_text(fire) if fire is not None else None,
-                    "running": [running_json(run) for run in self.history.running(name)],
-                    "lastRun": None
-                    if last is None
-                    else {
-                        "id": last.start.id,
-                        "outcome": last.outcome,
-                        "exitCode": last.exit_code,
-                        "duration": round(last.duration, 6),
-                        "finishedAt": utc_text(last.finished_at),
-                        "cpuSeconds": None
-                        if last.cpu_seconds is None
-                        else round(last.cpu_seconds, 6),
-                        "maxRss": last.max_rss,
-                    },
-                    "retryPending": self.scheduler.retry_pending(name),
-                }
+        jobs = tuple(
+            JobStatus(
+                name=name,
+                schedule=job.schedule.text,
+                timezone=str(job.timezone),
+                enabled=job.config.enabled,
+                next_fire=self.scheduler.next_fire(name),
+                running=tuple(self.history.running(name)),
+                last_run=self.history.last(name),
+                retry_pending=self.scheduler.retry_pending(name),
             )
+            for name, job in self.scheduler.jobs.items()
+        )
         rejected = status.last_failed
         applied = status.applied
         if rejected is not None and applied is not None and rejected.time < applied.time:
             rejected = None  # an older rejection, superseded by a later applied revision
-        return {
-            "applied": _record_json(applied, errors=False),
-            "lastRejected": _record_json(rejected, errors=True),
-            "jobs": jobs,
-            "state": self.state() if self.state is not None else {"enabled": False},
-            "stores": self._stores(),
-        }
+        return Status(
+            applied=applied.view() if applied is not None else None,
+            last_rejected=rejected.view() if rejected is not None else None,
+            jobs=jobs,
+            state=self.state() if self.state is not None else None,
+            stores=self._stores(),
+        )
 
-    def _stores(self) -> dict[str, dict[str, Any]]:
+    def _stores(self) -> Mapping[str, StoreView]:
         return self.stores() if self.stores is not None else {}
 
-    def runs(self, name: str) -> list[dict[str, Any]]:
-        """Running runs first, then finished ones newest first; KeyError for an unknown job."""
+    def runs(self, name: str) -> JobRuns:
+        """Running runs, then finished ones newest first; KeyError for an unknown job."""
         if not self.scheduler.has_job(name):
             raise KeyError(name)
-        going = [running_json(run) | {"outcome": "running"} for run in self.history.running(name)]
-        done = [run.as_json() for run in reversed(self.history.finished(name))]
-        return going + done
+        return JobRuns(
+            running=tuple(self.history.running(name)),
+            finished=tuple(reversed(self.history.finished(name))),
+        )
 
-    def next_fires(self, name: str, hours: float) -> dict[str, Any]:
+    def next_fires(self, name: str, hours: float) -> JobForecast:
         """The job's fires in the next ``hours`` (see :mod:`~cronstable.runtime.forecast`).
 
         A disabled job fires never: its window is empty.
         """
         job = self.scheduler.jobs[name]
-        answer = forecast(
-            job.schedule, job.timezone, self._now(), hours if job.config.enabled else 0
-        )
-        return {"job": name, "enabled": job.config.enabled} | answer
+        enabled = job.config.enabled
+        window = forecast(job.schedule, job.timezone, self._now(), hours if enabled else 0)
+        return JobForecast(name, enabled, window)
 
     def subscribe(self) -> Subscription | None:
         """A live event subscription; None when too many are open."""
@@ -197,18 +179,17 @@ class DaemonControl:
     def unsubscribe(self, subscription: Subscription) -> None:
         self.events.unsubscribe(subscription)
 
-    def applied_config(self) -> dict[str, Any] | None:
+    def applied_config(self) -> AppliedConfig | None:
         state = self.reconciled.applied_state
         if state is None:
             return None
         applied = self.reconciled.applied
-        return {"revision": applied.revision if applied else None} | published_config(state)
+        return AppliedConfig(applied.revision if applied else None, published_config(state))
 
-    def cluster_view(self) -> dict[str, Any]:
-        """Members, leader, lease and this node's role; ``{"enabled": false}`` without
-        leader election."""
+    def cluster_view(self) -> ClusterView | None:
+        """Members, leader, lease and this node's role; None without a cluster section."""
         if self.cluster is None:
-            return {"enabled": False}
+            return None
         return self.cluster()
 
     def metrics_text(self) -> tuple[bytes, str]:
@@ -255,13 +236,16 @@ class RunRecordsSection:
     def affected(self, plan: Plan) -> bool:
         return any(change.kind == "removed" for change in plan.jobs)
 
-    async def prepare(self, desired: DesiredState) -> Any:
+    async def prepare(self, desired: DesiredState) -> list[str]:
         """The jobs running now that ``desired`` removes (before any section commits)."""
         return [name for name in self.metrics.scheduler.jobs if name not in desired.jobs]
 
-    def commit(self, prepared: Any, desired: DesiredState) -> None:
+    def commit(self, prepared: list[str], desired: DesiredState) -> None:
         self.history.forget(prepared)
         self.metrics.forget(prepared)
 
-    async def discard(self, prepared: Any) -> None:
+    async def discard(self, prepared: list[str]) -> None:
+        return None
+
+    async def close(self) -> None:
         return None

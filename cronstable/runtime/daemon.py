@@ -126,6 +126,9 @@ class JobsSection:
     async def discard(self, prepared: Any) -> None:
         return None
 
+    async def close(self) -> None:
+        return None
+
 
 Closer = tuple[str, Callable[[], Awaitable[None]]]
 """What a stopping daemon closes: its name in a log line, and how."""

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
 
+from cronstable.ports import EventData, RunEnded, RunOutcome, RunResult, RunStart
 from cronstable.reconcile.apply import RevisionRecord
-from cronstable.runtime.process import RunResult
-from cronstable.runtime.runs import RunOutcome, RunStart, running_json, utc_text
 
 QUEUE_SIZE = 1024
 """Events a subscriber may have waiting before it is dropped."""
@@ -27,7 +25,8 @@ MAX_SUBSCRIBERS = 64
 class Event:
     type: str
     """``run-started``, ``run-ended``, ``revision-applied`` or ``revision-rejected``."""
-    data: dict[str, Any]
+    data: EventData
+    """What happened, as a read model (the web layer writes it as JSON)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -92,27 +91,14 @@ class EventHub:
     # ------------------------------------------------------------ what it hears
 
     def run_started(self, run: RunStart) -> None:
-        self.publish(Event("run-started", running_json(run)))
+        self.publish(Event("run-started", run))
 
     def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
-        data = running_json(run) | {
-            "outcome": outcome,
-            "exitCode": result.returncode,
-            "finishedAt": utc_text(result.finished_at),
-            "duration": round(result.duration, 6),
-        }
-        self.publish(Event("run-ended", data))
+        ended = RunEnded(run, outcome, result.returncode, result.finished_at, result.duration)
+        self.publish(Event("run-ended", ended))
 
     def revision(self, record: RevisionRecord) -> None:
         """An applier attempt: applied and rejected revisions are events, unchanged ones not."""
         if record.outcome not in ("applied", "rejected"):
             return
-        data: dict[str, Any] = {
-            "revision": record.revision,
-            "source": record.source,
-            "time": utc_text(record.time),
-            "jobSetId": record.job_set_id,
-        }
-        if record.outcome == "rejected":
-            data["errors"] = list(record.errors)
-        self.publish(Event(f"revision-{record.outcome}", data))
+        self.publish(Event(f"revision-{record.outcome}", record.view()))

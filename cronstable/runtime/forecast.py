@@ -2,11 +2,12 @@
 
 Up to :data:`MAX_FIRES` fires are listed one by one.  A busier schedule is
 answered as *bands*: runs of fires whose gaps are at most ``window /
-MAX_FIRES`` merged into ``{"start", "end", "count"}``, so a timeline can shade
-where the job fires densely instead of drawing thousands of ticks.  The walk
-stops after :data:`WALK_LIMIT` fires (a per-second schedule would otherwise
-cost a walk of 86,400 steps a day); ``complete`` is then false, the last band
-reaches the window's end and its count is a lower bound.
+MAX_FIRES`` merged into one :class:`~cronstable.ports.views.FireBand` each
+(start, end, count), so a timeline can shade where the job fires densely
+instead of drawing thousands of ticks.  The walk stops after :data:`WALK_LIMIT`
+fires (a per-second schedule would otherwise cost a walk of 86,400 steps a
+day); ``complete`` is then false, the last band reaches the window's end and
+its count is a lower bound.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-from cronstable.runtime.runs import utc_text
+from cronstable.ports import FireBand, Forecast
 from cronstable.schedule import Schedule
 
 MAX_FIRES = 500
@@ -22,7 +23,7 @@ WALK_LIMIT = 2000
 MAX_HOURS = 24 * 7
 
 
-def forecast(schedule: Schedule, tz: tzinfo, start: datetime, hours: float) -> dict[str, Any]:
+def forecast(schedule: Schedule, tz: tzinfo, start: datetime, hours: float) -> Forecast:
     """The fires strictly after ``start`` and up to ``start + hours``."""
     end = start + timedelta(hours=hours)
     fires: list[datetime] = []
@@ -37,13 +38,8 @@ def forecast(schedule: Schedule, tz: tzinfo, start: datetime, hours: float) -> d
             break
         fires.append(fire.astimezone(UTC))
         cursor = fire
-    answer: dict[str, Any] = {
-        "from": utc_text(start),
-        "until": utc_text(end),
-        "complete": complete,
-    }
     if complete and len(fires) <= MAX_FIRES:
-        return answer | {"fires": [utc_text(fire) for fire in fires], "bands": None}
+        return Forecast(start, end, complete, tuple(fires), None)
     gap = (end - start) / MAX_FIRES
     bands: list[list[Any]] = []
     for fire in fires:
@@ -54,10 +50,10 @@ def forecast(schedule: Schedule, tz: tzinfo, start: datetime, hours: float) -> d
             bands.append([fire, fire, 1])
     if not complete:
         bands[-1][1] = end.astimezone(UTC)
-    return answer | {
-        "fires": None,
-        "bands": [
-            {"start": utc_text(first), "end": utc_text(last), "count": count}
-            for first, last, count in bands
-        ],
-    }
+    return Forecast(
+        start,
+        end,
+        complete,
+        None,
+        tuple(FireBand(first, last, count) for first, last, count in bands),
+    )

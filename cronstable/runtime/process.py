@@ -31,21 +31,19 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from cronstable.config.desired import Job
 from cronstable.config.models import JobConfig
 from cronstable.platform import pipe_holders
+from cronstable.ports import SPAWN_FAILED_RETURNCODE, RunResult
 from cronstable.runtime.child import Child, Usage, spawn
 from cronstable.runtime.identity import Identity
 from cronstable.runtime.output import CHUNK_SIZE, OutputMirror, StreamCapture, StreamName
 
 logger = logging.getLogger(__name__)
 
-SPAWN_FAILED_RETURNCODE = 127
-"""Return code of a run whose command could not be started (as a shell reports it)."""
 TIMEOUT_RETURNCODE = -100
 """Return code of a run stopped by ``executionTimeout`` (yacron's value)."""
 REAP_GRACE = 5.0
@@ -60,44 +58,6 @@ Outcome = Literal["exit", "cancel", "timeout"]
 def utc_now() -> datetime:
     """The current time, aware, in UTC (the default wall clock)."""
     return datetime.now(UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    """How one run of a job went."""
-
-    job_name: str
-    scheduled_time: datetime
-    attempt: int
-    """1 for the first run of a fire, 2 for its first retry, ..."""
-    started_at: datetime
-    """Aware UTC, from the wall clock given to :class:`JobProcess`."""
-    finished_at: datetime
-    duration: float
-    """Seconds, measured on the monotonic clock."""
-    returncode: int | None
-    """Exit code; 127 when the spawn failed; -100 on executionTimeout; minus the
-    signal number when killed otherwise; None if the child could not be reaped."""
-    stdout: str | None
-    """Captured text (head, discarded marker, tail); None when not captured."""
-    stderr: str | None
-    stdout_discarded: int
-    stderr_discarded: int
-    fail_reason: str | None
-    """None for a success; otherwise why the run failed."""
-    timed_out: bool
-    cancelled: bool
-    """Stopped by :meth:`JobProcess.cancel` (Replace, shutdown), not by a timeout."""
-    pid: int | None
-    cpu_seconds: float | None = None
-    """User + system CPU time of the child and the descendants it reaped; None when
-    the child was never started or could not be reaped."""
-    max_rss: int | None = None
-    """Bytes: the largest resident set among the child and the descendants it reaped."""
-
-    @property
-    def failed(self) -> bool:
-        return self.fail_reason is not None
 
 
 def command_argv(config: JobConfig) -> list[str]:

@@ -14,8 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cronstable.runtime.process import RunResult
-from cronstable.runtime.runs import RUN_OUTCOMES, RunOutcome, RunStart
+from cronstable.ports import RUN_OUTCOMES, RunOutcome, RunResult, RunStart
 from cronstable.runtime.scheduler import Scheduler
 
 
@@ -61,7 +60,7 @@ class _SchedulerCollector(Collector):
 
 
 class RunMetrics:
-    """A :class:`~cronstable.runtime.runs.RunListener` counting runs per job.
+    """A :class:`~cronstable.ports.RunListener` counting runs per job.
 
     ``scheduler`` gives the scheduler whose job table the metrics read (a listener of
     the scheduler is built before it: :class:`~cronstable.later.Later`)."""

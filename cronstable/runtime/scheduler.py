@@ -25,32 +25,29 @@
   retries and their running runs finish.  Each job remembers the last fire it
   handled, so a swap landing at a fire instant neither drops nor doubles that
   fire.
-* **Concurrency.** ``Allow`` starts another run, ``Forbid`` skips the fire
-  (the retry sequence in progress stays), ``Replace`` stops the running runs —
-  a replaced run is not a failure and triggers no retry — then starts anew.
-  With ``concurrencyScope: cluster`` a launch guard also holds the job's slot in
-  the cluster's store (:mod:`cronstable.cluster.claims`), and another node's
-  Replace stops the runs here through :meth:`Scheduler.replace_runs`.
-* **Retries.** A scheduled fire starts a fresh retry sequence; a failed run
-  is retried after an exponential back-off capped at ``maximumDelay``
-  (``maximumRetries: -1`` forever); success ends the sequence, and so does a
-  swap that changes, disables or removes the job.
-* **Reports.** Each :class:`~cronstable.runtime.runs.ReportListener` hears
-  the report moments of every finished run
-  (:func:`~cronstable.runtime.runs.report_moments`): a failure reports
-  onFailure, plus onPermanentFailure when no retry follows (none configured,
-  exhausted, the job changed or went away, or the daemon is stopping: a run
-  ending during the drain is reported but arms no retry); a pending retry that
-  a swap drops reports onPermanentFailure of the definition that failed, with
-  fail reason ``retry abandoned: job removed|disabled|redefined``.  Replaced
-  and cancelled runs report nothing.  Fires that did not run (Forbid, found
-  too late) are told as :class:`~cronstable.runtime.runs.MissedFire`.  A
-  failed run's captured output is logged at WARNING.
+* **Runs.** Each run is launched, asked of the cluster gate and the launch
+  guards, watched until it ends and told to every
+  :class:`~cronstable.ports.RunListener`; fires that did not run (Forbid, found
+  too late) are told to every :class:`~cronstable.ports.ReportListener` as a
+  :class:`~cronstable.ports.MissedFire`.  A failed run's captured output is
+  logged at WARNING.  Replaced and cancelled runs report nothing.
+* Beside it, one job each: :mod:`~cronstable.runtime.concurrency` (may a new
+  run start while others go: Allow, Forbid, Replace; with ``concurrencyScope:
+  cluster`` a launch guard also holds the job's slot in the cluster's store and
+  another node's Replace stops the runs here through
+  :meth:`Scheduler.replace_runs`), :mod:`~cronstable.runtime.retries` (retry
+  sequences and what each finished run reports) and
+  :mod:`~cronstable.runtime.restore` (what a previous daemon's records put back).
 * **@reboot** jobs run once when :meth:`Scheduler.run` starts, never again in
   that daemon's life (also not when a reload adds one).
 
 Time comes from an injected :class:`~cronstable.runtime.clock.Clock` and runs
 from an injected spawner, so the semantics are tested in milliseconds.
+
+Two jobs stay in this module, on purpose: the schedule (heap, table swap, loop)
+and the life of each run it starts (launch, gate and guards, watch, tell).  Both
+own the same records (a job's slot holds its next fire *and* its runs going), and
+every swap, fire and stop touches both at once.
 """
 
 from __future__ import annotations
@@ -59,28 +56,37 @@ import asyncio
 import heapq
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Final, Literal, Protocol
+from typing import Final
 
 from cronstable.config.desired import Job
-from cronstable.runtime.clock import Clock
-from cronstable.runtime.process import RunResult
-from cronstable.runtime.retry import RetryState
-from cronstable.runtime.runs import (
-    ABANDONED,
+from cronstable.ports import (
     FAILURES,
+    ClusterGate,
     FinishedRun,
+    Launch,
+    LaunchGuard,
+    LaunchKind,
     MissedFire,
     Moment,
     ReportListener,
+    Run,
     RunListener,
     RunOutcome,
+    RunResult,
     RunStart,
-    report_moments,
+    StateHooks,
     run_id,
     run_outcome,
 )
+from cronstable.runtime import concurrency
+from cronstable.runtime.backoff import RetryState
+from cronstable.runtime.clock import Clock
+from cronstable.runtime.concurrency import Admission, runs_going
+from cronstable.runtime.restore import Restore
+from cronstable.runtime.retries import Retries
+from cronstable.runtime.table import JobSlot, LiveRun, SchedulerStats
 from cronstable.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
@@ -93,95 +99,13 @@ ones too (Vixie cron's limit); a shorter one re-plans wildcard jobs only."""
 EXPLAINED = frozenset({"reboot_ran", "slot_held", "slot_not_freed"})
 """Refusals whose guard logged why (naming what the reason alone cannot): the
 scheduler's own line for them is DEBUG; any other refusal is a WARNING."""
-UNKNOWN_RECHECK = 1.0
-"""Seconds between two looks at the gate by a retry waiting for the leadership."""
 MISSED_SCAN_LIMIT = 10_000
 """Most missed fires enumerated one by one after a jump (a per-second job after a
 day-long suspend would otherwise take seconds to count)."""
 
 
-class Run(Protocol):
-    """One run of a job, as the scheduler drives it (:class:`~.process.JobProcess`)."""
-
-    @property
-    def pid(self) -> int | None: ...
-
-    async def start(self) -> None: ...
-
-    async def wait(self) -> RunResult: ...
-
-    async def cancel(self) -> None: ...
-
-
 Spawner = Callable[[Job, datetime, int], Run]
 """(job, scheduled time, attempt) → a run not yet started."""
-
-
-class ClusterGate(Protocol):
-    """May this node start a job now (clusterPolicy)?  The scheduler knows nothing more
-    of a cluster (:class:`cronstable.cluster.section.ClusterSection` is the one)."""
-
-    def allows(self, job: Job) -> str | None:
-        """None to start; otherwise why not (``not_leader``, ``leadership_unknown`` …)."""
-        ...
-
-    async def release(self) -> None:
-        """Give up this node's leadership (called once scheduling stopped, before the drain)."""
-        ...
-
-
-LaunchKind = Literal["fire", "retry", "reboot", "manual"]
-"""What starts a run: a scheduled fire (catch-ups included), a retry, an @reboot job at
-start, or a start on request."""
-
-
-@dataclass(frozen=True, slots=True)
-class Launch:
-    """A run about to start, as the launch guards see it."""
-
-    job: Job
-    scheduled: datetime
-    attempt: int
-    kind: LaunchKind
-
-    @property
-    def id(self) -> str:
-        return run_id(self.job.name, self.scheduled, self.attempt)
-
-
-class LaunchGuard(Protocol):
-    """Asked, in order, before each run starts (after concurrencyPolicy and the cluster
-    gate): durable state records what must be written before a launch, a cluster slot
-    is taken.  Must not raise."""
-
-    async def admit(self, launch: Launch) -> str | None:
-        """None to start; otherwise why not (``state_unavailable``, ``reboot_ran`` …)."""
-        ...
-
-    def release(self, launch: Launch) -> None:
-        """``launch``, which this guard admitted, ended: it ran and finished, or it never
-        started (a later guard refused it, the daemon stopped)."""
-        ...
-
-
-class StateHooks(Protocol):
-    """What durable state hears from the scheduler (:mod:`cronstable.state.keeper`).
-    Each call returns at once (the writes are queued); none raises."""
-
-    def fire_handled(self, job: Job, fire: datetime) -> None:
-        """``fire`` of ``job`` was handled here (run, or skipped by Forbid)."""
-        ...
-
-    def retry_armed(
-        self, job: Job, state: RetryState, not_before: datetime, scheduled: datetime
-    ) -> None:
-        """A retry of ``job``'s fire at ``scheduled`` is due at ``not_before``."""
-        ...
-
-    def retry_settled(self, job: Job, reason: str) -> None:
-        """``job``'s pending retry will not run from this record (``launched``,
-        ``superseded``, ``removed`` …)."""
-        ...
 
 
 class StartRefused(Exception):
@@ -194,63 +118,6 @@ class SwapSummary:
     removed: tuple[str, ...]
     changed: tuple[str, ...]
     unchanged: tuple[str, ...]
-
-
-@dataclass(slots=True)
-class SchedulerStats:
-    fires: int = 0
-    """Scheduled fires that started a run (catch-ups included)."""
-    skipped_forbid: int = 0
-    missed: int = 0
-    """Fires skipped because they were found too late."""
-    catch_ups: int = 0
-    clock_jumps: int = 0
-    """Wall-clock steps found, either way."""
-    replanned: int = 0
-    """Jobs planned anew after the wall clock stepped back."""
-    replaced: int = 0
-    retries: int = 0
-    skipped_cluster: dict[str, int] = field(default_factory=dict)
-    """Fires and retries the cluster gate held back, by reason."""
-
-
-@dataclass(eq=False, slots=True)
-class _Instance:
-    run: Run
-    scheduled_time: datetime
-    attempt: int
-    retry: RetryState | None
-    job: Job
-    """The definition this run runs."""
-    replaced: bool = False
-    manual: bool = False
-    """Started through :meth:`Scheduler.start_now`."""
-    cancelled: bool = False
-    """Stopped through :meth:`Scheduler.cancel_runs`: no report, no retry."""
-    task: asyncio.Task[None] | None = None
-    stopping: asyncio.Future[None] | None = None
-    """The cancel() of a replaced run, which a replacement waits for."""
-    kind: LaunchKind = "fire"
-    adopted: datetime | None = None
-    """When a run adopted after a restart started (it is not this daemon's child)."""
-
-
-@dataclass(eq=False, slots=True)
-class _Slot:
-    job: Job
-    order: int
-    cursor: datetime
-    """The last fire instant handled (run, skipped or missed), or when the job arrived."""
-    next_fire: datetime | None = None
-    generation: int = 0
-    running: list[_Instance] = field(default_factory=list)
-    retry: RetryState | None = None
-    failed_run: tuple[Job, FinishedRun] | None = None
-    """The failed run the pending retry follows, with the definition that ran it."""
-    last_result: RunResult | None = None
-    resumed: bool = False
-    """The cursor came from durable state: fires missed before it were missed while the
-    daemon was down."""
 
 
 def _timing(job: Job) -> tuple[str, str, bool]:
@@ -282,14 +149,14 @@ class Scheduler:
         self.spawner = spawner
         self.late_tolerance = late_tolerance
         self.stats = SchedulerStats()
-        self._slots: dict[str, _Slot] = {}
+        self._slots: dict[str, JobSlot] = {}
         self._heap: list[tuple[datetime, int, int, str]] = []
         self._wake = asyncio.Event()
         self._stopping = False
         self._started = False
         self._tasks = TaskSet("the scheduler")
         """The runs' supervising tasks."""
-        self._live: set[_Instance] = set()
+        self._live: set[LiveRun] = set()
         """Every run not yet finished, also of jobs a swap removed."""
         self.run_listeners: Final = tuple(run_listeners)
         """Told of every run's start and end (metrics, run history)."""
@@ -301,6 +168,8 @@ class Scheduler:
         """Asked, in order, before every run starts (cluster slots, state)."""
         self.state: Final = hooks
         """Told of fires and retries to keep across restarts; None keeps nothing."""
+        self.retries = Retries(self)
+        self._restore = Restore(self)
         self._reboot_waiting: set[str] = set()
         """@reboot jobs held back while the leadership was unknown: they start once it is
         known and the gate lets them."""
@@ -340,7 +209,7 @@ class Scheduler:
 
     def retry_pending(self, name: str) -> bool:
         slot = self._slots.get(name)
-        return bool(slot and slot.retry and slot.retry.task and not slot.retry.task.done())
+        return slot is not None and Retries.pending(slot)
 
     # ------------------------------------------------------------ on request
 
@@ -355,15 +224,12 @@ class Scheduler:
         slot = self._slots[name]
         if self._stopping:
             raise StartRefused("the daemon is shutting down")
-        active = [inst for inst in slot.running if not inst.replaced]
-        policy = slot.job.config.concurrency_policy
-        if active and policy == "Forbid":
+        room = self.admit(slot)
+        if room.forbidden:
             raise StartRefused(
-                f"{len(active)} run{'' if len(active) == 1 else 's'} still going "
-                "and concurrencyPolicy is Forbid"
+                f"{runs_going(room.going)} still going and concurrencyPolicy is Forbid"
             )
-        waits = self._replace(slot, active) if active and policy == "Replace" else []
-        inst = self._launch(slot, when, 1, None, waits, kind="manual")
+        inst = self.launch(slot, when, 1, None, room.waits, kind="manual")
         return run_id(name, inst.scheduled_time, inst.attempt)
 
     def cancel_runs(self, name: str, run: str | None = None) -> list[str]:
@@ -383,7 +249,7 @@ class Scheduler:
             stopped.append(ident)
             inst.stopping = asyncio.ensure_future(inst.run.cancel())
         if stopped:
-            self._end_retries(slot)
+            self.retries.end(slot)
             logger.info("Job %s: cancelling %s", name, ", ".join(stopped), extra={"job": name})
         return stopped
 
@@ -401,23 +267,24 @@ class Scheduler:
         active = [inst for inst in slot.running if not inst.replaced and not inst.cancelled]
         if not active:
             return []
-        self._end_retries(slot)
-        self._replace(slot, active, why)
+        self.retries.end(slot)
+        concurrency.replace(slot, active, why)
+        self.stats.replaced += len(active)
         return [run_id(name, inst.scheduled_time, inst.attempt) for inst in active]
 
     def replace_jobs(self, jobs: Mapping[str, Job]) -> SwapSummary:
         """Install a new job table in one step (see the module docstring)."""
         now = self.clock.now()
         old = self._slots
-        slots: dict[str, _Slot] = {}
+        slots: dict[str, JobSlot] = {}
         added: list[str] = []
         changed: list[str] = []
         unchanged: list[str] = []
         for order, (name, job) in enumerate(jobs.items()):
             slot = old.get(name)
             if slot is None:
-                slot = _Slot(job=job, order=order, cursor=now)
-                self._plan(slot, now)
+                slot = JobSlot(job=job, order=order, cursor=now)
+                self.plan(slot, now)
                 added.append(name)
             elif slot.job.digest == job.digest:
                 slot.order = order
@@ -425,7 +292,7 @@ class Scheduler:
             else:
                 retimed = _timing(slot.job) != _timing(job)
                 disabled = not job.config.enabled
-                self._end_retries(slot, "disabled" if disabled else "redefined")
+                self.retries.end(slot, "disabled" if disabled else "redefined")
                 slot.job = job
                 slot.order = order
                 if retimed:
@@ -433,7 +300,7 @@ class Scheduler:
                     # is later than now only after a backward clock step, when a
                     # fixed-time fire already handled must not run again
                     slot.cursor = max(slot.cursor, now)
-                    self._plan(slot, slot.cursor)
+                    self.plan(slot, slot.cursor)
                 changed.append(name)
             slots[name] = slot
         removed = [name for name in old if name not in jobs]
@@ -441,12 +308,12 @@ class Scheduler:
             slot = old[name]
             slot.generation += 1
             slot.next_fire = None
-            self._end_retries(slot, "removed")
+            self.retries.end(slot, "removed")
         self._slots = slots
         self._wake.set()
         return SwapSummary(tuple(added), tuple(removed), tuple(changed), tuple(unchanged))
 
-    def _plan(self, slot: _Slot, after: datetime) -> None:
+    def plan(self, slot: JobSlot, after: datetime) -> None:
         """Compute and index the slot's next fire strictly after ``after``."""
         slot.generation += 1
         job = slot.job
@@ -532,68 +399,12 @@ class Scheduler:
             if slot is None or not slot.job.config.enabled or not slot.job.schedule.is_reboot:
                 self._reboot_waiting.discard(name)
                 continue
-            reason = self._gate_says(slot.job)
+            reason = self.gate_says(slot.job)
             if reason == "leadership_unknown":
                 continue
             self._reboot_waiting.discard(name)
             if reason is None:
                 self._fire(slot, now)
-
-    # ------------------------------------------------------------ after a restart
-
-    def resume(self, name: str, last_fire: datetime) -> bool:
-        """Plan ``name`` from ``last_fire``, the last fire a previous daemon handled (durable
-        state): fires missed since are handled as missed while the daemon was down, the
-        latest within startingDeadlineSeconds runs once.  False for a job not applied."""
-        slot = self._slots.get(name)
-        if slot is None or not slot.job.config.enabled or slot.job.schedule.is_reboot:
-            return False
-        slot.cursor = last_fire.astimezone(UTC)
-        self._plan(slot, slot.cursor)
-        # only a fire already past was missed while down; a later one is ordinary
-        slot.resumed = slot.next_fire is not None and slot.next_fire < self.clock.now()
-        self._wake.set()
-        return True
-
-    def rearm_retry(self, name: str, count: int, delay: float, scheduled: datetime) -> bool:
-        """Re-arm the retry sequence a previous daemon left pending: ``count`` retries
-        had started, the next is due in ``delay`` seconds (0: at once), for the fire at
-        ``scheduled``.  False when the job is not applied or a sequence is going."""
-        slot = self._slots.get(name)
-        if slot is None or slot.retry is not None or self._stopping:
-            return False
-        state = RetryState.from_config(slot.job.config.on_failure.retry)
-        if count < 1 or (state.maximum_retries != -1 and count > state.maximum_retries):
-            return False  # the budget the record counted on is gone
-        for _ in range(count):
-            before = state.delay
-            state.next_delay()
-            if state.delay == before:  # at maximumDelay: the rest only counts
-                state.count = count
-                break
-        slot.retry = state
-        state.task = asyncio.create_task(
-            self._retry_after(slot, state, max(0.0, delay), scheduled.astimezone(UTC))
-        )
-        return True
-
-    def adopt(
-        self, name: str, run: Run, scheduled: datetime, attempt: int, started_at: datetime
-    ) -> bool:
-        """Watch ``run``, a run of ``name`` that outlived the previous daemon, until it ends:
-        it counts for concurrencyPolicy meanwhile and ends with outcome ``unknown`` (no
-        report, no retry).  False for a job not applied (the run is left alone)."""
-        slot = self._slots.get(name)
-        if slot is None:
-            return False
-        inst = _Instance(run, scheduled.astimezone(UTC), attempt, None, slot.job)
-        inst.adopted = started_at
-        slot.running.append(inst)
-        self._live.add(inst)
-        inst.task = asyncio.create_task(self._supervise(slot, inst, []))
-        self._tasks.add(inst.task)
-        inst.task.add_done_callback(self._tasks.discard)
-        return True
 
     def _stepped_back(self, now: datetime, step: float) -> None:
         """Re-plan after the wall clock stepped back ``step`` seconds (Vixie cron's rule)."""
@@ -605,7 +416,7 @@ class Scheduler:
         for slot in self._slots.values():
             if every or slot.job.schedule.is_wildcard:
                 slot.cursor = start
-                self._plan(slot, start)
+                self.plan(slot, start)
                 count += 1
         self.stats.replanned += count
         logger.warning(
@@ -635,7 +446,7 @@ class Scheduler:
                 continue
             self._due(slot, fire, now)
 
-    def _due(self, slot: _Slot, fire: datetime, now: datetime) -> None:
+    def _due(self, slot: JobSlot, fire: datetime, now: datetime) -> None:
         job = slot.job
         resumed, slot.resumed = slot.resumed, False
         # after a restart, every fire before now was missed while the daemon was down:
@@ -644,7 +455,7 @@ class Scheduler:
         if fire >= on_time:
             slot.cursor = fire
             self._fire(slot, fire)
-            self._plan(slot, fire)
+            self.plan(slot, fire)
             return
         # Found too late: walk the missed fires up to the on-time window.
         deadline = job.config.starting_deadline_seconds
@@ -718,11 +529,41 @@ class Scheduler:
             self._fire(slot, cursor)
             cursor = self._next(job, cursor)
         # every fire before the on-time window has been handled (run or missed)
-        self._plan(slot, max(slot.cursor, on_time - timedelta(microseconds=1)))
+        self.plan(slot, max(slot.cursor, on_time - timedelta(microseconds=1)))
+
+    # ------------------------------------------------------------ after a restart
+
+    def resume(self, name: str, last_fire: datetime) -> bool:
+        """See :meth:`cronstable.runtime.restore.Restore.resume`."""
+        return self._restore.resume(name, last_fire)
+
+    def rearm_retry(self, name: str, count: int, delay: float, scheduled: datetime) -> bool:
+        """See :meth:`cronstable.runtime.restore.Restore.rearm_retry`."""
+        return self._restore.rearm_retry(name, count, delay, scheduled)
+
+    def adopt(
+        self,
+        name: str,
+        pid: int,
+        start_ticks: int,
+        scheduled: datetime,
+        attempt: int,
+        started_at: datetime,
+    ) -> bool:
+        """See :meth:`cronstable.runtime.restore.Restore.adopt`."""
+        return self._restore.adopt(name, pid, start_ticks, scheduled, attempt, started_at)
 
     # ------------------------------------------------------------ runs
 
-    def _gate_says(self, job: Job) -> str | None:
+    def slot(self, name: str) -> JobSlot | None:
+        """The applied job ``name``'s slot; None for a job not applied."""
+        return self._slots.get(name)
+
+    def applied(self, slot: JobSlot) -> bool:
+        """Whether ``slot`` is still the applied one of its job (no swap removed it)."""
+        return self._slots.get(slot.job.name) is slot
+
+    def gate_says(self, job: Job) -> str | None:
         """The cluster gate's answer for ``job`` now (None: it may start)."""
         if self.gate is None:
             return None
@@ -732,10 +573,10 @@ class Scheduler:
             logger.exception("Job %s: the cluster gate failed; please report this", job.name)
             return "gate_error"
 
-    def _held_back(self, job: Job, scheduled: datetime, what: str) -> str | None:
+    def held_back(self, job: Job, scheduled: datetime, what: str) -> str | None:
         """Why the cluster gate refuses ``job`` here now (logged at DEBUG, counted); None
         when it may start."""
-        reason = self._gate_says(job)
+        reason = self.gate_says(job)
         if reason is None:
             return None
         self._count_skip(reason)
@@ -753,11 +594,11 @@ class Scheduler:
     def _count_skip(self, reason: str) -> None:
         self.stats.skipped_cluster[reason] = self.stats.skipped_cluster.get(reason, 0) + 1
 
-    def _fire(self, slot: _Slot, scheduled: datetime) -> None:
+    def _fire(self, slot: JobSlot, scheduled: datetime) -> None:
         """A scheduled fire (or catch-up) of ``slot``'s job, or an @reboot job's one run."""
         job = slot.job
         reboot = job.schedule.is_reboot
-        held = self._held_back(job, scheduled, "fire")
+        held = self.held_back(job, scheduled, "fire")
         if held is not None:
             if reboot and held == "leadership_unknown":
                 self._reboot_waiting.add(job.name)  # runs once the leadership is known
@@ -765,78 +606,60 @@ class Scheduler:
         self._reboot_waiting.discard(job.name)
         if self.state is not None:
             self.state.fire_handled(job, scheduled)
-        policy = job.config.concurrency_policy
-        active = [inst for inst in slot.running if not inst.replaced]
-        waits: list[asyncio.Future[None]] = []
-        if active and policy == "Forbid":
+        room = self.admit(slot)
+        if room.forbidden:
             self.stats.skipped_forbid += 1
             logger.info(
-                "Job %s: fire at %s skipped, %d run%s still going (concurrencyPolicy Forbid)",
+                "Job %s: fire at %s skipped, %s still going (concurrencyPolicy Forbid)",
                 job.name,
                 scheduled.isoformat(),
-                len(active),
-                "" if len(active) == 1 else "s",
+                runs_going(room.going),
                 extra={"job": job.name, "scheduled_time": scheduled.isoformat()},
             )
             self._missed(job, MissedFire(job.name, scheduled, "forbid"))
             return
-        if active and policy == "Replace":
-            waits = self._replace(slot, active)
-        self._end_retries(slot)
-        if job.config.on_failure.retry.maximum_retries != 0:
-            slot.retry = RetryState.from_config(job.config.on_failure.retry)
+        self.retries.begin(slot)
         self.stats.fires += 1
-        self._launch(slot, scheduled, 1, slot.retry, waits, kind="reboot" if reboot else "fire")
+        self.launch(slot, scheduled, 1, slot.retry, room.waits, kind="reboot" if reboot else "fire")
 
-    def _replace(
-        self, slot: _Slot, active: list[_Instance], why: str = "concurrencyPolicy Replace"
-    ) -> list[asyncio.Future[None]]:
-        """Stop ``active``; what a new run must wait for: every run of the job still dying."""
-        for inst in active:
-            inst.replaced = True
-            self.stats.replaced += 1
-            logger.info(
-                "Job %s: stopping the run scheduled at %s (%s)",
-                slot.job.name,
-                inst.scheduled_time.isoformat(),
-                why,
-                extra={"job": slot.job.name},
-            )
-            inst.stopping = asyncio.ensure_future(inst.run.cancel())
-        return [inst.stopping for inst in slot.running if inst.stopping is not None]
+    def admit(self, slot: JobSlot) -> Admission:
+        """concurrencyPolicy's answer for a new run of ``slot``'s job (counted)."""
+        room = concurrency.admit(slot)
+        if room.replaced:
+            self.stats.replaced += room.replaced
+        return room
 
-    def _launch(
+    def launch(
         self,
-        slot: _Slot,
+        slot: JobSlot,
         scheduled: datetime,
         attempt: int,
         retry: RetryState | None,
-        waits: list[asyncio.Future[None]] | None = None,
+        waits: tuple[asyncio.Future[None], ...] = (),
         *,
         kind: LaunchKind = "fire",
-    ) -> _Instance:
-        inst = _Instance(
-            self.spawner(slot.job, scheduled, attempt), scheduled, attempt, retry, slot.job
-        )
-        inst.manual = kind == "manual"
-        inst.kind = kind
-        slot.running.append(inst)
-        self._live.add(inst)
-        inst.task = asyncio.create_task(self._supervise(slot, inst, waits or []))
-        self._tasks.add(inst.task)
-        inst.task.add_done_callback(self._tasks.discard)
-        return inst
+    ) -> LiveRun:
+        launch = Launch(slot.job, scheduled, attempt, kind)
+        live = LiveRun(self.spawner(slot.job, scheduled, attempt), launch, retry)
+        self.watch(slot, live, waits)
+        return live
+
+    def watch(
+        self, slot: JobSlot, live: LiveRun, waits: tuple[asyncio.Future[None], ...] = ()
+    ) -> None:
+        """Watch ``live`` (once ``waits`` are done) until it ends, as a run of ``slot``'s job."""
+        slot.running.append(live)
+        self._live.add(live)
+        live.task = asyncio.create_task(self._supervise(slot, live, waits))
+        self._tasks.add(live.task)
 
     async def _supervise(
-        self, slot: _Slot, inst: _Instance, waits: list[asyncio.Future[None]]
+        self, slot: JobSlot, inst: LiveRun, waits: tuple[asyncio.Future[None], ...]
     ) -> None:
         name = slot.job.name
-        fields = {
-            "job": name,
-            "scheduled_time": inst.scheduled_time.isoformat(),
-            "attempt": inst.attempt,
-        }
-        launch = Launch(inst.job, inst.scheduled_time, inst.attempt, inst.kind)
+        launch = inst.launch
+        scheduled, attempt = launch.scheduled, launch.attempt
+        fields = {"job": name, "scheduled_time": scheduled.isoformat(), "attempt": attempt}
         admitted: list[LaunchGuard] = []
         try:
             if waits:
@@ -852,25 +675,25 @@ class Scheduler:
                         self._refused(launch, refused)
                         return
                     admitted.append(guard)
-                if inst.replaced or inst.cancelled or (self._stopping and not inst.manual):
+                if inst.replaced or inst.cancelled or (self._stopping and launch.kind != "manual"):
                     return  # stopped while the guards were asked
             await inst.run.start()
             start = RunStart(
                 id=launch.id,
                 job=name,
-                scheduled_time=inst.scheduled_time,
-                attempt=inst.attempt,
+                scheduled_time=scheduled,
+                attempt=attempt,
                 started_at=inst.adopted or self.clock.now(),
                 pid=inst.run.pid,
-                manual=inst.manual,
+                manual=launch.kind == "manual",
             )
             self._tell("run_started", start)
             logger.info(
                 "Job %s %s: scheduled %s, attempt %d, pid %s",
                 name,
                 "adopted (it outlived the previous daemon)" if inst.adopted else "started",
-                inst.scheduled_time.isoformat(),
-                inst.attempt,
+                scheduled.isoformat(),
+                attempt,
                 inst.run.pid,
                 extra=fields | {"pid": inst.run.pid},
             )
@@ -904,8 +727,8 @@ class Scheduler:
             f" ({result.fail_reason})" if outcome in FAILURES else "",
             result.returncode,
             result.duration,
-            inst.scheduled_time.isoformat(),
-            inst.attempt,
+            scheduled.isoformat(),
+            attempt,
             extra=fields
             | {
                 "outcome": outcome,
@@ -919,7 +742,7 @@ class Scheduler:
         record = FinishedRun.of(start, result, outcome)
         if record.failed:
             _log_output(record)
-        self._outcome(slot, inst, record)
+        self.retries.finished(slot, inst, record)
 
     def _tell(self, event: str, *args: object) -> None:
         for listener in self.run_listeners:
@@ -927,82 +750,6 @@ class Scheduler:
                 getattr(listener, event)(*args)
             except Exception:
                 logger.exception("A run listener failed (%s)", event)
-
-    def _outcome(self, slot: _Slot, inst: _Instance, record: FinishedRun) -> None:
-        job = inst.job
-        if not record.failed:
-            if slot.retry is inst.retry:
-                slot.retry = None
-                slot.failed_run = None
-            self._report(job, record, report_moments(record.outcome, retry_follows=False))
-            return
-        state = inst.retry
-        current = self._slots.get(job.name) is slot and slot.job is job
-        if (
-            state is None
-            or state.cancelled
-            or state is not slot.retry
-            or not current
-            or self._stopping
-            or state.exhausted
-        ):
-            if state is not None and state is slot.retry:
-                slot.retry = None
-                slot.failed_run = None
-            self._report(job, record, report_moments(record.outcome, retry_follows=False))
-            return
-        self._report(job, record, report_moments(record.outcome, retry_follows=True))
-        slot.failed_run = (job, record)
-        delay = state.next_delay()
-        self.stats.retries += 1
-        limit = "∞" if state.maximum_retries == -1 else str(state.maximum_retries)
-        logger.info(
-            "Job %s: retry %d of %s in %.1f s",
-            job.name,
-            state.count,
-            limit,
-            delay,
-            extra={"job": job.name, "attempt": state.count + 1},
-        )
-        state.task = asyncio.create_task(self._retry_after(slot, state, delay, inst.scheduled_time))
-        if self.state is not None:
-            not_before = self.clock.now() + timedelta(seconds=delay)
-            self.state.retry_armed(job, state, not_before, inst.scheduled_time)
-
-    async def _retry_after(
-        self, slot: _Slot, state: RetryState, delay: float, scheduled: datetime
-    ) -> None:
-        await self.clock.sleep(delay)
-
-        def gone() -> bool:
-            return state.cancelled or self._stopping or self._slots.get(slot.job.name) is not slot
-
-        # while this node cannot tell who leads (a restart, a store outage) the retry
-        # waits rather than ends: the gate decides once the leadership is known
-        while not gone() and self._gate_says(slot.job) == "leadership_unknown":
-            await self.clock.sleep(UNKNOWN_RECHECK)
-        if gone():
-            return
-        if self._held_back(slot.job, scheduled, f"retry {state.count}") is not None:
-            self._settle(slot.job, "not_here")
-            return
-        active = [inst for inst in slot.running if not inst.replaced]
-        waits: list[asyncio.Future[None]] = []
-        if active and slot.job.config.concurrency_policy == "Forbid":
-            logger.info(
-                "Job %s: retry skipped, a run is still going (concurrencyPolicy Forbid)",
-                slot.job.name,
-                extra={"job": slot.job.name},
-            )
-            self._settle(slot.job, "forbid")
-            return
-        if active and slot.job.config.concurrency_policy == "Replace":
-            waits = self._replace(slot, active)
-        self._launch(slot, scheduled, state.count + 1, state, waits, kind="retry")
-
-    def _settle(self, job: Job, reason: str) -> None:
-        if self.state is not None:
-            self.state.retry_settled(job, reason)
 
     def _refused(self, launch: Launch, reason: str) -> None:
         """A launch guard refused ``launch`` (logged, counted)."""
@@ -1017,44 +764,7 @@ class Scheduler:
             extra={"job": launch.job.name, "scheduled_time": launch.scheduled.isoformat()},
         )
 
-    def _end_retries(self, slot: _Slot, why: str | None = None, *, settle: bool = True) -> None:
-        """End the slot's retry sequence.
-
-        With ``why`` (the job was ``removed``, ``disabled`` or ``redefined``), a
-        pending retry it drops is logged and settled: the failed run it followed
-        reports onPermanentFailure of the definition that ran it.  A pending retry's
-        durable record is settled too, unless ``settle`` is false (a graceful stop
-        keeps it for the next start to re-arm).
-        """
-        state = slot.retry
-        failed, slot.failed_run = slot.failed_run, None
-        if state is None:
-            return
-        if settle and state.task is not None and not state.task.done():
-            self._settle(slot.job, why or "superseded")
-        if why is not None and state.task is not None and not state.task.done():
-            logger.info(
-                "Job %s: pending retry %d dropped: %s",
-                slot.job.name,
-                state.count,
-                "the job was removed"
-                if why == "removed"
-                else "the job was disabled"
-                if why == "disabled"
-                else "it changed",
-                extra={"job": slot.job.name, "attempt": state.count + 1},
-            )
-            if failed is not None:
-                job, record = failed
-                self._report(
-                    job,
-                    replace(record, fail_reason=ABANDONED.format(why=why)),
-                    ("permanent_failure",),
-                )
-        state.cancel()
-        slot.retry = None
-
-    def _report(self, job: Job, record: FinishedRun, moments: tuple[Moment, ...]) -> None:
+    def report(self, job: Job, record: FinishedRun, moments: tuple[Moment, ...]) -> None:
         if not moments:
             return
         for listener in self.report_listeners:
@@ -1072,7 +782,7 @@ class Scheduler:
 
     async def _drain(self) -> None:
         for slot in self._slots.values():
-            self._end_retries(slot, settle=False)
+            self.retries.end(slot, settle=False)
         pending = [task for task in self._tasks if not task.done()]
         if pending:
             logger.info(

@@ -1,7 +1,7 @@
 """Between the scheduler and the state store: what is recorded when, and the restore.
 
-The keeper is the scheduler's :class:`~cronstable.runtime.scheduler.LaunchGuard`,
-its :class:`~cronstable.runtime.scheduler.StateHooks` and a run listener.  With no
+The keeper is the scheduler's :class:`~cronstable.ports.LaunchGuard`,
+its :class:`~cronstable.ports.StateHooks` and a run listener.  With no
 store (no ``state`` section) every call is a no-op.  Records (:mod:`.base` keys,
 in this node's part of the store):
 
@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -56,20 +55,21 @@ from typing import Any, Literal
 
 from cronstable.config.desired import Job
 from cronstable.platform import boot_id, process_start_ticks
-from cronstable.redact import redact
-from cronstable.runtime.adopted import AdoptedRun, same_process
-from cronstable.runtime.process import RunResult
-from cronstable.runtime.retry import RetryState
-from cronstable.runtime.runs import (
+from cronstable.ports import (
     FinishedRun,
-    RunHistory,
+    History,
+    Launch,
+    Restorable,
     RunOutcome,
+    RunResult,
     RunStart,
+    StateView,
     tail_text,
     utc_text,
 )
-from cronstable.runtime.scheduler import LATE_TOLERANCE, Launch, Scheduler
+from cronstable.redact import redact
 from cronstable.state.base import Record, StateError, StateStore, key, node_key
+from cronstable.state.records import history_record, history_runs
 from cronstable.state.writer import Writer
 
 logger = logging.getLogger(__name__)
@@ -117,8 +117,8 @@ class StateKeeper:
     def __init__(
         self,
         node: str,
-        scheduler: Callable[[], Scheduler],
-        history: RunHistory,
+        scheduler: Callable[[], Restorable],
+        history: History,
         *,
         cluster_wide: Callable[[Job], bool] = lambda job: False,
         gated: Callable[[Job], bool] = lambda job: False,
@@ -147,7 +147,7 @@ class StateKeeper:
         """Records of runs going now that started while the store had not answered yet."""
 
     @property
-    def scheduler(self) -> Scheduler:
+    def scheduler(self) -> Restorable:
         return self._scheduler()
 
     # ------------------------------------------------------------ the store in use
@@ -221,20 +221,19 @@ class StateKeeper:
         if store is not None:
             await store.close()
 
-    def view(self) -> dict[str, Any]:
-        """What ``/status`` shows of durable state."""
+    def view(self) -> StateView | None:
+        """What ``/status`` shows of durable state; None while none is kept."""
         if self.store is None:
-            return {"enabled": False}
-        return {
-            "enabled": True,
-            "backend": self.store.backend,
-            "node": self.node,
-            "onStoreUnavailable": self.policy,
-            "connecting": self.waiting,
-            "available": self.available,
-            "lastError": self.last_error,
-            "queued": self.writer.queued() if self.writer is not None else 0,
-        }
+            return None
+        return StateView(
+            backend=self.store.backend,
+            node=self.node,
+            on_store_unavailable=self.policy,
+            connecting=self.waiting,
+            available=self.available,
+            last_error=self.last_error,
+            queued=self.writer.queued() if self.writer is not None else 0,
+        )
 
     def _key(self, *rest: str) -> str:
         return node_key(self.node, *rest)
@@ -398,15 +397,13 @@ class StateKeeper:
     def _retry_record(self, job: Job, status: str, **fields: Any) -> Record:
         return {"job": job.name, "digest": job.digest, "status": status, **fields}
 
-    def retry_armed(
-        self, job: Job, state: RetryState, not_before: datetime, scheduled: datetime
-    ) -> None:
+    def retry_armed(self, job: Job, count: int, not_before: datetime, scheduled: datetime) -> None:
         self._submit(
             self._key("retries", job.name),
             self._retry_record(
                 job,
                 "pending",
-                count=state.count,
+                count=count,
                 notBefore=utc_text(not_before),
                 scheduled=utc_text(scheduled),
             ),
@@ -469,12 +466,10 @@ class StateKeeper:
     def _flush_history(self) -> None:
         dirty, self._dirty_history = self._dirty_history, set()
         for job in sorted(dirty):
-            runs = [_capped(run).as_json() for run in self.history.finished(job)]
-            # whole runs, newest kept, within HISTORY_RECORD bytes (etcd refuses a request
-            # over 1.5 MiB; escaped output can grow past the per-stream cap)
-            while len(runs) > 1 and len(json.dumps(runs)) > HISTORY_RECORD:
-                runs.pop(0)
-            self._submit(self._key("history", job), {"job": job, "runs": runs})
+            runs = [_capped(run) for run in self.history.finished(job)]
+            # within HISTORY_RECORD bytes (etcd refuses a request over 1.5 MiB; escaped
+            # output can grow past the per-stream cap)
+            self._submit(self._key("history", job), history_record(job, runs, HISTORY_RECORD))
 
     # ------------------------------------------------------------ the restore
 
@@ -503,11 +498,11 @@ class StateKeeper:
                 self._restore_retry(full, record, now, booted)
 
     def _restore_history(self, record: Record | None) -> None:
-        if record is None or not isinstance(record.get("runs"), list):
+        read = history_runs(record) if record is not None else None
+        if read is None:
             return
-        job = str(record.get("job"))
-        runs = [run for item in record["runs"] if (run := FinishedRun.from_json(item)) is not None]
-        if self.scheduler.has_job(job) and runs:
+        job, runs = read
+        if self.scheduler.job(job) is not None and runs:
             late = bool(self.history.finished(job))
             self.history.restore(job, runs)
             if late:  # runs of this daemon's came first: write the merged history
@@ -525,22 +520,19 @@ class StateKeeper:
                 and isinstance(ticks, int)
                 and self.boot is not None
                 and record.get("bootId") == self.boot
-                and same_process(pid, ticks)
                 and job is not None
                 and scheduled is not None
                 and started is not None
             ):
                 attempt = record.get("attempt")
-                run = AdoptedRun(
+                adopted = self.scheduler.adopt(
                     name,
                     pid,
                     ticks,
-                    scheduled_time=scheduled,
-                    attempt=attempt if isinstance(attempt, int) else 1,
-                    started_at=started,
-                    kill_timeout=float(job.config.kill_timeout),
+                    scheduled,
+                    attempt if isinstance(attempt, int) else 1,
+                    started,
                 )
-                adopted = self.scheduler.adopt(name, run, scheduled, run.attempt, started)
                 if adopted:
                     self.stats.adopted_runs += 1
                     logger.warning(
@@ -602,7 +594,7 @@ class StateKeeper:
         else:
             overdue = (now - not_before).total_seconds()
             deadline = job.config.starting_deadline_seconds
-            if overdue > LATE_TOLERANCE and (deadline is None or overdue > deadline):
+            if overdue > self.scheduler.late_tolerance and (deadline is None or overdue > deadline):
                 why = "overdue"
             elif self.scheduler.rearm_retry(name, count, max(0.0, -overdue), scheduled):
                 self.stats.rearmed_retries += 1

@@ -26,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from cronstable import __version__
+from cronstable.web import encode
 from cronstable.web.answers import error, no_such_job, shown
 from cronstable.web.auth import Token, bearer, is_local_peer, match
 from cronstable.web.bodies import timed_out
@@ -103,7 +104,7 @@ class Api:
         return web.json_response({"ready": True})
 
     async def status(self, request: web.Request) -> web.StreamResponse:
-        status = self.daemon.status()
+        status = encode.status(self.daemon.status())
         if _wants_text(request):
             return web.Response(text=status_text(status))
         return web.json_response(status)
@@ -112,14 +113,14 @@ class Api:
         config = self.daemon.applied_config()
         if config is None:
             return error(404, "no configuration has been applied yet")
-        return web.json_response(config)
+        return web.json_response(encode.applied_config(config))
 
     async def reload(self, request: web.Request) -> web.StreamResponse:
         self.daemon.reload()
         return web.json_response({"reload": "requested"}, status=202)
 
     async def cluster(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response(self.daemon.cluster_view())
+        return web.json_response(encode.cluster(self.daemon.cluster_view()))
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:
         body, content_type = self.daemon.metrics_text()
@@ -157,7 +158,7 @@ class Api:
             runs = self.daemon.runs(name)
         except KeyError:
             return no_such_job(name)
-        return web.json_response({"job": name, "runs": runs})
+        return web.json_response({"job": name, "runs": encode.job_runs(runs)})
 
     async def openapi(self, request: web.Request) -> web.StreamResponse:
         from cronstable.web.openapi import document

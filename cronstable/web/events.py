@@ -20,6 +20,7 @@ from types import MappingProxyType
 
 from aiohttp import web
 
+from cronstable.web.encode import event_data
 from cronstable.web.view import DaemonApi, EventSubscription
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class EventStreams:
                             reason = {"reason": "the client did not keep up"}
                             await asyncio.wait_for(response.write(encode("dropped", reason)), 1)
                     break
-                await self._write(response, encode(event.type, event.data))
+                await self._write(response, encode(event.type, event_data(event.data)))
         except (TimeoutError, ConnectionError):
             if request.transport is not None:
                 request.transport.close()  # gone or stuck: nothing more is written

@@ -6,6 +6,7 @@ import math
 
 from aiohttp import web
 
+from cronstable.web import encode
 from cronstable.web.answers import no_such_job
 from cronstable.web.view import DaemonApi
 
@@ -26,6 +27,6 @@ async def next_fires(daemon: DaemonApi, request: web.Request) -> web.StreamRespo
             status=400,
         )
     try:
-        return web.json_response(daemon.next_fires(name, hours))
+        return web.json_response(encode.job_forecast(daemon.next_fires(name, hours)))
     except KeyError:
         return no_such_job(name)

@@ -39,7 +39,6 @@ import os
 import socket
 import ssl
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -200,7 +199,7 @@ class WebSection:
         assert server is not None
         return server
 
-    async def prepare(self, desired: DesiredState) -> Any:
+    async def prepare(self, desired: DesiredState) -> _Prepared:
         web_config = desired.web
         if web_config is None or not web_config.listen:
             return _Prepared(None, {}, [], [], None)
@@ -287,8 +286,7 @@ class WebSection:
             raise
         return prepared
 
-    def commit(self, prepared: Any, desired: DesiredState) -> None:
-        assert isinstance(prepared, _Prepared)
+    def commit(self, prepared: _Prepared, desired: DesiredState) -> None:
         self.holder.settings = prepared.settings or Settings()
         self._config, self._mtimes = prepared.config, prepared.mtimes
         self.connection_settings = prepared.connections
@@ -324,8 +322,7 @@ class WebSection:
         elif was_listening:
             logger.info("HTTP API stopped: the web section is gone or lists no address")
 
-    async def discard(self, prepared: Any) -> None:
-        assert isinstance(prepared, _Prepared)
+    async def discard(self, prepared: _Prepared) -> None:
         for _, servers in prepared.new_servers:
             for server in servers:
                 server.close()

@@ -1,8 +1,21 @@
-"""What the web layer may read from and ask of the daemon (nothing else)."""
+"""What the web layer may read from and ask of the daemon (nothing else).
+
+Reads answer read models (:mod:`cronstable.ports.views`); :mod:`cronstable.web.encode`
+turns them into the API's JSON.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
+
+from cronstable.ports import (
+    AppliedConfig,
+    ClusterView,
+    EventData,
+    JobForecast,
+    JobRuns,
+    Status,
+)
 
 
 class DaemonApi(Protocol):
@@ -14,18 +27,18 @@ class DaemonApi(Protocol):
         """None when ready, else why not."""
         ...
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> Status: ...
 
-    def runs(self, name: str) -> list[dict[str, Any]]:
+    def runs(self, name: str) -> JobRuns:
         """KeyError for an unknown job."""
         ...
 
-    def applied_config(self) -> dict[str, Any] | None: ...
+    def applied_config(self) -> AppliedConfig | None: ...
 
     def metrics_text(self) -> tuple[bytes, str]: ...
 
-    def cluster_view(self) -> dict[str, Any]:
-        """The leadership as this node sees it (``{"enabled": false}`` without election)."""
+    def cluster_view(self) -> ClusterView | None:
+        """The leadership as this node sees it (None without a cluster section)."""
         ...
 
     async def start(self, name: str) -> tuple[str | None, str]:
@@ -37,7 +50,7 @@ class DaemonApi(Protocol):
 
     def reload(self) -> None: ...
 
-    def next_fires(self, name: str, hours: float) -> dict[str, Any]:
+    def next_fires(self, name: str, hours: float) -> JobForecast:
         """The job's fires in the next ``hours``; KeyError for an unknown job."""
         ...
 
@@ -61,7 +74,7 @@ class Event(Protocol):
     def type(self) -> str: ...
 
     @property
-    def data(self) -> dict[str, Any]: ...
+    def data(self) -> EventData: ...
 
 
 class EventSubscription(Protocol):

@@ -1,4 +1,5 @@
-"""Retry state of one job: exponential back-off capped at maximumDelay."""
+"""One retry sequence's state: how many retries started, the back-off to the next
+(exponential, capped at maximumDelay), and the pending retry's task."""
 
 from __future__ import annotations
 

@@ -1,0 +1,113 @@
+"""The leaf of interfaces: what the daemon's parts hand each other.
+
+Nothing here does I/O or imports the daemon: only :mod:`cronstable.config`,
+:mod:`cronstable.errors` and the standard library are below it.  Import the
+names from ``cronstable.ports``; the modules inside only group them, one job each
+(a single file would hold five):
+
+* :mod:`.runs`: the run records (:class:`RunStart`, :class:`RunResult`,
+  :class:`FinishedRun`, :class:`MissedFire`) and their vocabulary;
+* :mod:`.launch`: a run about to start (:class:`Launch`) and who has a say in it
+  (:class:`ClusterGate`, :class:`LaunchGuard`, :class:`StateHooks`), a :class:`Run`;
+* :mod:`.listeners`: who hears of runs (:class:`RunListener`, :class:`ReportListener`);
+* :mod:`.restore`: what a previous daemon's records are put back into
+  (:class:`Restorable`, :class:`History`);
+* :mod:`.section`: :class:`Section`, a part of the daemon a revision configures;
+* :mod:`.views`: the read models the daemon shows of itself (:class:`Status`,
+  :class:`ClusterView` …), which :mod:`cronstable.web.encode` writes as JSON.
+"""
+
+from __future__ import annotations
+
+from cronstable.ports.launch import (
+    ClusterGate,
+    Launch,
+    LaunchGuard,
+    LaunchKind,
+    Run,
+    StateHooks,
+)
+from cronstable.ports.listeners import ReportListener, RunListener
+from cronstable.ports.restore import History, Restorable, WallClock
+from cronstable.ports.runs import (
+    FAILURES,
+    MISSED_REASONS,
+    RUN_OUTCOMES,
+    SPAWN_FAILED_RETURNCODE,
+    FinishedRun,
+    MissedFire,
+    MissedReason,
+    Moment,
+    RunOutcome,
+    RunResult,
+    RunStart,
+    report_moments,
+    run_id,
+    run_outcome,
+    tail_text,
+    utc_text,
+)
+from cronstable.ports.section import Section
+from cronstable.ports.views import (
+    AppliedConfig,
+    ClusterMember,
+    ClusterView,
+    Election,
+    EventData,
+    FireBand,
+    Forecast,
+    JobForecast,
+    JobRuns,
+    JobStatus,
+    RevisionView,
+    RunEnded,
+    StateView,
+    Status,
+    StoreView,
+)
+
+__all__ = [
+    "FAILURES",
+    "MISSED_REASONS",
+    "RUN_OUTCOMES",
+    "SPAWN_FAILED_RETURNCODE",
+    "AppliedConfig",
+    "ClusterGate",
+    "ClusterMember",
+    "ClusterView",
+    "Election",
+    "EventData",
+    "FinishedRun",
+    "FireBand",
+    "Forecast",
+    "History",
+    "JobForecast",
+    "JobRuns",
+    "JobStatus",
+    "Launch",
+    "LaunchGuard",
+    "LaunchKind",
+    "MissedFire",
+    "MissedReason",
+    "Moment",
+    "ReportListener",
+    "Restorable",
+    "RevisionView",
+    "Run",
+    "RunEnded",
+    "RunListener",
+    "RunOutcome",
+    "RunResult",
+    "RunStart",
+    "Section",
+    "StateHooks",
+    "StateView",
+    "Status",
+    "StoreView",
+    "WallClock",
+    "report_moments",
+    "run_id",
+    "run_outcome",
+    "tail_text",
+    "utc_text",
+]

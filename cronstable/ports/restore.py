@@ -1,0 +1,71 @@
+"""What a previous daemon's records are put back into (:class:`Restorable`,
+:class:`History`), as durable state restores them after a restart."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Protocol
+
+from cronstable.config.desired import Job
+from cronstable.ports.runs import FinishedRun
+
+
+class WallClock(Protocol):
+    def now(self) -> datetime:
+        """The current time, aware."""
+        ...
+
+
+class Restorable(Protocol):
+    """The scheduler, as a restore sees it: each call puts back one record's worth and
+    says whether it took (False: the job is not applied, or the record no longer fits)."""
+
+    @property
+    def started(self) -> bool:
+        """Whether scheduling began (records restored later would move schedules back)."""
+        ...
+
+    @property
+    def clock(self) -> WallClock: ...
+
+    @property
+    def late_tolerance(self) -> float:
+        """Seconds a fire may be late and still count as on time."""
+        ...
+
+    def job(self, name: str) -> Job | None:
+        """The applied definition of ``name``; None for a job not applied."""
+        ...
+
+    def resume(self, name: str, last_fire: datetime) -> bool:
+        """Plan ``name`` from ``last_fire``, the last fire a previous daemon handled."""
+        ...
+
+    def rearm_retry(self, name: str, count: int, delay: float, scheduled: datetime) -> bool:
+        """Re-arm a pending retry: ``count`` retries had started, the next is due in
+        ``delay`` seconds, for the fire at ``scheduled``."""
+        ...
+
+    def adopt(
+        self,
+        name: str,
+        pid: int,
+        start_ticks: int,
+        scheduled: datetime,
+        attempt: int,
+        started_at: datetime,
+    ) -> bool:
+        """Watch the run of ``name`` that outlived the previous daemon (process ``pid``,
+        started at ``start_ticks``) until it ends; False when that process is gone."""
+        ...
+
+
+class History(Protocol):
+    """The finished runs kept of each job (newest last)."""
+
+    def finished(self, job: str) -> list[FinishedRun]: ...
+
+    def restore(self, job: str, runs: Iterable[FinishedRun]) -> None:
+        """Put back a previous daemon's finished runs (oldest first), before this one's."""
+        ...

@@ -1,0 +1,194 @@
+"""Read models: what the daemon shows of itself, as plain values.
+
+The core builds these (the daemon's control, the cluster section, durable state,
+the store links, the live events); :mod:`cronstable.web.encode` alone turns them
+into the HTTP API's JSON, so the API's shape is decided in one place and a
+record the core keeps (a :class:`~cronstable.ports.runs.FinishedRun`) is not
+an answer of the API by accident.  Times are aware datetimes and durations
+plain seconds: formatting and rounding are the encoder's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from cronstable.ports.runs import FinishedRun, RunOutcome, RunStart
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionView:
+    """A configuration revision the daemon applied or rejected."""
+
+    revision: str
+    source: str
+    time: datetime
+    job_set_id: str | None
+    rejected: bool = False
+    errors: tuple[str, ...] = ()
+    """Why it was rejected (empty for an applied one)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """One applied job: its schedule, the runs going and how the last one went."""
+
+    name: str
+    schedule: str
+    timezone: str
+    enabled: bool
+    next_fire: datetime | None
+    running: tuple[RunStart, ...]
+    last_run: FinishedRun | None
+    retry_pending: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StoreView:
+    """One section's link to its store (:class:`cronstable.store_link.StoreLink`)."""
+
+    backend: str
+    state: Literal["up", "connecting"]
+    since: datetime
+    """When the store answered (up), or when the wait began (connecting)."""
+    unreachable_for: float
+    """Seconds the section has waited for its store; 0 once it answered."""
+    attempts: int
+    last_error: str | None
+    """Redacted."""
+    fault: str | None
+    next_attempt_in: float | None
+    """Seconds until the next attempt (connecting only)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StateView:
+    """Durable state as the daemon uses it (a ``state`` section is applied)."""
+
+    backend: str
+    node: str
+    on_store_unavailable: str
+    connecting: bool
+    """The store has not answered since the section was applied: records wait in memory."""
+    available: bool
+    last_error: str | None
+    queued: int
+    """Records waiting to be written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """The daemon at a glance: the revisions, every job, durable state, the stores."""
+
+    applied: RevisionView | None
+    last_rejected: RevisionView | None
+    """The last rejected revision, unless a later one was applied since."""
+    jobs: tuple[JobStatus, ...]
+    state: StateView | None
+    """None without a ``state`` section."""
+    stores: Mapping[str, StoreView]
+    """The stores the sections use, by name (``cluster``, ``slots``, ``state``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRuns:
+    """A job's runs: the ones going, then the finished ones newest first."""
+
+    running: tuple[RunStart, ...]
+    finished: tuple[FinishedRun, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FireBand:
+    """``count`` fires between ``start`` and ``end``, each gap at most the band width."""
+
+    start: datetime
+    end: datetime
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """A schedule's fires after ``start`` up to ``end``: listed one by one, or (more than
+    the listing allows, or a walk cut short) as bands."""
+
+    start: datetime
+    end: datetime
+    complete: bool
+    """False when the walk stopped early (the last band's count is then a lower bound)."""
+    fires: tuple[datetime, ...] | None
+    bands: tuple[FireBand, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobForecast:
+    """A job's coming fires (a disabled job's window is empty)."""
+
+    job: str
+    enabled: bool
+    forecast: Forecast
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedConfig:
+    """The applied configuration: its revision and its canonical, published form."""
+
+    revision: str | None
+    document: Mapping[str, Any]
+    """As :func:`cronstable.published.published_config` gives it (secrets as digests)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterMember:
+    name: str
+    instance: str
+    job_set_id: str
+    same_job_set: bool
+    """Whether it applied the job set this node applied (or this node's is not known)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Election:
+    """Leader election as this node sees it."""
+
+    backend: str
+    distribution: str
+    lease_ttl: int
+    known: bool
+    """Whether this node trusts its view (its lease is renewed)."""
+    role: Literal["unknown", "leader", "follower"]
+    leader: str | None
+    fence: int | None
+    lease_valid_for: float | None
+    unknown_reason: str | None
+    node_name_conflict: bool
+    members: tuple[ClusterMember, ...]
+    store: StoreView | None
+    """The leadership's store link, when one is in use."""
+    owned_jobs: tuple[str, ...] | None
+    """Under ``spread``, with the leadership known: the jobs this node owns."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """This node in its cluster; ``election`` None without leader election."""
+
+    node: str
+    election: Election | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnded:
+    """A run ended (the live event; the full record is in the job's runs)."""
+
+    run: RunStart
+    outcome: RunOutcome
+    exit_code: int | None
+    finished_at: datetime
+    duration: float
+
+
+EventData = RunStart | RunEnded | RevisionView | Mapping[str, Any]
+"""A live event's payload: a read model, or a mapping already in JSON form."""

@@ -1,0 +1,63 @@
+"""The run history: the runs going now and the last finished ones of every job.
+
+:class:`RunHistory` is a :class:`~cronstable.ports.RunListener`: it keeps the runs
+going now and the last :data:`HISTORY_PER_JOB` finished runs of each job, with at
+most :data:`OUTPUT_TAIL` bytes of each captured stream (the tail).  With a
+``state`` section the finished runs are also kept in the store
+(:mod:`cronstable.state.keeper`) and put back after a restart.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from cronstable.ports import FinishedRun, RunOutcome, RunResult, RunStart
+
+HISTORY_PER_JOB = 20
+OUTPUT_TAIL = 64 * 1024
+"""Bytes of each captured stream a finished run keeps (the end of it)."""
+
+
+class RunHistory:
+    """The runs going now and the last finished ones of every job (a run listener)."""
+
+    def __init__(self, per_job: int = HISTORY_PER_JOB) -> None:
+        self.per_job = per_job
+        self._running: dict[str, dict[str, RunStart]] = {}
+        self._finished: dict[str, deque[FinishedRun]] = {}
+
+    def run_started(self, run: RunStart) -> None:
+        self._running.setdefault(run.job, {})[run.id] = run
+
+    def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
+        going = self._running.get(run.job)
+        if going is not None:
+            going.pop(run.id, None)
+            if not going:
+                del self._running[run.job]
+        finished = FinishedRun.of(run, result, outcome, keep=OUTPUT_TAIL)
+        self._finished.setdefault(run.job, deque(maxlen=self.per_job)).append(finished)
+
+    def running(self, job: str) -> list[RunStart]:
+        return list(self._running.get(job, {}).values())
+
+    def finished(self, job: str) -> list[FinishedRun]:
+        """Newest last."""
+        return list(self._finished.get(job, ()))
+
+    def last(self, job: str) -> FinishedRun | None:
+        runs = self._finished.get(job)
+        return runs[-1] if runs else None
+
+    def restore(self, job: str, runs: Iterable[FinishedRun]) -> None:
+        """Put back the finished runs a previous daemon kept (oldest first), before any
+        run of this daemon's."""
+        kept = deque(runs, maxlen=self.per_job)
+        kept.extend(self._finished.get(job, ()))
+        self._finished[job] = kept
+
+    def forget(self, jobs: Iterable[str]) -> None:
+        """Drop the finished runs of jobs a revision removed (runs still going stay)."""
+        for job in jobs:
+            self._finished.pop(job, None)
