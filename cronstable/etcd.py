@@ -59,7 +59,7 @@ import random
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias, TypeVar
+from typing import Any, Literal, Protocol, TypeAlias, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
@@ -173,6 +173,25 @@ class EtcdTLS:
                 files = self.cert if self.key is None else f"{self.cert} and key={self.key}"
                 raise EtcdError(f"etcd TLS: cannot use cert={files}: {_os_reason(exc)}") from exc
         return context
+
+
+class TlsFiles(Protocol):
+    """Where a configuration names etcd's TLS files (the cluster section's ``etcd``)."""
+
+    @property
+    def ca_file(self) -> str | None: ...
+    @property
+    def cert_file(self) -> str | None: ...
+    @property
+    def key_file(self) -> str | None: ...
+
+
+def etcd_tls(files: TlsFiles | None) -> EtcdTLS | None:
+    """The TLS files of a configured etcd (the cluster's, also the state store's and the
+    slots'); None when it names none."""
+    if files is None or (files.ca_file is None and files.cert_file is None):
+        return None
+    return EtcdTLS(ca=files.ca_file, cert=files.cert_file, key=files.key_file)
 
 
 @dataclass(frozen=True, slots=True)

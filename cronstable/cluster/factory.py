@@ -5,15 +5,8 @@ from __future__ import annotations
 
 from cronstable.cluster.base import Leadership, LeadershipStats
 from cronstable.cluster.slots import SlotStore
-from cronstable.config.models import ClusterConfig, ClusterEtcd
-from cronstable.etcd import EtcdPools, EtcdTLS
-
-
-def etcd_tls(etcd: ClusterEtcd | None) -> EtcdTLS | None:
-    """The TLS files of the cluster's etcd (also the state store's); None without any."""
-    if etcd is None or (etcd.ca_file is None and etcd.cert_file is None):
-        return None
-    return EtcdTLS(ca=etcd.ca_file, cert=etcd.cert_file, key=etcd.key_file)
+from cronstable.config.models import ClusterConfig
+from cronstable.etcd import EtcdPools, etcd_tls
 
 
 def make_leadership(

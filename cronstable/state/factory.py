@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cronstable.cluster.factory import etcd_tls
 from cronstable.config.models import ClusterConfig, StateConfig
-from cronstable.etcd import EtcdPools
+from cronstable.etcd import EtcdPools, etcd_tls
 from cronstable.state.base import StateStore
 
 
