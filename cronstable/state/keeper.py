@@ -41,6 +41,14 @@ is written, as a start would, except that what this daemon did meanwhile wins:
   ``startingDeadlineSeconds``, judged now, runs once; a pending retry is re-armed;
   a run still alive is adopted; the previous runs go before this daemon's in the
   history, which is then written whole).
+
+Why guard, hooks, listener and restore are one class: they share one ordering rule,
+not just one store.  The restore must read before any record of this daemon is
+written, and :meth:`StateKeeper.came_up` decides between a restored value and one
+the guard or hooks queued meanwhile by looking at that same queue
+(:class:`~cronstable.state.writer.Writer` owns the writes themselves: coalescing,
+retry and the bound).  Split apart, the four would have to share the queue and the
+set of restored keys through a fifth object, which is this class under another name.
 """
 
 from __future__ import annotations
