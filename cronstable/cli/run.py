@@ -23,6 +23,7 @@ def cmd_run(
     configuration's ``logging`` section may change); given, they win over it."""
     from cronstable.daemon.build import NodeFacts, build_daemon
     from cronstable.logs import LogOverrides, setup_logging
+    from cronstable.runtime.sdnotify import ServiceNotifier
     from cronstable.sources.base import SourceError
     from cronstable.sources.factory import open_source
 
@@ -45,8 +46,11 @@ def cmd_run(
         logging.getLogger("cronstable").error("%s", source_error(spec, exc))
         return 2
 
+    # read (and removed from the environment the jobs inherit) before the daemon is built
+    notifier = ServiceNotifier.from_environment()
+
     async def main() -> int:
-        return await build_daemon(source, node).run()
+        return await build_daemon(source, node, notifier=notifier).run()
 
     return asyncio.run(main())
 
