@@ -1,6 +1,6 @@
 """The running daemon beside yacron 0.19.0, same run: fire lateness, idle cost, burst.
 
-    .venv/bin/python bench/bench_runtime.py [--quick]
+    .venv/bin/python bench/bench_runtime.py [--quick] [--loops asyncio,uvloop]
 
 Each daemon runs as a real subprocess (``cronstable run -c`` / ``yacron -c``) on a
 temp configuration, alone in a directory of its own (cronstable watches the whole
@@ -27,6 +27,10 @@ c) Burst: 500 jobs due at one instant, time until the last has started; the
    daemon) 5 s after each cronstable burst.  Best of 5 (quick: 3); also the CPU
    the spawning process used per burst, which other load on the machine hardly
    moves.  yacron: one burst at the next minute.
+
+--loops asyncio,uvloop runs the cronstable measurements once on each event loop
+(``cronstable run --loop X``), one loop after the other, and prints them side by side
+(yacron is left out of that mode).
 
 yacron does its work at minute boundaries; the cronstable measurements keep
 clear of them, so the two run side by side without sharing a busy instant.
@@ -136,8 +140,12 @@ def floor_burst(out: Path, instant: float) -> float:
 
 
 class Ctx:
-    def __init__(self, quick: bool, tmp: Path, cronstable: Path, yacron: Path) -> None:
+    def __init__(
+        self, quick: bool, tmp: Path, cronstable: Path, yacron: Path, loop: str | None = None
+    ) -> None:
         self.quick = quick
+        self.loop = loop
+        """``--loop`` for every cronstable started (None: the daemon's default)."""
         self.tmp = tmp
         self.var = tmp / "var"
         """Job output and daemon logs: away from the configurations, which are watched."""
@@ -168,8 +176,12 @@ class Ctx:
         directory.mkdir(parents=True)
         return write_config(directory / "jobs.yaml", jobs)
 
+    def cronstable_argv(self, config: Path) -> list[str]:
+        loop = ["--loop", self.loop] if self.loop else []
+        return [str(self.cronstable), "run", "-c", str(config), *loop]
+
     def start_cronstable(self, name: str, config: Path) -> subprocess.Popen[bytes]:
-        argv = [str(self.cronstable), "run", "-c", str(config)]
+        argv = self.cronstable_argv(config)
         return self.daemons.start(argv, self.var / f"{name}.out", self.var / f"{name}.log")
 
     def start_yacron(self, name: str, config: Path) -> subprocess.Popen[bytes]:
@@ -281,7 +293,7 @@ def cronstable_idle(ctx: Ctx) -> None:
         procs[count] = (ctx.start_cronstable(f"cs-idle-{count}", cfg), time.monotonic())
     # the same 1,000 jobs with the daemon's own log written inside the watched directory
     cfg = ctx.config("cs-idle-logdir", idle_jobs(1000))
-    argv = [str(ctx.cronstable), "run", "-c", str(cfg)]
+    argv = ctx.cronstable_argv(cfg)
     logdir_log = cfg.parent / "daemon.log"
     logdir = ctx.daemons.start(argv, ctx.var / "cs-idle-logdir.out", logdir_log)
     rows = {}
@@ -591,11 +603,75 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def loops_side_by_side(results: dict[str, dict[str, Any]]) -> None:
+    """One row per event loop: the headline figures of each measurement."""
+    print("\nEvent loops side by side (cronstable run --loop X; same machine, one after the other)")
+    head = (
+        f"{'loop':10}{'late p50':>10}{'p99':>8}{'max':>8}{'burst last':>12}{'burst CPU':>11}"
+        f"{'idle 1k':>9}{'idle 10k':>10}{'RSS 1k':>8}{'RSS 10k':>9}"
+    )
+    print(head)
+    print(f"{'':10}{'ms':>10}{'ms':>8}{'ms':>8}{'ms (best)':>12}{'ms (med)':>11}"
+          f"{'CPU-s/60':>9}{'CPU-s/60':>10}{'MiB':>8}{'MiB':>9}")  # fmt: skip
+    for loop, res in results.items():
+        late = res.get("lateness", {}).get("cronstable") or [math.nan]
+        burst = res.get("burst", {}).get("cronstable") or [(math.nan, math.nan, math.nan)]
+        idle = res.get("idle", {}).get("cronstable", {})
+        nan = {"per60": math.nan, "rss": math.nan}
+        small, big = idle.get(1000, nan), idle.get(10000, nan)
+        print(
+            f"{loop:10}{ms(statistics.median(late)):>10}{quantile(late, 0.99) * 1000:8.1f}"
+            f"{max(late) * 1000:8.1f}{min(r[1] for r in burst) * 1000:12.1f}"
+            f"{statistics.median(r[2] for r in burst) * 1000:11.0f}"
+            f"{small['per60']:9.2f}{big['per60']:10.2f}{small['rss']:8.1f}{big['rss']:9.1f}"
+        )
+
+
+def compare_loops(args: argparse.Namespace, cronstable: Path) -> int:
+    """--loops: the cronstable track once per loop, then the figures side by side."""
+    loops = [name.strip() for name in args.loops.split(",") if name.strip()]
+    results: dict[str, dict[str, Any]] = {}
+    began = time.monotonic()
+    for loop in loops:
+        with tempfile.TemporaryDirectory(prefix=f"bench-runtime-{loop}-") as tmp:
+            ctx = Ctx(args.quick, Path(tmp), cronstable, Path("/nonexistent/yacron"), loop)
+            ctx.cs_busy_done.set()
+            ctx.load("start")
+            try:
+                cronstable_track(ctx)
+            finally:
+                ctx.stop.set()
+                ctx.daemons.stop_all()
+            for log in sorted(ctx.var.glob("*.log")):
+                ctx.check_log(log.stem)
+                text = log.read_text(errors="replace")
+                if "Event loop: " in text:
+                    ran_on = text.split("Event loop: ", 1)[1].split(" (", 1)[0]
+                    if not ran_on.startswith(loop):
+                        ctx.note(f"{log.stem} ran on {ran_on}, not {loop}")
+            ctx.load("end")
+            print(f"\n==================== --loop {loop}")
+            report(ctx)
+            results[loop] = ctx.results
+    loops_side_by_side(results)
+    print(f"\ntotal {time.monotonic() - began:.0f} s{' (--quick)' if args.quick else ''}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter windows (about 3 min)")
+    parser.add_argument(
+        "--loops",
+        metavar="LOOP,LOOP",
+        default=None,
+        help="run cronstable's measurements on each event loop (asyncio,uvloop) and "
+        "print them side by side; yacron is not run",
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, _interrupt)
+    if args.loops:
+        return compare_loops(args, Path(sys.executable).parent / "cronstable")
     yacron = ensure_peer_venv().parent / "yacron"
     cronstable = Path(sys.executable).parent / "cronstable"
     began = time.monotonic()

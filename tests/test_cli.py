@@ -199,6 +199,7 @@ def test_usage_errors_exit_2() -> None:
         ["next", str(EXAMPLE)],
         ["job-set-id", str(EXAMPLE)],
         ["-c", str(EXAMPLE), "-v"],
+        ["--third-party-licenses"],
     ],
     ids=lambda a: " ".join(a[:1]),
 )

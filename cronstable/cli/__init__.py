@@ -130,6 +130,16 @@ def _seconds(what: str, most: float) -> Callable[[str], float]:
     return parse
 
 
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of threads") from None
+    if not 1 <= value <= 1024:
+        raise argparse.ArgumentTypeError("the executor workers must be from 1 to 1024")
+    return value
+
+
 _settle_seconds = _seconds("settle time", 60)
 _timeout = _seconds("timeout", 3600)
 
@@ -176,6 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="A GitOps cron daemon: schedules from a watched repository.",
     )
     parser.add_argument("--version", action="version", version=__version__)
+    parser.add_argument(
+        "--third-party-licenses",
+        action="store_true",
+        help="print the name, version and license of every installed dependency, and exit",
+    )
     # yacron's flags, kept so existing deployments and scripts work unchanged
     parser.add_argument(
         "-c",
@@ -267,6 +282,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="a directory source uses a tree once two reads this far apart agree; "
         "raise it above the longest pause of a writer that saves files in place (default 0.2)",
+    )
+    p.add_argument(
+        "--loop",
+        choices=["auto", "asyncio", "uvloop"],
+        default="auto",
+        help="the event loop: uvloop when installed (pip install 'cronstable[speedups]'), "
+        "else asyncio's (auto, the default); uvloop insists on it, asyncio declines it",
+    )
+    p.add_argument(
+        "--executor-workers",
+        type=_workers,
+        default=None,
+        metavar="N",
+        help="threads of the pool that runs the daemon's blocking work (configuration "
+        "loads, secrets, metrics), named cronstable-worker (default: the usable CPUs + 4, "
+        "at most 32)",
     )
 
     p = sub.add_parser(
@@ -431,6 +462,10 @@ def run_cli(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     command: str | None = args.command
+    if args.third_party_licenses:
+        from cronstable.cli.licenses import cmd_third_party_licenses
+
+        return cmd_third_party_licenses()
     if command == "validate" or (command is None and args.validate_config):
         from cronstable.cli.validate import cmd_validate
 
@@ -519,6 +554,8 @@ def run_cli(argv: list[str]) -> int:
         settle=getattr(args, "settle", None),
         node_name=_node_name_of(args, parser),
         state_dir=getattr(args, "state_dir", None),
+        loop=getattr(args, "loop", "auto"),
+        executor_workers=getattr(args, "executor_workers", None),
     )
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
+from cronstable.runtime.loops import LoopChoice
 
 
 def cmd_run(
@@ -18,11 +18,17 @@ def cmd_run(
     settle: float | None = None,
     node_name: str = "localhost",
     state_dir: str | None = None,
+    loop: LoopChoice = "auto",
+    executor_workers: int | None = None,
 ) -> int:
     """``log_level``/``log_format``: None when not given (INFO and text, which the
-    configuration's ``logging`` section may change); given, they win over it."""
+    configuration's ``logging`` section may change); given, they win over it.
+    ``loop``/``executor_workers``: ``--loop`` and ``--executor-workers``
+    (:mod:`cronstable.runtime.loops`)."""
     from cronstable.daemon.build import NodeFacts, build_daemon
     from cronstable.logs import LogOverrides, setup_logging
+    from cronstable.runtime import loops
+    from cronstable.runtime.sdnotify import ServiceNotifier
     from cronstable.sources.base import SourceError
     from cronstable.sources.factory import open_source
 
@@ -34,21 +40,40 @@ def cmd_run(
         limits=limits,
     )
     setup_logging(log_level or "INFO", log_format or "text")
+    import logging
+
+    log = logging.getLogger("cronstable")
+    try:
+        event_loop = loops.plan_loop(loop)
+    except loops.LoopUnavailable as exc:
+        log.error("%s", exc)
+        return 2
+    workers = executor_workers or loops.default_executor_workers()
     log_open_files_limit()
     try:
         source = open_source(spec, cache_dir=node.cache_dir, limits=limits, settle=settle)
     except SourceError as exc:
-        import logging
-
         from cronstable.cli.sides import source_error
 
-        logging.getLogger("cronstable").error("%s", source_error(spec, exc))
+        log.error("%s", source_error(spec, exc))
         return 2
 
-    async def main() -> int:
-        return await build_daemon(source, node).run()
+    # read (and removed from the environment the jobs inherit) before the daemon is built
+    notifier = ServiceNotifier.from_environment()
 
-    return asyncio.run(main())
+    async def main() -> int:
+        return await build_daemon(source, node, notifier=notifier).run()
+
+    def started() -> None:
+        log.info(
+            "Event loop: %s (--loop %s); default thread pool: %d threads (%s)",
+            event_loop.name,
+            event_loop.chosen,
+            workers,
+            loops.WORKER_THREAD_PREFIX,
+        )
+
+    return loops.run(main(), event_loop, workers=workers, on_start=started)
 
 
 def log_open_files_limit() -> None:

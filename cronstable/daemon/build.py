@@ -38,6 +38,7 @@ from cronstable.runtime.history import RunHistory
 from cronstable.runtime.output import OutputMirror
 from cronstable.runtime.run_metrics import RunMetrics
 from cronstable.runtime.scheduler import Scheduler
+from cronstable.runtime.sdnotify import ServiceNotifier
 from cronstable.sources.base import Source
 from cronstable.state.keeper import StateKeeper
 from cronstable.state.section import StateSection
@@ -64,10 +65,18 @@ class NodeFacts:
     """The input limits every revision is loaded under."""
 
 
-def build_daemon(source: Source, node: NodeFacts, *, clock: Clock | None = None) -> Daemon:
+def build_daemon(
+    source: Source,
+    node: NodeFacts,
+    *,
+    clock: Clock | None = None,
+    notifier: ServiceNotifier | None = None,
+) -> Daemon:
     """A daemon that follows ``source`` as node ``node`` (not started: :meth:`Daemon.run`).
 
     ``clock``: the scheduler's (the system's by default; tests give a manual one).
+    ``notifier``: the service manager's (systemd), read from the environment before
+    this is called, so the jobs' environment (copied here) is without its variables.
     """
     metrics = DaemonMetrics()
     registry = metrics.registry
@@ -178,4 +187,5 @@ def build_daemon(source: Source, node: NodeFacts, *, clock: Clock | None = None)
         metrics=metrics,
         mirror=mirror,
         closing=closing,
+        notifier=notifier,
     )

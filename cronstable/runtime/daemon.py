@@ -20,6 +20,10 @@ the job table's section (:class:`JobsSection`) and the spawner of real runs.
   every kind of source: if it ever ends or fails while the daemon runs, that is
   an ERROR, and it is restarted (a new ``watch()``) after 1 s, then 2 s, 4 s …
   up to :data:`FOLLOW_RESTART_MAX`; the running revision stays meanwhile.
+* systemd (``Type=notify``, :mod:`cronstable.runtime.sdnotify`): READY once the first
+  revision is applied, RELOADING then READY around each later revision, STOPPING at
+  the first stop request, STATUS with the running (and a rejected) revision, and the
+  watchdog pinged from this loop for as long as :meth:`Daemon.run` runs.
 * Every task is owned: the follower runs in a task group beside the scheduler, a
   second stop request's stop of the running jobs is awaited, and what the daemon
   opened is closed through one exit stack, in the order the builder listed.
@@ -47,6 +51,7 @@ from cronstable.runtime.identity import Identity, IdentityError, resolve_identit
 from cronstable.runtime.output import OutputMirror
 from cronstable.runtime.process import JobProcess
 from cronstable.runtime.scheduler import Scheduler
+from cronstable.runtime.sdnotify import ServiceNotifier
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
 from cronstable.tasks import TaskSet
@@ -146,6 +151,8 @@ class Daemon:
 
     ``closing``: closed in this order when the daemon stops, after the runs drained (a
     failure is logged and the next one closed all the same); then ``mirror``.
+    ``notifier``: told of the daemon's lifecycle (systemd's ``Type=notify``; by default
+    one that sends nothing), its watchdog pinged from this loop while the daemon runs.
     """
 
     def __init__(
@@ -158,6 +165,7 @@ class Daemon:
         metrics: DaemonMetrics,
         mirror: OutputMirror,
         closing: Sequence[Closer] = (),
+        notifier: ServiceNotifier | None = None,
     ) -> None:
         self.source = source
         self.applier = applier
@@ -168,6 +176,7 @@ class Daemon:
         self.events = control.events
         self.mirror = mirror
         self.closing = tuple(closing)
+        self.notifier = notifier if notifier is not None else ServiceNotifier(None)
         self._tasks = TaskSet("the daemon")
         """A second stop request's stop of the running jobs."""
         self._signals = 0
@@ -179,6 +188,7 @@ class Daemon:
         self._stop_requested.set()
         if self._signals == 1:
             logger.info("Shutting down: no new runs; waiting for running jobs to finish")
+            self.notifier.stopping("Stopping: waiting for the running jobs to finish")
             self.scheduler.stop()
         else:
             logger.warning("Second stop request: stopping running jobs")
@@ -210,18 +220,43 @@ class Daemon:
             outcome = await self._attempt(snapshot)
             if outcome != "superseded":
                 break
-        return outcome != "rejected" or await self._start_from_last_applied(snapshot)
+        started = outcome != "rejected" or await self._start_from_last_applied(snapshot)
+        if started:
+            self.notifier.ready(self.status_line())
+        return started
 
     async def _follow(self, snapshots: AsyncIterator[Snapshot]) -> None:
         async for snapshot in snapshots:
             if snapshot.revision == self._last_revision:
                 continue  # a restarted follower starts with the current revision again
+            self.notifier.reloading()
             try:
                 await self.reconcile(snapshot)
             except Exception:  # never stop following the source
                 logger.exception(
                     "Reconciling revision %s failed; please report this", snapshot.revision
                 )
+            finally:
+                self.notifier.ready(self.status_line())
+
+    def status_line(self) -> str:
+        """What ``systemctl status`` shows: the running revision, and the newest one when
+        it was rejected."""
+        status = self.applier.status
+        applied, failed = status.applied, status.last_failed
+        line = (
+            f"Running revision {applied.revision} from {applied.source}"
+            if applied is not None
+            else "No revision applied"
+        )
+        if failed is not None and (applied is None or failed.time >= applied.time):
+            errors = len(failed.errors)
+            first = f": {failed.errors[0]}" if failed.errors else ""
+            line += (
+                f"; revision {failed.revision} rejected "
+                f"({errors} error{'s' if errors != 1 else ''}){first}"
+            )
+        return redact(line)
 
     async def _start_from_last_applied(self, rejected: Snapshot) -> bool:
         """After a bad push, a restart runs the last good revision rather than nothing."""
@@ -289,9 +324,17 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+        # from this loop, so a loop that stalls stops the pings (and systemd restarts it)
+        watchdog = loop.create_task(self.notifier.watchdog(), name="systemd-watchdog")
+        self.notifier.status(
+            f"Starting: fetching the first revision from {redact(self.source.description)}"
+        )
         try:
             return await self._run()
         finally:
+            watchdog.cancel()
+            await asyncio.gather(watchdog, return_exceptions=True)
+            self.notifier.close()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
 
