@@ -36,7 +36,7 @@ class Cluster:
         self.config = root / "config"
         self.config.mkdir()
         (root / "job.sh").write_text(textwrap.dedent(script))
-        job = f"- name: report\n  command: exec sh {root / 'job.sh'}\n" + textwrap.indent(
+        job = f"- name: report\n  command: exec bash {root / 'job.sh'}\n" + textwrap.indent(
             textwrap.dedent(settings), "  "
         )
         text = backend.yaml(TTL) + "jobs:\n" + textwrap.indent(job, "  ")
@@ -95,7 +95,10 @@ def overlaps(runs: list[tuple[str, float, float | None]]) -> list[tuple[str, str
     return found
 
 
-STAMP = 'echo "$CRONSTABLE_NODE_NAME {what} $(date +%s.%N)" >> "$RUNS"'
+# bash's own clock (no `date` child): a stop signal to the run's process group that
+# lands while a line is written can no longer kill the child that reads the time and
+# leave the line without one
+STAMP = 'echo "$CRONSTABLE_NODE_NAME {what} $EPOCHREALTIME" >> "$RUNS"'
 
 
 @pytest.fixture
@@ -148,8 +151,7 @@ def replace(cluster_backend: ClusterBackend, tmp_path: Path) -> Iterator[Cluster
         killTimeout: 5
         """
     # a run records its end when it is stopped too (its process group gets SIGTERM); the
-    # handler ignores a second SIGTERM (a replace, then the daemon's stop), which would
-    # otherwise kill its `date` and leave the line without a time
+    # handler ignores a second SIGTERM (a replace, then the daemon's stop)
     script = f"""\
         trap 'trap "" TERM; {STAMP.format(what="end")}; exit 0' TERM
         {STAMP.format(what="start")}
