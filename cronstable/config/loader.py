@@ -27,6 +27,7 @@ with positions, only when one of its problems needs a line number.
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import posixpath
@@ -179,6 +180,22 @@ def _get(data: Any, path: KeyPath) -> Any:
         else:
             raise KeyError(part)
     return data
+
+
+def _written_keys(entry: _JobEntry) -> set[str]:
+    """The top-level keys any of a job's layers writes: only settings under them can differ
+    from the models' defaults, so the warning scans look there and nowhere else (their cost
+    grows with what is written, not with every field of every job)."""
+    written: set[str] = set()
+    for layer in entry.layers:
+        written.update(layer.data)
+    return written
+
+
+@functools.cache
+def _job_secret_paths() -> tuple[tuple[tuple[str, ...], KeyPath], ...]:
+    """Where a job's settings hold secrets (walked once per process, not once per job)."""
+    return secret_paths(JobConfig)
 
 
 def _attribute(layers: list[_Layer], loc: KeyPath) -> tuple[_Layer, KeyPath] | None:
@@ -652,7 +669,10 @@ class _Loader:
     def _report_warnings(self, config: JobConfig, entry: _JobEntry) -> None:
         """Warn about a reporter given some but not all of its required keys (it stays off);
         an error for mail with from and to but no smtpHost."""
+        written = _written_keys(entry)
         for key, moment in report_moments(config):
+            if key not in written:
+                continue  # nothing written under it: the defaults, which never warn
             for reporter, settings in moment.report.reporters().items():
                 where: KeyPath = (key, "report", reporter)
                 error = settings.incomplete()
@@ -685,7 +705,10 @@ class _Loader:
 
     def _secret_warnings(self, config: JobConfig, entry: _JobEntry) -> None:
         """Warn about a secret given more than one source: only the first set one is used."""
-        for attributes, key in secret_paths(JobConfig):
+        written = _written_keys(entry)
+        for attributes, key in _job_secret_paths():
+            if key[0] not in written:
+                continue  # nothing written under it: no source set
             secret: Any = config
             for name in attributes:
                 secret = getattr(secret, name)

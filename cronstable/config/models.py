@@ -88,6 +88,11 @@ class Model(BaseModel):
         use_attribute_docstrings=True,
     )
 
+    def __eq__(self, other: object) -> bool:
+        # a model is mostly compared with its own default instance (the fingerprint's
+        # exclude_defaults): the identity answers at once, without walking its fields
+        return self is other or super().__eq__(other)
+
     @model_validator(mode="before")
     @classmethod
     def _empty_section_is_default(cls, data: Any) -> Any:
