@@ -26,13 +26,12 @@ from typing import Any
 from aiohttp import web
 
 from cronstable import __version__
-from cronstable.web import encode
-from cronstable.web.answers import error, no_such_job, shown
+from cronstable.web import calls, encode
+from cronstable.web.answers import error, refused, shown
 from cronstable.web.auth import Token, bearer, is_local_peer, match
 from cronstable.web.bodies import timed_out
 from cronstable.web.dashboard import dashboard_page
 from cronstable.web.events import STREAM_HEADERS, EventStreams
-from cronstable.web.fires import next_fires
 from cronstable.web.github import GitHubWebhook
 from cronstable.web.hosts import HOST_REFUSED, ORIGIN_REFUSED, host_allowed, origin_allowed
 from cronstable.web.routes import ROUTES, Route, aiohttp_path
@@ -75,6 +74,14 @@ def status_text(status: dict[str, Any]) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
+def _answer(call: Callable[[], calls.Json]) -> web.Response:
+    """``call``'s answer (200), or its refusal."""
+    try:
+        return web.json_response(call())
+    except calls.Refused as refusal:
+        return refused(refusal)
+
+
 def _wants_text(request: web.Request) -> bool:
     accept = request.headers.get("Accept", "")
     return "text/plain" in accept and "application/json" not in accept
@@ -104,7 +111,7 @@ class Api:
         return web.json_response({"ready": True})
 
     async def status(self, request: web.Request) -> web.StreamResponse:
-        status = encode.status(self.daemon.status())
+        status = calls.status(self.daemon)
         if _wants_text(request):
             return web.Response(text=status_text(status))
         return web.json_response(status)
@@ -116,8 +123,7 @@ class Api:
         return web.json_response(encode.applied_config(config))
 
     async def reload(self, request: web.Request) -> web.StreamResponse:
-        self.daemon.reload()
-        return web.json_response({"reload": "requested"}, status=202)
+        return web.json_response(calls.reload(self.daemon), status=202)
 
     async def cluster(self, request: web.Request) -> web.StreamResponse:
         return web.json_response(encode.cluster(self.daemon.cluster_view()))
@@ -129,36 +135,18 @@ class Api:
         return response
 
     async def start(self, request: web.Request) -> web.StreamResponse:
-        name = request.match_info["name"]
-        if not self.daemon.has_job(name):
-            return no_such_job(name)
         try:
-            run, refusal = await self.daemon.start(name)
-        except KeyError:
-            return no_such_job(name)
-        if run is None:
-            return error(409, f"job {name!r} not started: {refusal}", job=name)
-        return web.json_response({"job": name, "run": run}, status=202)
+            answer = await calls.start(self.daemon, request.match_info["name"])
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer, status=202)
 
     async def cancel(self, request: web.Request) -> web.StreamResponse:
-        name = request.match_info["name"]
-        if not self.daemon.has_job(name):
-            return no_such_job(name)
-        wanted = request.query.get("run")
-        stopped = self.daemon.cancel(name, wanted)
-        if wanted is not None and not stopped:
-            return error(404, f"job {name!r} has no running run with that id", job=name)
-        return web.json_response({"job": name, "cancelled": stopped})
+        name, run = request.match_info["name"], request.query.get("run")
+        return _answer(lambda: calls.cancel(self.daemon, name, run))
 
     async def runs(self, request: web.Request) -> web.StreamResponse:
-        name = request.match_info["name"]
-        if not self.daemon.has_job(name):
-            return no_such_job(name)
-        try:
-            runs = self.daemon.runs(name)
-        except KeyError:
-            return no_such_job(name)
-        return web.json_response({"job": name, "runs": encode.job_runs(runs)})
+        return _answer(lambda: calls.runs(self.daemon, request.match_info["name"]))
 
     async def openapi(self, request: web.Request) -> web.StreamResponse:
         from cronstable.web.openapi import document
@@ -166,7 +154,8 @@ class Api:
         return web.json_response(document())
 
     async def next_fires(self, request: web.Request) -> web.StreamResponse:
-        return await next_fires(self.daemon, request)
+        name, hours = request.match_info["name"], calls.hours_of(request.query.get("hours"))
+        return _answer(lambda: calls.next_fires(self.daemon, name, hours))
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         if request.method == "HEAD":  # the headers a stream would start with, and no stream
