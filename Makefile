@@ -35,7 +35,7 @@ deps:
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,speedups]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,speedups,mcp]'
 	touch $(STAMP)
 
 $(SHIM): $(SHIM).c setup.py | $(STAMP)

@@ -16,5 +16,9 @@ def error(status: int, message: str, **extra: Any) -> web.Response:
 
 
 def refused(refusal: Refused) -> web.Response:
-    """A :class:`~cronstable.web.calls.Refused` as the HTTP API answers it."""
-    return web.json_response(refusal.body(), status=refusal.status)
+    """A :class:`~cronstable.web.calls.Refused` as the HTTP API answers it (a 401 names the
+    scheme it wants, ``WWW-Authenticate: Bearer``)."""
+    response = web.json_response(refusal.body(), status=refusal.status)
+    if refusal.status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="cronstable"'
+    return response

@@ -27,24 +27,24 @@ from aiohttp import web
 
 from cronstable import __version__
 from cronstable.web import calls, encode
+from cronstable.web.access import authorize
 from cronstable.web.answers import error, refused, shown
-from cronstable.web.auth import Token, bearer, is_local_peer, match
-from cronstable.web.bodies import timed_out
+from cronstable.web.auth import Token, is_local_peer
+from cronstable.web.bodies import MAX_BODY, timed_out
 from cronstable.web.dashboard import dashboard_page
 from cronstable.web.events import STREAM_HEADERS, EventStreams
 from cronstable.web.github import GitHubWebhook
 from cronstable.web.hosts import HOST_REFUSED, ORIGIN_REFUSED, host_allowed, origin_allowed
+from cronstable.web.mcp.endpoint import McpEndpoint
 from cronstable.web.routes import ROUTES, Route, aiohttp_path
 from cronstable.web.settings import Holder, Settings
 from cronstable.web.view import DaemonApi
 
-__all__ = ["Holder", "Settings", "error", "make_app"]
+__all__ = ["MAX_BODY", "Holder", "Settings", "error", "make_app"]
 
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-MAX_BODY = 64 * 1024
-"""No route but the webhook reads a body bigger than this."""
 SERVER = "cronstable"
 """The Server header of every answer: no versions."""
 
@@ -237,22 +237,12 @@ class Api:
             and route.path == "/metrics"
             and settings.metrics_public
         ):
-            presented = bearer(request.headers.get("Authorization"))
-            if presented is not None:
-                token = match(settings.tokens, presented)
-                if token is None:
-                    return _unauthorized("the token is not valid", scope)
-                if not token.allows(scope):
-                    return error(
-                        403, f"the token {token.name!r} lacks scope {scope!r}", missingScope=scope
-                    )
-            elif settings.tokens or scope != "read":
-                return _unauthorized(f"this route needs a token with scope {scope!r}", scope)
-            elif not is_local_peer(request.transport):
-                return _unauthorized(
-                    "no token is configured, so only loopback and unix-socket peers may read",
-                    scope,
+            try:
+                token = authorize(
+                    settings, request.headers.get("Authorization"), request.transport, scope
                 )
+            except calls.Refused as refusal:
+                return refused(refusal)
         if request.method == "POST" and route is not None:
             peer = request.remote or "unix socket"
             logger.info(
@@ -302,12 +292,11 @@ async def _server_header(request: web.Request, response: web.StreamResponse) -> 
 
 
 def _unauthorized(message: str, scope: str) -> web.Response:
-    response = error(401, message, missingScope=scope)
-    response.headers["WWW-Authenticate"] = 'Bearer realm="cronstable"'
-    return response
+    return refused(calls.Refused(401, message, missingScope=scope))
 
 
-def make_app(daemon: DaemonApi, holder: Holder) -> web.Application:
+def make_app(daemon: DaemonApi, holder: Holder, mcp: McpEndpoint | None = None) -> web.Application:
+    """The application: every route of the table, and ``/mcp`` when ``mcp`` is given."""
     api = Api(daemon, holder)
     app = web.Application(
         middlewares=[api.errors, api.guard, api.auth, api.bodies], client_max_size=MAX_BODY
@@ -318,6 +307,8 @@ def make_app(daemon: DaemonApi, holder: Holder) -> web.Application:
         if route.method == "GET":
             app.router.add_route("HEAD", path, handler)
         api.routes.setdefault(added.resource.canonical, {})[route.method] = route  # type: ignore[union-attr]
+    if mcp is not None:
+        mcp.register(app)
     app.on_response_prepare.append(_server_header)
     app.on_shutdown.append(api.streams.close)
     return app
