@@ -8,6 +8,7 @@ SDK cannot be imported.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -20,8 +21,10 @@ import httpx2
 import pytest
 from daemon_proc import DaemonProcess, http, until, wait_for, write_config
 from git_server import GitDaemon, WorkRepo
+from mcp.client import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -176,8 +179,28 @@ async def test_at_most_max_sessions_are_open(served: Served) -> None:
     status, got, _ = post(served.mcp, INITIALIZE, headers)
     assert status == 200
     session_id = next(v for k, v in got.items() if k.lower() == "mcp-session-id")
+    # a session answers only the token that opened it
+    other = headers | bearer(OPS) | {"Mcp-Session-Id": session_id}
+    assert post(served.mcp, rpc("tools/list", id=2), other)[0] == 404
     ended = http(served.mcp, "DELETE", headers=bearer(READER) | {"Mcp-Session-Id": session_id})
     assert ended[0] == 200
+
+
+@pytest.mark.asyncio
+async def test_the_sessionless_protocol_revision_is_served_and_checked_alike(
+    served: Served,
+) -> None:
+    headers = bearer(READER)
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(20)) as client:
+        transport = streamable_http_client(served.mcp, http_client=client)
+        async with Client(transport, mode="2026-07-28") as mcp:
+            listed = await mcp.call_tool("list_jobs", {})
+            assert not listed.is_error and listed.structured_content["jobs"][0]["name"] == "greet"
+            refused = await mcp.call_tool("start_job", {"job": "greet"})
+            assert refused.is_error and refused.structured_content["status"] == 403
+            with pytest.raises(MCPError, match="Method not found"):  # no stream to hold open
+                async with asyncio.timeout(20), mcp.listen(tools_list_changed=True):
+                    pass
 
 
 def test_malformed_requests_get_4xx_and_no_traceback(served: Served) -> None:
