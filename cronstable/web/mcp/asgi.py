@@ -158,7 +158,12 @@ class McpServer:
             async with self.manager.run():
                 self._started.set()
                 await self._stop.wait()
+        except Exception:
+            logger.exception(
+                "The MCP session manager stopped; /mcp answers 503; please report this"
+            )
         finally:
+            self._stop.set()
             self._started.set()  # a request waiting for the start sees the server stopped
 
     async def close(self) -> None:
