@@ -114,8 +114,14 @@ async def test_revisions_turn_mcp_on_and_off_and_set_its_limits(
     assert (await post(client, url, rpc("tools/list"), first))[0] == 404
     assert (await stack.apply(config("{enabled: true}"))).outcome == "applied"
     assert (await post(client, url, rpc("tools/list"), first))[0] == 404
-    await open_session(client, url)
+    fresh = await open_session(client, url)
     assert stack.web.mcp.server is not None and stack.web.mcp.server.sessions == 1
+    status, _, answer = await post(client, url, rpc("tools/call", {"name": "nope"}, 4), fresh)
+    assert status == 200 and answer["result"]["isError"] is True
+    metrics = stack.daemon.control.metrics_text()[0].decode()
+    assert "cronstable_mcp_sessions 1.0" in metrics
+    assert 'cronstable_mcp_tool_calls_total{outcome="ok",tool="list_jobs"} 1.0' in metrics
+    assert 'cronstable_mcp_tool_calls_total{outcome="refused",tool="unknown"} 1.0' in metrics
 
 
 @pytest.mark.asyncio

@@ -174,14 +174,15 @@ class WebSection:
         self._config: WebConfig | None = None
         self._mtimes: dict[str, int | None] = {}
         self._checker: asyncio.Task[None] | None = None
-        self.metrics = ConnectionMetrics(registry if registry is not None else CollectorRegistry())
+        registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = ConnectionMetrics(registry)
         self.connection_settings = ConnectionSettings()
         """What new connections get (the applied revision's timeouts)."""
         self.budget = DescriptorBudget(WebConfig.model_fields["fd_reserve"].default, self.metrics)
         self.accept_errors = AcceptErrors(self.metrics)
         self.setups = TaskSet("web")
         """The set-ups (TLS handshakes) of accepted connections, on every listener."""
-        self.mcp = McpEndpoint(daemon, self.holder)
+        self.mcp = McpEndpoint(daemon, self.holder, registry)
         """``/mcp``, serving while the applied revision enables ``web.mcp``."""
 
     def urls(self) -> list[str]:

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import mcp_types as types
@@ -111,8 +111,16 @@ def _failed(refusal: Refused) -> types.CallToolResult:
 class McpServer:
     """The SDK's MCP server and session manager, answering the tools of one daemon."""
 
-    def __init__(self, daemon: DaemonApi, config: McpConfig) -> None:
+    def __init__(
+        self,
+        daemon: DaemonApi,
+        config: McpConfig,
+        *,
+        on_call: Callable[[str, bool], None] = lambda tool, ok: None,
+    ) -> None:
+        """``on_call``: told of each tool call, by name, and whether it was answered."""
         self.daemon = daemon
+        self._on_call = on_call
         self._listed = types.ListToolsResult(tools=[_tool(spec) for spec in TOOLS])
         server: Server[Any] = Server(
             "cronstable",
@@ -144,8 +152,8 @@ class McpServer:
 
     @property
     def sessions(self) -> int:
-        """The sessions open now."""
-        return len(self.manager._server_instances)
+        """The sessions open now (the manager's own count: it has no public one)."""
+        return len(getattr(self.manager, "_server_instances", ()))
 
     # ------------------------------------------------------------ lifecycle
 
@@ -208,9 +216,12 @@ class McpServer:
             async with asyncio.timeout(TOOL_TIMEOUT):
                 data = await tools.call(self.daemon, params.name, params.arguments, token)
         except Refused as refusal:
+            self._on_call(params.name, False)
             return _failed(refusal)
         except TimeoutError:
+            self._on_call(params.name, False)
             return _failed(Refused(504, f"{params.name} took more than {TOOL_TIMEOUT:g} s"))
+        self._on_call(params.name, True)
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(data, ensure_ascii=False))],
             structured_content=data,

@@ -23,9 +23,11 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from cronstable.config.models import McpConfig
 from cronstable.tasks import TaskSet
@@ -33,6 +35,7 @@ from cronstable.web.access import authorize
 from cronstable.web.answers import error, refused
 from cronstable.web.bodies import MAX_BODY, BodyTooLarge, read_body, timed_out
 from cronstable.web.calls import Refused
+from cronstable.web.mcp.schemas import BY_NAME
 from cronstable.web.settings import Holder
 from cronstable.web.view import DaemonApi
 
@@ -61,15 +64,41 @@ def import_sdk() -> None:
         ) from exc
 
 
+class McpMetrics:
+    """What ``/metrics`` shows of MCP."""
+
+    def __init__(self, registry: CollectorRegistry, sessions: Callable[[], int]) -> None:
+        self.sessions = Gauge(
+            "cronstable_mcp_sessions", "MCP sessions open now.", registry=registry
+        )
+        self.sessions.set_function(lambda: float(sessions()))
+        self.calls = Counter(
+            "cronstable_mcp_tool_calls",
+            "MCP tool calls, by tool and outcome (ok, or refused: a scope, an argument, "
+            "no such job ...).",
+            ["tool", "outcome"],
+            registry=registry,
+        )
+
+    def called(self, tool: str, ok: bool) -> None:
+        self.calls.labels(tool if tool in BY_NAME else "unknown", "ok" if ok else "refused").inc()
+
+
 class McpEndpoint:
     """``/mcp`` of one web application, and the MCP server behind it while enabled."""
 
-    def __init__(self, daemon: DaemonApi, holder: Holder) -> None:
+    def __init__(
+        self, daemon: DaemonApi, holder: Holder, registry: CollectorRegistry | None = None
+    ) -> None:
         self.daemon = daemon
         self.holder = holder
         self.server: McpServer | None = None
         """Serving while a revision enables MCP."""
         self._retiring = TaskSet("mcp")
+        self.metrics = McpMetrics(
+            registry if registry is not None else CollectorRegistry(),
+            lambda: self.server.sessions if self.server is not None else 0,
+        )
 
     def register(self, app: web.Application) -> None:
         app.router.add_route("*", PATH, self.handle)
@@ -84,7 +113,7 @@ class McpEndpoint:
         await asyncio.to_thread(import_sdk)
         from cronstable.web.mcp.asgi import McpServer
 
-        return McpServer(self.daemon, config)
+        return McpServer(self.daemon, config, on_call=self.metrics.called)
 
     def commit(self, config: McpConfig | None, prepared: McpServer | None) -> None:
         """Serve as ``config`` says: start ``prepared``, apply new limits, or stop."""
