@@ -1417,6 +1417,23 @@ def test_web_listen() -> None:
     assert state.web.listen == ["http://127.0.0.1:8080", "http://[::1]:80", "unix:///run/c.sock"]
 
 
+def test_web_mcp_defaults_and_limits() -> None:
+    text = "web:\n  listen: [http://127.0.0.1:8080]\n  mcp: {enabled: true}\n"
+    state = ok({"c.yaml": text})
+    assert state.web is not None and state.web.mcp is not None
+    mcp = state.web.mcp
+    assert (mcp.enabled, mcp.max_sessions, mcp.session_idle_timeout) == (True, 16, 300)
+    assert ok({"c.yaml": "web:\n  listen: []\n"}).web.mcp is None  # type: ignore[union-attr]
+    text = (
+        "web:\n  listen: [http://127.0.0.1:8080]\n"
+        "  mcp:\n    enabled: yes\n    maxSessions: 0\n    sessionIdleTimeout: -1\n"
+    )
+    assert lines({"c.yaml": text}) == [
+        "c.yaml:5:5: web.mcp.maxSessions: must be at least 1, got 0",
+        "c.yaml:6:5: web.mcp.sessionIdleTimeout: must be more than 0, got -1",
+    ]
+
+
 @pytest.mark.parametrize(
     "url",
     [

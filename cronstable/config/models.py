@@ -914,6 +914,23 @@ class Webhooks(Model):
     """GitHub's push webhook."""
 
 
+class McpConfig(Model):
+    """The Model Context Protocol endpoint: streamable HTTP at /mcp on every listener,
+    behind the API's tokens and scopes."""
+
+    enabled: Flag = False
+    """Serve MCP at /mcp (needs the mcp extra: pip install 'cronstable[mcp]'; without it
+    the revision is rejected)."""
+    max_sessions: Int = Field(16, alias="maxSessions", ge=1, le=1024, examples=[16])
+    """MCP sessions open at once; a client that would open one more gets 503 until one
+    ends or idles out."""
+    session_idle_timeout: Number = Field(
+        300, alias="sessionIdleTimeout", gt=0, le=86400, examples=[300]
+    )
+    """Seconds a session may go without a request before it is closed; its client then
+    starts a new one."""
+
+
 WEBHOOK_MAX_BODY = 25 * 1024 * 1024
 """Default webhookMaxBodyBytes: GitHub caps its payloads at 25 MiB."""
 BODY_TIMEOUT = 30.0
@@ -938,6 +955,8 @@ class WebConfig(Model):
     """Serve GET /metrics to any peer without a token."""
     webhooks: Webhooks | None = None
     """Push notifications (GitHub) that make the git source fetch at once."""
+    mcp: McpConfig | None = None
+    """The Model Context Protocol endpoint at /mcp (off unless enabled)."""
     tls: TlsFiles | None = None
     """Certificate and key of every https:// listener."""
     socket_mode: Annotated[OptText, AfterValidator(_socket_mode)] = Field(

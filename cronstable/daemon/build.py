@@ -145,6 +145,7 @@ def build_daemon(
         state=keeper.view,
         stores=stores.view,
         start_check=slots.refusal,
+        limits=node.limits,
     )  # what the web reads of the daemon, and the few things it may ask
     web = WebSection(control, registry)
     # The sections, in the order each revision prepares and then commits them; the

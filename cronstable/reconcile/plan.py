@@ -9,6 +9,7 @@ comparison.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from cronstable.config.desired import DesiredState, Job
@@ -83,6 +84,26 @@ class Plan:
             "unchanged": self.unchanged,
             "sections": [s.section for s in self.sections],
         }
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRevision:
+    """A revision of the source planned against the running one, not applied: its plan,
+    or why it does not load, or why the source could not read it."""
+
+    ref: str
+    """What was asked for (a branch, a tag, a commit)."""
+    at: datetime
+    """When it was planned (the next fires a plan shows are counted from it)."""
+    revision: str | None = None
+    """The revision ``ref`` names (None when it could not be read)."""
+    source: str | None = None
+    plan: Plan | None = None
+    """None when the revision does not load (``errors``) or could not be read."""
+    errors: tuple[str, ...] = ()
+    """Every problem of a revision that does not load, as a rejection lists them."""
+    unreadable: str | None = None
+    """Why the source could not read ``ref`` (no such ref, a source that cannot)."""
 
 
 def job_settings(job: Job) -> dict[str, Any]:

@@ -54,6 +54,11 @@ def _field_json(f: FieldChange) -> dict[str, Any]:
 
 
 def to_json(plan: Plan, at: datetime) -> str:
+    return json.dumps(plan_data(plan, at), indent=2, ensure_ascii=False) + "\n"
+
+
+def plan_data(plan: Plan, at: datetime) -> dict[str, Any]:
+    """The plan as ``diff --format json`` prints it (and the daemon's ``diff_revision``)."""
     jobs = []
     for change in plan.jobs:
         entry: dict[str, Any] = {"name": change.name, "change": change.kind}
@@ -70,7 +75,7 @@ def to_json(plan: Plan, at: datetime) -> str:
         else:
             entry["schedule"] = _schedule_line(change)
         jobs.append(entry)
-    body = {
+    body: dict[str, Any] = {
         "changed": not plan.empty,
         "from": {"revision": plan.old_revision, "jobSetId": plan.old_job_set_id},
         "to": {"revision": plan.new_revision, "jobSetId": plan.new_job_set_id},
@@ -87,7 +92,7 @@ def to_json(plan: Plan, at: datetime) -> str:
         ],
         "at": at.isoformat(),
     }
-    return json.dumps(body, indent=2, ensure_ascii=False) + "\n"
+    return body
 
 
 # ------------------------------------------------------------------------ text

@@ -29,6 +29,8 @@ from cronstable.ports import (
     StoreView,
     utc_text,
 )
+from cronstable.reconcile.plan import PlannedRevision
+from cronstable.reconcile.render import plan_data
 
 Json = dict[str, Any]
 
@@ -222,6 +224,19 @@ def cluster(view: ClusterView | None) -> Json:
     if election.owned_jobs is not None:
         data["ownedJobs"] = list(election.owned_jobs)
     return data
+
+
+def planned_revision(view: PlannedRevision) -> Json:
+    """A source revision planned against the running one (the ``diff_revision`` tool):
+    its plan as ``cronstable diff --format json`` prints it, or why it does not load."""
+    return {
+        "ref": view.ref,
+        "revision": view.revision,
+        "source": view.source,
+        "loads": view.plan is not None,
+        "errors": list(view.errors),
+        "plan": None if view.plan is None else plan_data(view.plan, view.at),
+    }
 
 
 def event_data(data: EventData) -> Mapping[str, Any]:

@@ -16,6 +16,7 @@ from cronstable.ports import (
     JobRuns,
     Status,
 )
+from cronstable.reconcile.plan import PlannedRevision
 
 
 class DaemonApi(Protocol):
@@ -52,6 +53,10 @@ class DaemonApi(Protocol):
 
     def next_fires(self, name: str, hours: float) -> JobForecast:
         """The job's fires in the next ``hours``; KeyError for an unknown job."""
+        ...
+
+    async def plan_revision(self, ref: str) -> PlannedRevision:
+        """The source's revision ``ref`` planned against the running one, not applied."""
         ...
 
     def subscribe(self) -> EventSubscription | None:
