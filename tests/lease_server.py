@@ -110,6 +110,8 @@ class LeaseServer:
         self.fail: int | None = None
         self.requests: Counter[str] = Counter()
         """``METHOD kind`` (``GET lease``, ``GET list``, ``PUT lease`` …) → count."""
+        self.conflicts = 0
+        """Replaces and deletes answered 409 for a stale resourceVersion."""
         self.seen_tokens: list[str] = []
         """Bearer tokens in the order requests carried them (the rotation tests read it)."""
         self._leases: dict[tuple[str, str], dict[str, Any]] = {}
@@ -340,6 +342,7 @@ class LeaseServer:
                         422, "Invalid", "metadata.resourceVersion: must be specified for an update"
                     )
                 if wanted != held["metadata"]["resourceVersion"]:
+                    self.conflicts += 1
                     return status(
                         409,
                         "Conflict",
@@ -364,6 +367,7 @@ class LeaseServer:
                 if held is None:
                     return missing
                 if wanted is not None and wanted != held["metadata"]["resourceVersion"]:
+                    self.conflicts += 1
                     return status(
                         409,
                         "Conflict",

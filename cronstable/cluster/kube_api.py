@@ -321,7 +321,8 @@ class KubeClient:
         token.current()  # unreadable: refused now, not at every round
         return credentials, token, tls_context(credentials)
 
-    def _path(self, name: str | None = None) -> str:
+    async def _path(self, name: str | None = None) -> str:
+        await self._prepared()  # the namespace may be the credentials'
         path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(self.namespace, safe='')}/leases"
         return path if name is None else f"{path}/{quote(name, safe='')}"
 
@@ -447,22 +448,22 @@ class KubeClient:
     async def get(self, name: str) -> Lease | None:
         """The Lease ``name``; None when there is none."""
         try:
-            return Lease.parse(await self.request("GET", self._path(name)))
+            return Lease.parse(await self.request("GET", await self._path(name)))
         except KubeNotFound:
             return None
 
     async def create(self, body: Mapping[str, Any]) -> Lease:
         """Create a Lease; :class:`KubeConflict` when one of that name exists."""
-        return Lease.parse(await self.request("POST", self._path(), body=body))
+        return Lease.parse(await self.request("POST", await self._path(), body=body))
 
     async def replace(self, lease: Lease, body: Mapping[str, Any]) -> Lease:
         """Replace ``lease`` with ``body`` (made by :meth:`Lease.changed`, so it carries the
         ``resourceVersion`` read); :class:`KubeConflict` when it changed meanwhile."""
-        return Lease.parse(await self.request("PUT", self._path(lease.name), body=body))
+        return Lease.parse(await self.request("PUT", await self._path(lease.name), body=body))
 
     async def list(self, selector: str) -> list[Lease]:
         """The Leases whose labels match ``selector``."""
-        answer = await self.request("GET", self._path(), params={"labelSelector": selector})
+        answer = await self.request("GET", await self._path(), params={"labelSelector": selector})
         items = answer.get("items") or []
         return [Lease.parse(item) for item in items if isinstance(item, dict)]
 
@@ -475,7 +476,7 @@ class KubeClient:
             "preconditions": {"resourceVersion": lease.resource_version},
         }
         try:
-            await self.request("DELETE", self._path(lease.name), body=body)
+            await self.request("DELETE", await self._path(lease.name), body=body)
         except (KubeNotFound, KubeConflict):
             return False
         return True

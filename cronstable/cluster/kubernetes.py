@@ -42,7 +42,8 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import Collection
+import time
+from collections.abc import Callable, Collection
 from typing import Any
 
 from cronstable.cluster.base import (
@@ -90,9 +91,11 @@ class KubernetesLeadership(Leadership):
         lease_name: str = "cronstable",
         instance: str | None = None,
         stats: LeadershipStats | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``client``: the API server and namespace (closed with the leadership)."""
-        super().__init__(node_name, ttl=ttl, instance=instance, stats=stats)
+        """``client``: the API server and namespace (closed with the leadership);
+        ``monotonic``: the clock expiry is judged on."""
+        super().__init__(node_name, ttl=ttl, instance=instance, stats=stats, monotonic=monotonic)
         self.api = client
         self.lease_name = lease_name
         self.duration = max(1, math.ceil(self.ttl))
