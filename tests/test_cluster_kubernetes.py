@@ -512,7 +512,8 @@ async def test_the_reboot_guard_asks_the_lease_for_leader_reboot_runs_only(
     desired = load_snapshot(Snapshot("r1", "test", {"c.yaml": text.encode()}))
     once, every = desired.jobs["once"], desired.jobs["every"]
     node = nodes("a")
-    await node.round()
+    node.start()
+    await until(node.is_leader)
     now = datetime.now(UTC)
     guard = RebootGuard(
         lambda: node, lambda job: job.config.cluster_policy == "Leader", lambda: {"once"}
@@ -521,13 +522,41 @@ async def test_the_reboot_guard_asks_the_lease_for_leader_reboot_runs_only(
     assert await guard.admit(Launch(once, now, 1, "reboot")) == "reboot_ran"
     assert await guard.admit(Launch(once, now, 1, "fire")) is None
     assert await guard.admit(Launch(every, now, 1, "reboot")) is None
-    other = nodes("b")  # not the holder: the ran-set cannot be written
-    closed = RebootGuard(
-        lambda: other, lambda job: True, lambda: {"once"}, on_unavailable=lambda: "fail-closed"
+    # a node that does not lead (an owner under spread) runs it as without a ran-set
+    other = nodes("b")
+    other.start()
+    await until(lambda: other.leader() == "a")
+    follower = RebootGuard(lambda: other, lambda job: True, lambda: {"once"})
+    assert await follower.admit(Launch(once, now, 1, "reboot")) is None
+
+
+@pytest.mark.asyncio
+async def test_a_reboot_ran_set_that_cannot_be_read_follows_on_store_unavailable(
+    own_lease_server: LeaseServer, tmp_path: Path, kube_namespace: str
+) -> None:
+    from cronstable.config import load_snapshot
+    from cronstable.ports import Launch
+    from cronstable.snapshot import Snapshot
+
+    text = "jobs: [{name: once, command: 'true', schedule: '@reboot', clusterPolicy: Leader}]\n"
+    once = load_snapshot(Snapshot("r1", "test", {"c.yaml": text.encode()})).jobs["once"]
+    node = KubernetesLeadership(
+        "a", ttl=TTL, client=client_of(own_lease_server, tmp_path / "kc", kube_namespace)
     )
-    assert await closed.admit(Launch(every, now, 1, "reboot")) == "leadership_unknown"
-    degraded = RebootGuard(lambda: other, lambda job: True, lambda: {"once"})
-    assert await degraded.admit(Launch(every, now, 1, "reboot")) is None
+    try:
+        node.start()
+        await until(node.is_leader)
+        own_lease_server.fail = 503  # the API server stops answering, the lease still trusted
+        now = datetime.now(UTC)
+        closed = RebootGuard(
+            lambda: node, lambda job: True, lambda: {"once"}, on_unavailable=lambda: "fail-closed"
+        )
+        assert await closed.admit(Launch(once, now, 1, "reboot")) == "leadership_unknown"
+        degraded = RebootGuard(lambda: node, lambda job: True, lambda: {"once"})
+        assert await degraded.admit(Launch(once, now, 1, "reboot")) is None
+    finally:
+        own_lease_server.fail = None
+        await node.stop()
 
 
 # ------------------------------------------------------------ failures
@@ -642,3 +671,88 @@ async def test_the_factory_builds_leadership_and_slots_on_one_namespace(
         assert client.namespace == "default"
     finally:
         await client.close()
+
+
+# ------------------------------------------------------------ two real daemons
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cluster_backend", ["kubernetes"], indirect=True)
+def test_two_daemons_fail_over_after_a_kill_9_without_a_double_run(
+    cluster_backend: ClusterBackend, tmp_path: Path
+) -> None:
+    """Two `cronstable run` processes on the Lease server: one leads a per-second Leader
+    job; after its kill -9 the other takes over once the Lease stood still for
+    leaseTtl on its clock (one to two leaseTtl), and no second ran twice."""
+    from daemon_proc import wait_for
+    from test_cluster_e2e import Cluster, doubles, runs
+
+    cluster = Cluster(tmp_path, cluster_backend)
+    try:
+        for name in ("n1", "n2"):
+            cluster.start(name)
+        lead = cluster.leader_file()
+        wait_for(lambda: len(runs(lead)) >= 2)
+        leader = cluster.current_leader()
+        cluster.nodes[leader].kill9()
+        killed = datetime.now(UTC)
+        wait_for(lambda: any(w > killed for _, w in runs(lead)), timeout=5 * TTL)
+        took = (min(w for _, w in runs(lead) if w > killed) - killed).total_seconds()
+        survivor = next(name for name in cluster.nodes if name != leader)
+        assert {n for n, w in runs(lead) if w > killed} == {survivor}
+        assert took < 2 * TTL + 2.0, took
+        print(f"\nkubernetes takeover after kill -9: {took:.2f} s")
+        time.sleep(1.5)
+    finally:
+        cluster.stop()
+    assert doubles(lead) == []
+    assert f"Cluster: node {survivor} is now the leader" in cluster.nodes[survivor].output()
+    assert cluster_backend.leases is not None
+    held = cluster_backend.leases.lease(cluster_backend.namespace, "cronstable")
+    assert held is not None and held["spec"]["holderIdentity"] == ""  # released at its stop
+
+
+ROLE = Path(__file__).resolve().parent.parent / "packaging/helm/cronstable/templates/role.yaml"
+VERBS = {
+    "GET lease": "get",
+    "GET list": "list",
+    "POST lease": "create",
+    "PUT lease": "update",
+    "DELETE lease": "delete",
+}
+
+
+@pytest.mark.asyncio
+async def test_the_charts_role_allows_exactly_the_verbs_the_backend_uses(
+    own_lease_server: LeaseServer, tmp_path: Path, kube_namespace: str
+) -> None:
+    """A whole life (join, lead, hold and release a slot, ask for a cancel, stop) on a
+    server of its own: the RBAC verbs its requests need are the Helm chart Role's."""
+    server = own_lease_server
+    config = ClusterBackend(
+        "kubernetes",
+        leases=server,
+        namespace=kube_namespace,
+        kubeconfig=server.kubeconfig(tmp_path / "kc"),
+    ).config(leaseTtl=TTL)
+    a, b = make_leadership(config, "a"), make_leadership(config, "b")
+    slots_a, slots_b = make_slots(config, "a", "ia"), make_slots(config, "b", "ib")
+    try:
+        a.start()
+        await until(a.is_leader)
+        b.start()
+        await until(lambda: len(a.members()) == 2)
+        hold = (await slots_a.claim(["j"]))["j"].holder
+        await slots_b.request_cancel("j", hold)
+        await slots_a.release("j", hold)
+    finally:
+        for lead in (b, a):
+            await lead.stop()
+        await slots_a.close()
+        await slots_b.close()
+    used = {VERBS[request] for request, count in server.requests.items() if count}
+    match = re.search(r"verbs:\s*\[([^\]]*)\]", ROLE.read_text())
+    assert match is not None
+    allowed = {verb.strip().strip('"') for verb in match[1].split(",")}
+    assert used == allowed == {"get", "list", "create", "update", "delete"}

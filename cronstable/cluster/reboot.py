@@ -11,10 +11,12 @@ by this node or another, is not run again (``reboot_ran``).  Other backends leav
 the once-per-cluster rule to a shared state store (``cluster/reboot/<job>`` on etcd),
 and this guard admits everything.
 
-When the store cannot say (it does not answer, this node no longer holds the
-leader Lease), ``onStoreUnavailable`` of the state section decides, as for the
-state's own @reboot marker: ``degrade`` (the default) runs it, ``fail-closed``
-does not (``leadership_unknown``).
+Only the leader writes the ran-set: under ``distribution: spread`` a job's owner
+that does not lead runs it as it would without one.  When the store cannot say
+(it does not answer, this node lost the leader Lease meanwhile),
+``onStoreUnavailable`` of the state section decides, as for the state's own
+@reboot marker: ``degrade`` (the default) runs it, ``fail-closed`` does not
+(``leadership_unknown``).
 """
 
 from __future__ import annotations
@@ -55,8 +57,8 @@ class RebootGuard:
         lead = self.leadership()
         if launch.kind != "reboot" or lead is None or not lead.keeps_reboot_ran:
             return None
-        if not self.one_run(job):
-            return None
+        if not self.one_run(job) or not lead.is_leader():
+            return None  # under spread, an owner that does not lead: as without a ran-set
         try:
             ran_by = await asyncio.wait_for(
                 lead.claim_reboot(job.name, job.digest, self.scope()),
