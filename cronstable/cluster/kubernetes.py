@@ -228,8 +228,9 @@ class KubernetesLeadership(Leadership):
                 return await self._keep_marker()  # made meanwhile: next round decides
             await self._drop_marker()
             return False
+        read = self.monotonic()  # the state was there when the answer came, not before
         mine = lease.held_by(self.node_name, self.instance)
-        if mine or not self.sightings.live(lease, began, self.ttl):
+        if mine or not self.sightings.live(lease, read, self.ttl):
             # ours (the answer to a write was lost), or a previous instance's that expired
             try:
                 self._member = await self.api.replace(lease, self._renewed(lease, mine=mine))
@@ -237,8 +238,7 @@ class KubernetesLeadership(Leadership):
                 return await self._keep_marker()
             await self._drop_marker()
             return False
-        expires = self.sightings.expires_at(lease, began, self.ttl)
-        self._soonest(expires - began)
+        self._soonest(self.sightings.expires_at(lease, read, self.ttl) - began)
         return await self._keep_marker()
 
     def _renewed(self, lease: Lease, *, mine: bool) -> dict[str, Any]:
@@ -308,11 +308,14 @@ class KubernetesLeadership(Leadership):
                     if lease is None:
                         return None, None
             for _ in range(2):
+                # first seen when the answer came (never earlier: the holder's renewal
+                # may have landed just before it was read)
+                read = self.monotonic()
                 mine = lease.held_by(self.node_name, self.instance)
-                live = self.sightings.live(lease, began, self.ttl)
+                live = self.sightings.live(lease, read, self.ttl)
                 if duplicate or not (mine or not live):
                     if live and not mine:
-                        self._soonest(self.sightings.expires_at(lease, began, self.ttl) - began)
+                        self._soonest(self.sightings.expires_at(lease, read, self.ttl) - began)
                     return None, lease.holder if live else None
                 spec = holding(
                     self.node_name,
