@@ -679,38 +679,75 @@ async def test_the_factory_builds_leadership_and_slots_on_one_namespace(
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("cluster_backend", ["kubernetes"], indirect=True)
-def test_two_daemons_fail_over_after_a_kill_9_without_a_double_run(
+def test_two_daemons_fail_over_after_a_kill_9_and_run_a_reboot_job_once(
     cluster_backend: ClusterBackend, tmp_path: Path
 ) -> None:
-    """Two `cronstable run` processes on the Lease server: one leads a per-second Leader
-    job; after its kill -9 the other takes over once the Lease stood still for
-    leaseTtl on its clock (one to two leaseTtl), and no second ran twice."""
-    from daemon_proc import wait_for
-    from test_cluster_e2e import Cluster, doubles, runs
+    """Two `cronstable run` processes on the Lease server.  One leads a per-second
+    Leader job and runs the @reboot Leader job; after its kill -9 the other takes over
+    once the Lease stood still for leaseTtl on its clock (one to two leaseTtl), and no
+    second ran twice.  Both restarted, the one that leads finds the @reboot job in the
+    leader Lease's ran-set and does not run it again (no state section: per-pod
+    directories could not tell)."""
+    import textwrap
 
-    cluster = Cluster(tmp_path, cluster_backend)
+    from daemon_proc import DaemonProcess, stop_all, wait_for
+    from test_cluster_e2e import doubles, runs
+
+    out, once = tmp_path / "Leader", tmp_path / "migrate.out"
+    config = tmp_path / "config"
+    config.mkdir()
+    line = "$CRONSTABLE_NODE_NAME $CRONSTABLE_SCHEDULED_TIME"
+    jobs = f"""\
+        jobs:
+          - name: leader
+            schedule: "* * * * * * *"
+            clusterPolicy: Leader
+            command: echo "{line}" >> {out}
+          - name: migrate
+            schedule: "@reboot"
+            clusterPolicy: Leader
+            command: echo "$CRONSTABLE_NODE_NAME" >> {once}
+        """
+    (config / "cronstable.yaml").write_text(cluster_backend.yaml(TTL) + textwrap.dedent(jobs))
+    nodes = {
+        name: DaemonProcess(
+            config,
+            tmp_path / f"{name}.log",
+            args=["--node-name", name],
+            env=os.environ | {"CRONSTABLE_NODE_NAME": name},
+        )
+        for name in ("n1", "n2")
+    }
     try:
-        for name in ("n1", "n2"):
-            cluster.start(name)
-        lead = cluster.leader_file()
-        wait_for(lambda: len(runs(lead)) >= 2)
-        leader = cluster.current_leader()
-        cluster.nodes[leader].kill9()
+        for node in nodes.values():
+            node.start()
+        wait_for(lambda: len(runs(out)) >= 2 and once.exists(), what="a leader and its @reboot")
+        leader = runs(out)[-1][0]
+        assert once.read_text().split() == [leader]
+        nodes[leader].kill9()
         killed = datetime.now(UTC)
-        wait_for(lambda: any(w > killed for _, w in runs(lead)), timeout=5 * TTL)
-        took = (min(w for _, w in runs(lead) if w > killed) - killed).total_seconds()
-        survivor = next(name for name in cluster.nodes if name != leader)
-        assert {n for n, w in runs(lead) if w > killed} == {survivor}
+        wait_for(lambda: any(w > killed for _, w in runs(out)), timeout=5 * TTL)
+        took = (min(w for _, w in runs(out) if w > killed) - killed).total_seconds()
+        survivor = next(name for name in nodes if name != leader)
+        assert {n for n, w in runs(out) if w > killed} == {survivor}
         assert took < 2 * TTL + 2.0, took
         print(f"\nkubernetes takeover after kill -9: {took:.2f} s")
-        time.sleep(1.5)
+        assert f"Cluster: node {survivor} is now the leader" in nodes[survivor].output()
+        stop_all([nodes[survivor]])  # released: the Lease is free at once
+        assert cluster_backend.leases is not None
+        held = cluster_backend.leases.lease(cluster_backend.namespace, "cronstable")
+        assert held is not None and held["spec"]["holderIdentity"] == ""
+        for node in nodes.values():
+            node.start()
+        wait_for(
+            lambda: any("@reboot already ran in the cluster" in n.output() for n in nodes.values()),
+            what="the new leader finding the @reboot job's run in the Lease",
+        )
+        time.sleep(1.0)
     finally:
-        cluster.stop()
-    assert doubles(lead) == []
-    assert f"Cluster: node {survivor} is now the leader" in cluster.nodes[survivor].output()
-    assert cluster_backend.leases is not None
-    held = cluster_backend.leases.lease(cluster_backend.namespace, "cronstable")
-    assert held is not None and held["spec"]["holderIdentity"] == ""  # released at its stop
+        stop_all(nodes.values(), timeout=15)
+    assert once.read_text().split() == [leader]
+    assert doubles(out) == []
 
 
 ROLE = Path(__file__).resolve().parent.parent / "packaging/helm/cronstable/templates/role.yaml"
@@ -756,3 +793,38 @@ async def test_the_charts_role_allows_exactly_the_verbs_the_backend_uses(
     assert match is not None
     allowed = {verb.strip().strip('"') for verb in match[1].split(",")}
     assert used == allowed == {"get", "list", "create", "update", "delete"}
+
+
+@pytest.mark.asyncio
+async def test_the_cluster_section_rejects_a_refused_token_at_its_key_and_leads_with_a_good_one(
+    lease_server: LeaseServer, tmp_path: Path, kube_namespace: str
+) -> None:
+    from cronstable.cluster.section import ClusterSection
+    from cronstable.config import ConfigError, MemoryTree, load
+    from cronstable.web import encode
+
+    def revision(kubeconfig: Path) -> Any:
+        text = (
+            "cluster:\n  backend: kubernetes\n  leaseTtl: 2\n  kubernetes:\n"
+            f"    namespace: {kube_namespace}\n    kubeconfig: {kubeconfig}\n"
+            "jobs: [{name: lead, command: 'true', schedule: '@hourly', clusterPolicy: Leader}]\n"
+        )
+        return load(MemoryTree({"c.yaml": text.encode()}), "c.yaml")
+
+    section = ClusterSection("n1")
+    secret = "not-the-token-1f2e"
+    wrong = lease_server.kubeconfig(tmp_path / "wrong", token=secret)
+    with pytest.raises(ConfigError) as caught:
+        await section.prepare(revision(wrong))
+    [problem] = caught.value.problems
+    assert (problem.line, problem.key) == (6, ("cluster", "kubernetes", "kubeconfig"))
+    assert "is not accepted" in problem.message and secret not in problem.message
+    state = revision(lease_server.kubeconfig(tmp_path / "right"))
+    section.commit(await section.prepare(state), state)
+    try:
+        await until(lambda: section.allows(state.jobs["lead"]) is None)
+        view = encode.cluster(section.view())
+        assert (view["backend"], view["role"], view["leader"]) == ("kubernetes", "leader", "n1")
+        assert [m["name"] for m in view["members"]] == ["n1"]
+    finally:
+        await section.close()
