@@ -603,11 +603,18 @@ class _Loader:
         state = self._sections.get("state")
         if self.state is not None and state is not None and self.state.backend == "etcd":
             if self.cluster is None or self.cluster.etcd is None:
+                leases = self.cluster is not None and self.cluster.backend == "kubernetes"
                 self.problem(
                     state[0],
                     ("state", "backend"),
                     "backend etcd keeps the records in the etcd of the cluster section "
-                    "(cluster: {backend: etcd, etcd: {endpoints: [...]}}), and there is none",
+                    "(cluster: {backend: etcd, etcd: {endpoints: [...]}}), and there is none"
+                    + (
+                        " (the cluster's Kubernetes Leases keep no records: use backend "
+                        "filesystem, each node's --state-dir)"
+                        if leases
+                        else ""
+                    ),
                 )
         if self.cluster is None:
             for job in jobs.values():
@@ -619,7 +626,7 @@ class _Loader:
                             None,
                             ("concurrencyScope",),
                             f"job {job.name!r}: concurrencyScope cluster needs a shared store: "
-                            "add a cluster section (etcd or filesystem)",
+                            "add a cluster section (etcd, filesystem or kubernetes)",
                         )
                     )
 

@@ -1140,10 +1140,51 @@ class ClusterFilesystem(Model):
     point; while it does not exist (the share not mounted yet) the node waits for it."""
 
 
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def _dns_label(what: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if value is None:
+            return None  # "unset" where the field may be (the model refuses it elsewhere)
+        text = to_text(value).strip()
+        if not _DNS_LABEL_RE.match(text):
+            raise PydanticCustomError(
+                "dns_label",
+                "{got} is not a Kubernetes {what} (1-63 lower-case letters, digits and '-', "
+                "starting and ending with a letter or digit)",
+                {"got": repr(text), "what": what},
+            )
+        return text
+
+    return check
+
+
+class ClusterKubernetes(Model):
+    """Leases (coordination.k8s.io/v1) in one namespace of a Kubernetes cluster: the
+    pod's service account (in-cluster) or a kubeconfig file gives the API server and the
+    credentials.  A Lease keeps no records: durable state stays on etcd or a directory."""
+
+    namespace: Annotated[str | None, BeforeValidator(_dns_label("namespace"))] = Field(
+        None, examples=["ops"]
+    )
+    """Namespace of the Leases; unset: the pod's own (its service account's), else the
+    kubeconfig context's, else ``default``."""
+    lease_name: Annotated[str, BeforeValidator(_dns_label("Lease name"))] = Field(
+        "cronstable", alias="leaseName"
+    )
+    """Name of the leader Lease; one per cluster.  The members' and slots' Leases are
+    named after it (``<leaseName>-member-<node>``, ``<leaseName>-slot-<job>``)."""
+    kubeconfig: AbsolutePath | None = None
+    """Path of a kubeconfig file on the node (its current context is used); unset: the
+    in-cluster service account (token and CA under
+    /var/run/secrets/kubernetes.io/serviceaccount, KUBERNETES_SERVICE_HOST/PORT)."""
+
+
 class ClusterConfig(Model):
     """Leader election among the nodes that follow this configuration."""
 
-    backend: Literal["etcd", "filesystem"]
+    backend: Literal["etcd", "filesystem", "kubernetes"]
     """Where the leadership is kept."""
     elect_leader: Flag = Field(True, alias="electLeader")
     """Elect a leader; false runs every job on every node, whatever its clusterPolicy."""
@@ -1155,10 +1196,11 @@ class ClusterConfig(Model):
     one live member, chosen by rendezvous hashing of the job name."""
     etcd: ClusterEtcd | None = None
     filesystem: ClusterFilesystem | None = None
+    kubernetes: ClusterKubernetes | None = None
 
     @model_validator(mode="after")
     def _backend_settings(self) -> ClusterConfig:
-        for name in ("etcd", "filesystem"):
+        for name in ("etcd", "filesystem", "kubernetes"):
             given = getattr(self, name) is not None
             if name == self.backend and not given:
                 raise PydanticCustomError(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cronstable.cluster.claims import SlotGuard
+from cronstable.cluster.reboot import RebootGuard, reboot_scope
 from cronstable.cluster.section import ClusterSection
 from cronstable.cluster.slot_section import SlotSection
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
@@ -108,6 +109,12 @@ def build_daemon(
         on_unavailable=lambda: keeper.policy if keeper.store is not None else "degrade",
         stopping=lambda: scheduler_of().stopping,
     )  # a launch guard: concurrencyScope cluster holds the job's slot in the cluster's store
+    reboot = RebootGuard(
+        lambda: cluster.leadership,
+        cluster.one_run,
+        lambda: reboot_scope(list(scheduler_of().jobs.values()), cluster.one_run),
+        on_unavailable=lambda: keeper.policy if keeper.store is not None else "degrade",
+    )  # a launch guard: a Leader @reboot job once per definition, on a store with a ran-set
     run_metrics = RunMetrics(registry, scheduler_of)
     statsd = StatsdListener(lambda name: scheduler_of().job(name))
     reports = ReportDispatcher(registry, revision=status.applied_revision)
@@ -115,7 +122,9 @@ def build_daemon(
         clock or SystemClock(),
         spawner,
         gate=cluster,
-        guards=(slots, keeper),  # a held slot refuses before any state record is written
+        # a held slot refuses before any state record is written; the leadership's
+        # @reboot ran-set is written last, once nothing else refuses
+        guards=(slots, keeper, reboot),
         hooks=keeper,
         run_listeners=(history, run_metrics, events, statsd, keeper),
         report_listeners=(reports,),
