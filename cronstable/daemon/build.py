@@ -37,6 +37,8 @@ from cronstable.runtime.daemon import Closer, Daemon, JobsSection, ProcessSpawne
 from cronstable.runtime.events import EventHub
 from cronstable.runtime.history import RunHistory
 from cronstable.runtime.output import OutputMirror
+from cronstable.runtime.pool_section import PoolsSection
+from cronstable.runtime.pools import Pools
 from cronstable.runtime.run_metrics import RunMetrics
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.runtime.sdnotify import ServiceNotifier
@@ -118,8 +120,10 @@ def build_daemon(
     run_metrics = RunMetrics(registry, scheduler_of)
     statsd = StatsdListener(lambda name: scheduler_of().job(name))
     reports = ReportDispatcher(registry, revision=status.applied_revision)
+    clock = clock or SystemClock()
+    job_pools = Pools(clock)  # the slots launches of jobs with `pool` wait for
     scheduler = Scheduler(
-        clock or SystemClock(),
+        clock,
         spawner,
         gate=cluster,
         # a held slot refuses before any state record is written; the leadership's
@@ -128,6 +132,7 @@ def build_daemon(
         hooks=keeper,
         run_listeners=(history, run_metrics, events, statsd, keeper),
         report_listeners=(reports,),
+        pools=job_pools,
     )
     scheduler_of.set(scheduler)
 
@@ -163,6 +168,9 @@ def build_daemon(
         # first: the job table every later commit meets (the state restore resumes and
         # re-arms the jobs of this revision)
         JobsSection(scheduler, spawner),
+        # right after the jobs: no launch can meet a job whose pool is not applied yet,
+        # and the state restore (below) adopts runs that hold pool slots
+        PoolsSection(job_pools, registry),
         # early: what the later commits log goes through the revision's handlers
         LoggingSection(node.log_overrides),
         RunRecordsSection(history, run_metrics),  # drops what removed jobs left
