@@ -661,14 +661,6 @@ class _Loader:
                     f"job {job.name!r}: unknown pool {named!r}{hint}",
                     self.problems,
                 )
-        for pool in self.pools.values():
-            if pool.scope == "cluster":  # stage A: node-scoped pools only
-                file, index = self._pool_seen[pool.name]
-                self.problem(
-                    file,
-                    ("pools", index, "scope"),
-                    f"pool {pool.name!r}: scope cluster is not available yet; use scope node",
-                )
         if self.cluster is None:
             for pool in self.pools.values():
                 if pool.scope == "cluster":

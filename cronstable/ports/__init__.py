@@ -25,6 +25,8 @@ from cronstable.ports.launch import (
     LaunchGuard,
     LaunchKind,
     Run,
+    SharedSlots,
+    SlotsUnavailable,
     StateHooks,
 )
 from cronstable.ports.listeners import ReportListener, RunListener
@@ -100,6 +102,8 @@ __all__ = [
     "Run",
     "RunEnded",
     "RunListener",
+    "SharedSlots",
+    "SlotsUnavailable",
     "RunOutcome",
     "RunResult",
     "RunStart",

@@ -28,7 +28,15 @@ head of the queue.
   at once, over the count if need be (:meth:`Pools.hold`): it is running.
 
 ``scope: cluster`` pools take each slot in the cluster's shared store as well,
-through :class:`~cronstable.ports.SharedSlots`; see :meth:`Pools._pump`.
+through :class:`~cronstable.ports.SharedSlots`: a ticket is admitted once this node
+holds one of the pool's records there (and has fewer runs of the pool going than
+``slots``).  One task per pool with a queue (:meth:`Pools._pump`) takes them, for
+the head of the queue, asking again every ``poll_interval`` while other nodes hold
+them all; a run that ends hands its record on to the head of the queue here, or
+frees it when another node asked for it (so saturated nodes take turns).  A store
+that cannot answer: ``degrade`` admits with the node-local cap
+only, ``fail-closed`` keeps waiting.  A run adopted after a restart holds only a
+node-local slot (its previous daemon's record expires with its lease).
 
 Time is the scheduler's injected :class:`~cronstable.runtime.clock.Clock`, so
 the queue's order and timeouts are tested in milliseconds.
@@ -42,12 +50,13 @@ import itertools
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from cronstable.config.desired import Pool
-from cronstable.ports import Launch, PoolView, QueuedView
+from cronstable.ports import Launch, PoolView, QueuedView, SharedSlots, SlotsUnavailable
 from cronstable.runtime.clock import Clock
+from cronstable.tasks import TaskSet
 
 # the scheduler's own lines: a logging section quiets them by its name (docs/configuration.md)
 logger = logging.getLogger("cronstable.runtime.scheduler")
@@ -77,6 +86,8 @@ class Ticket:
     released: bool = False
     waited: float = 0.0
     """Seconds it waited before it was admitted."""
+    shared: int | None = None
+    """The record of a cluster pool it holds in the shared store (None: none)."""
 
     @property
     def key(self) -> tuple[int, int]:
@@ -110,6 +121,12 @@ class PoolState:
     refused_full: int = 0
     waited_total: float = 0.0
     """Seconds the admitted tickets waited, summed."""
+    pump: asyncio.Task[None] | None = None
+    """A cluster pool's task taking records of the shared store for its queue."""
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the pump should look again at once (a local slot freed)."""
+    degraded: bool = False
+    """The shared store did not answer and onStoreUnavailable is degrade."""
 
     @property
     def in_use(self) -> int:
@@ -129,9 +146,15 @@ class PoolState:
 class Pools:
     """Every pool of the applied revision (and the retired ones still in use)."""
 
-    def __init__(self, clock: Clock, *, queue_limit: int = QUEUE_LIMIT) -> None:
+    def __init__(
+        self, clock: Clock, *, queue_limit: int = QUEUE_LIMIT, shared: SharedSlots | None = None
+    ) -> None:
+        """``shared``: where cluster pools take their slots (None: they are capped per
+        node, as a node pool is)."""
         self.clock = clock
         self.queue_limit = queue_limit
+        self.shared = shared
+        self._pumps = TaskSet("the pools")
         self._active: dict[str, PoolState] = {}
         self._retired: list[PoolState] = []
         self._queued: dict[str, Ticket] = {}
@@ -214,7 +237,7 @@ class Pools:
             since_mono=self.clock.monotonic(),
             decided=asyncio.get_running_loop().create_future(),
         )
-        if not state.queue and state.has_room() and state.scope == "node":
+        if not state.queue and state.has_room() and not self._clustered(state):
             self._admit(ticket)
             return ticket
         if len(state.queue) >= self.queue_limit:
@@ -293,6 +316,17 @@ class Pools:
             return
         state = ticket.pool
         state.holders.remove(ticket)
+        if ticket.shared is not None:
+            # the record this node holds goes on to the head of the queue here, unless
+            # another node asked for it: then back to the store, for that node's turn
+            wanted = self.shared is not None and self.shared.wanted(state.name, ticket.shared)
+            if state.queue and state.has_room() and ticket.shared < state.slots and not wanted:
+                head = state.queue[0]
+                self._unqueue(head)
+                head.shared = ticket.shared
+                self._admit(head)
+            elif self.shared is not None:
+                self.shared.give_back(state.name, ticket.shared)
         self._service(state)
         if state.retired and not state.holders and not state.queue and state in self._retired:
             self._retired.remove(state)
@@ -331,8 +365,18 @@ class Pools:
         state.waited_total += ticket.waited
         ticket.decided.set_result("admitted")
 
+    def _clustered(self, state: PoolState) -> bool:
+        return state.scope == "cluster" and self.shared is not None
+
     def _service(self, state: PoolState) -> None:
-        """Admit from the head of ``state``'s queue while it has room."""
+        """Admit from the head of ``state``'s queue while it has room (a cluster pool:
+        have its pump take records for it)."""
+        if self._clustered(state):
+            if state.queue and state.has_room():
+                state.wake.set()
+                if state.pump is None or state.pump.done():
+                    state.pump = self._pumps.start(self._pump(state), name=f"pool {state.name}")
+            return
         while state.queue and state.has_room():
             ticket = state.queue[0]
             self._unqueue(ticket)
@@ -345,6 +389,62 @@ class Pools:
                     ticket.waited,
                     extra={"job": ticket.launch.job.name, "pool": state.name},
                 )
+
+    async def _pump(self, state: PoolState) -> None:
+        """Take records of the shared store for the head of ``state``'s queue while it
+        has a queue and room here."""
+        shared = self.shared
+        assert shared is not None
+        while state.queue and state.has_room():
+            state.wake.clear()
+            try:
+                index = await shared.take(state.name, state.slots)
+            except SlotsUnavailable as exc:
+                index = None
+                if shared.on_unavailable() == "degrade":
+                    if not state.degraded:
+                        state.degraded = True
+                        logger.warning(
+                            "Pool %s: the cluster's store does not answer (%s); its runs "
+                            "start with the node-local cap only (onStoreUnavailable: degrade)",
+                            state.name,
+                            exc,
+                        )
+                    if state.queue and state.has_room():
+                        head = state.queue[0]
+                        self._unqueue(head)
+                        self._admit(head)
+                    continue
+                if not state.degraded:
+                    state.degraded = True
+                    logger.warning(
+                        "Pool %s: the cluster's store does not answer (%s); its launches "
+                        "wait (onStoreUnavailable: fail-closed)",
+                        state.name,
+                        exc,
+                    )
+            else:
+                if state.degraded:
+                    state.degraded = False
+                    logger.info("Pool %s: the cluster's store answers again", state.name)
+            if index is not None:
+                if state.queue and state.has_room():
+                    head = state.queue[0]  # the head may have changed meanwhile: it gets it
+                    self._unqueue(head)
+                    head.shared = index
+                    self._admit(head)
+                else:
+                    shared.give_back(state.name, index)
+                continue
+            if not state.wake.is_set():  # every record is held elsewhere: ask again soon
+                deadline = self.clock.now() + timedelta(seconds=shared.poll_interval)
+                await self.clock.sleep_until(deadline, state.wake)
+
+    async def close(self) -> None:
+        """Stop the pumps (the daemon stops; the queues were dropped)."""
+        for task in self._pumps.pending():
+            task.cancel()
+        await self._pumps.wait(within=5.0)
 
     # ------------------------------------------------------------ views
 
