@@ -63,7 +63,7 @@ def _hide_values(data: Any) -> Any:
 
 
 def published_config(state: DesiredState) -> dict[str, Any]:
-    """The canonical form of every job and section, with per-job digests."""
+    """The canonical form of every job, pool and section, with per-job and per-pool digests."""
     jobs: dict[str, Any] = {}
     for name, job in state.jobs.items():
         canonical = canonical_job(job.config, job.schedule, job.environment)
@@ -77,4 +77,8 @@ def published_config(state: DesiredState) -> dict[str, Any]:
         else hide_secrets(value.model_dump(mode="json", by_alias=True), type(value))
         for name, value in (("web", state.web), ("logging", state.logging))
     }
-    return {"jobSetId": state.job_set_id, "jobs": jobs, "sections": sections}
+    pools = {
+        name: {"digest": pool.digest, "config": pool.config.model_dump(mode="json", by_alias=True)}
+        for name, pool in state.pools.items()
+    }
+    return {"jobSetId": state.job_set_id, "jobs": jobs, "pools": pools, "sections": sections}

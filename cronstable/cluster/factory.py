@@ -87,9 +87,12 @@ def make_slots(
     *,
     login: tuple[str | None, str | None] = (None, None),
     pools: EtcdPools | None = None,
+    kind: str = "slots",
 ) -> SlotStore:
     """The concurrency slots of daemon ``instance`` on node ``node_name``, in the store
-    ``config`` names (the leadership's etcd prefix, shared directory or namespace)."""
+    ``config`` names (the leadership's etcd prefix, shared directory or namespace);
+    ``kind`` names their key space there (``slots``: the jobs'; ``pools``: the cluster
+    pools')."""
     if config.backend == "etcd":
         from cronstable.cluster.slots_etcd import EtcdSlots
 
@@ -105,6 +108,7 @@ def make_slots(
             username=login[0],
             password=login[1],
             pools=pools,
+            kind=kind,
         )
     if config.backend == "kubernetes":
         from cronstable.cluster.slots_kubernetes import KubernetesSlots
@@ -118,9 +122,12 @@ def make_slots(
             # a call is bounded by ttl/2 (claims.py) and makes two requests or more
             client=kube_client(kubernetes, timeout=max(0.2, config.lease_ttl / 6)),
             lease_name=kubernetes.lease_name,
+            kind=kind,
         )
     from cronstable.cluster.slots_filesystem import FilesystemSlots
 
     filesystem = config.filesystem
     assert filesystem is not None
-    return FilesystemSlots(node_name, instance, ttl=config.lease_ttl, path=filesystem.path)
+    return FilesystemSlots(
+        node_name, instance, ttl=config.lease_ttl, path=filesystem.path, kind=kind
+    )

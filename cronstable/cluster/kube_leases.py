@@ -77,10 +77,11 @@ def duplicate_name(lease_name: str, node: str, instance: str) -> str:
     return head + _segment(node, _NAME_LIMIT - len(head) - len(tail)) + tail
 
 
-def slot_lease_name(lease_name: str, job: str) -> str:
+def slot_lease_name(lease_name: str, job: str, segment: str = "slot") -> str:
     """The slot Lease of ``job``: ``<leaseName>-slot-<job>`` (always hashed: job names
-    differ in case, Lease names cannot)."""
-    head = f"{lease_name}-slot-"
+    differ in case, Lease names cannot); ``segment`` ``pool`` names the Lease of a
+    record of a cluster pool instead (``<leaseName>-pool-<pool>#<n>``)."""
+    head = f"{lease_name}-{segment}-"
     room = min(80, _NAME_LIMIT - len(head))
     slug = _NOT_DNS.sub("-", job.lower()).strip("-.") or "x"
     digest = hashlib.sha256(job.encode()).hexdigest()[:10]

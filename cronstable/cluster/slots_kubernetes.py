@@ -60,11 +60,15 @@ class KubernetesSlots(SlotStore):
         client: KubeClient,
         lease_name: str = "cronstable",
         monotonic: Callable[[], float] = time.monotonic,
+        kind: str = "slots",
     ) -> None:
-        """``client``: the API server and namespace (closed with the store)."""
+        """``client``: the API server and namespace (closed with the store); ``kind``:
+        ``slots`` (the jobs', Leases ``<leaseName>-slot-*``) or ``pools`` (the records of
+        cluster pools, ``<leaseName>-pool-*``, role ``pool``)."""
         super().__init__(node, instance, ttl=ttl)
         self.api = client
         self.lease_name = lease_name
+        self.segment = "slot" if kind == "slots" else "pool"
         self.duration = max(1, math.ceil(self.ttl))
         self.monotonic = monotonic
         self.sightings = Sightings()
@@ -72,10 +76,10 @@ class KubernetesSlots(SlotStore):
         """The holds this store took and has not released, by job (released at close)."""
 
     def __repr__(self) -> str:
-        return f"KubernetesSlots(Lease {self.lease_name!r}-slot-*, {self.api!r})"
+        return f"KubernetesSlots(Lease {self.lease_name!r}-{self.segment}-*, {self.api!r})"
 
     def lease(self, job: str) -> str:
-        return slot_lease_name(self.lease_name, job)
+        return slot_lease_name(self.lease_name, job, self.segment)
 
     async def _call(self, work: Awaitable[_T]) -> _T:
         try:
@@ -99,7 +103,7 @@ class KubernetesSlots(SlotStore):
                 body = new_lease(
                     name,
                     spec=holding(self.node, self.duration, transitions=1, acquired=None),
-                    labels={LABEL_CLUSTER: self.lease_name, LABEL_ROLE: "slot"},
+                    labels={LABEL_CLUSTER: self.lease_name, LABEL_ROLE: self.segment},
                     annotations={ANNOTATION_JOB: job, ANNOTATION_INSTANCE: self.instance},
                 )
                 try:

@@ -8,8 +8,10 @@
   out with its default value and one left unset fingerprint alike.
 * :func:`job_digest` — SHA-256 over the canonical JSON of one job, so editing
   one job changes that job's digest only.
-* :func:`job_set_id` — SHA-256 over the sorted digests: independent of the
-  order of jobs and files.
+* :func:`pool_digest` — the same over one pool's settings (``pool:`` in it, so
+  it is never mistaken for a job's).
+* :func:`job_set_id` — SHA-256 over the sorted digests of the jobs and pools:
+  independent of the order of jobs, pools and files.
 
 Digests are prefixed with :data:`SCHEME_VERSION` so a change of scheme is
 recognised instead of being mistaken for a change of configuration.
@@ -25,7 +27,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cronstable.config.models import JobConfig
+from cronstable.config.models import JobConfig, PoolConfig
 from cronstable.schedule import Schedule
 
 SCHEME_VERSION = "v1"
@@ -50,6 +52,11 @@ def canonical_json(data: Any) -> bytes:
 def job_digest(config: JobConfig, schedule: Schedule, environment: Mapping[str, str]) -> str:
     body = canonical_json(canonical_job(config, schedule, environment))
     return f"{SCHEME_VERSION}:{hashlib.sha256(body).hexdigest()}"
+
+
+def pool_digest(config: PoolConfig) -> str:
+    body = canonical_json({"pool": config.model_dump(mode="json", by_alias=True)})
+    return f"{SCHEME_VERSION}:pool:{hashlib.sha256(body).hexdigest()}"
 
 
 def job_set_id(digests: Iterable[str]) -> str:

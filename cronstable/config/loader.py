@@ -44,10 +44,10 @@ from yaml.nodes import Node
 
 from cronstable.config import yamlread
 from cronstable.config.crontab import Crontab, base_defaults, is_crontab_name, parse_crontab
-from cronstable.config.desired import DesiredState, Job
+from cronstable.config.desired import DesiredState, Job, Pool
 from cronstable.config.envfile import EnvFileError, parse_env_file
 from cronstable.config.errors_map import clean_loc, describe, known_keys, suggest
-from cronstable.config.fingerprint import job_digest, job_set_id
+from cronstable.config.fingerprint import job_digest, job_set_id, pool_digest
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.config.models import (
     ClusterConfig,
@@ -55,6 +55,7 @@ from cronstable.config.models import (
     JobConfig,
     JobDefaults,
     LoggingConfig,
+    PoolConfig,
     SecretSource,
     StateConfig,
     WebConfig,
@@ -276,6 +277,9 @@ class _Loader:
         self.logging: LoggingConfig | None = None
         self.cluster: ClusterConfig | None = None
         self.state: StateConfig | None = None
+        self.pools: dict[str, Pool] = {}
+        self._pool_seen: dict[str, tuple[str, int]] = {}
+        """Where each pool name was first written: (file, index in its ``pools``)."""
 
     # ------------------------------------------------------------ problems
 
@@ -496,6 +500,7 @@ class _Loader:
         finally:
             self._stack.pop()
         self._sections_of(path, doc)
+        self._pools_of(path, doc)
         defaults = doc.get("defaults")
         if defaults is not None:
             if isinstance(defaults, dict):
@@ -596,6 +601,76 @@ class _Loader:
                 self.cluster = section
             elif isinstance(section, StateConfig):
                 self.state = section
+
+    def _pools_of(self, path: str, doc: dict[str, Any]) -> None:
+        """The file's ``pools``: each validated; a name defined twice is an error naming
+        both places (the first one stays)."""
+        pools = doc.get("pools")
+        if pools is None:
+            return
+        if not isinstance(pools, list):
+            self.problem(path, ("pools",), "expected a list of pools")
+            return
+        for index, raw in enumerate(pools):
+            key: KeyPath = ("pools", index)
+            if not isinstance(raw, dict):
+                self.problem(path, key, "a pool must be a mapping")
+                continue
+            name = raw.get("name")
+            if isinstance(name, str) and name in self._pool_seen:
+                file, first = self._pool_seen[name]
+                where = self.position(file, ("pools", first))
+                shown = self.shown(file) + (f":{where[0]}" if where else "")
+                self.problem(
+                    path,
+                    (*key, "name"),
+                    f"pool {name!r} is defined twice; the first is at {shown}",
+                )
+                continue
+            if isinstance(name, str):
+                self._pool_seen[name] = (path, index)
+            try:
+                config = PoolConfig.model_validate(raw)
+            except ValidationError as exc:
+                self.validation_problems(exc, PoolConfig, [_Layer(path, key, raw)])
+                continue
+            position = self.position(path, key)
+            self.pools[config.name] = Pool(
+                config=config,
+                file=path,
+                line=position[0] if position else 0,
+                digest=pool_digest(config),
+            )
+            self._section_positions(path, ("pools", config.name), raw)
+
+    def pool_refs(self, entries: list[_JobEntry], jobs: Mapping[str, Job]) -> None:
+        """Every ``pool`` a job names is a pool of the revision; a pool with ``scope:
+        cluster`` has the cluster section's store to keep its slots in."""
+        known = set(self.pools) | set(self._pool_seen)  # a broken pool is reported as such
+        for entry in entries:
+            name = entry.raw.get("name")
+            job = jobs.get(name) if isinstance(name, str) else None
+            if job is None or job.file != entry.file or job.config.pool is None:
+                continue
+            named = job.config.pool
+            if named not in known:
+                hint = suggest(named, sorted(known)) if known else " (no pools are defined)"
+                self._locate(
+                    entry,
+                    ("pool",),
+                    f"job {job.name!r}: unknown pool {named!r}{hint}",
+                    self.problems,
+                )
+        if self.cluster is None:
+            for pool in self.pools.values():
+                if pool.scope == "cluster":
+                    file, index = self._pool_seen[pool.name]
+                    self.problem(
+                        file,
+                        ("pools", index, "scope"),
+                        f"pool {pool.name!r}: scope cluster keeps its slots in a shared store: "
+                        "add a cluster section (etcd or filesystem)",
+                    )
 
     def store_needs(self, jobs: Mapping[str, Job]) -> None:
         """What needs a shared store has one: ``state.backend: etcd`` the etcd of the
@@ -956,6 +1031,7 @@ def load(
             entries = loader.load_entry(entry)
             jobs = loader.build_jobs(entries)
             loader.crontab_warnings(entries, jobs)
+            loader.pool_refs(entries, jobs)
             loader.store_needs(jobs)
         finished = True
     except _Abort:
@@ -972,7 +1048,10 @@ def load(
         logging=loader.logging,
         cluster=loader.cluster,
         state=loader.state,
-        job_set_id=job_set_id(job.digest for job in jobs.values()),
+        pools=loader.pools,
+        job_set_id=job_set_id(
+            [*(job.digest for job in jobs.values()), *(p.digest for p in loader.pools.values())]
+        ),
         files=tuple(loader.read_order),
         directories=tuple(dict.fromkeys(loader.listed)),
         warnings=tuple(dict.fromkeys(_hidden(loader.warnings, secrets))),

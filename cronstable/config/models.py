@@ -38,6 +38,7 @@ from cronstable.config.types import (
     Flag,
     Int,
     Number,
+    OptDuration,
     OptInt,
     OptNumber,
     OptSize,
@@ -602,6 +603,16 @@ class JobSettings(Model):
     """Whether concurrencyPolicy counts runs on this node or in the whole cluster."""
     priority: OptInt = Field(None, ge=-20, le=19)
     """Nice value of the job's processes (-20..19); unset inherits the daemon's."""
+    pool: OptText = Field(None, examples=["warehouse-db"])
+    """Name of a pool (top-level ``pools``) whose slots cap how many runs of the jobs
+    naming it go at once; a run that finds the pool full waits in its queue."""
+    pool_priority: Int = Field(0, alias="poolPriority", examples=[10, -5])
+    """Place in the pool's queue: a higher value is admitted first; equal values in the
+    order they began waiting."""
+    pool_timeout: OptDuration = Field(None, alias="poolTimeout", ge=0, examples=["10m", 600])
+    """Longest wait in the pool's queue (seconds, or a duration like ``90s`` or ``1h30m``;
+    0: do not wait), after which the launch is skipped as missed with reason
+    ``pool_timeout``; unset: wait until admitted."""
 
     @field_validator("timezone")
     @classmethod
@@ -1229,6 +1240,29 @@ class StateConfig(Model):
     runs anyway as if stateless (and logs it); ``fail-closed`` skips that launch."""
 
 
+class PoolConfig(Model):
+    """A pool of slots shared by the jobs that name it: at most ``slots`` of their runs
+    go at once; others wait in the pool's queue, highest ``poolPriority`` first, then
+    the longest waiting."""
+
+    name: Text = Field(examples=["warehouse-db"])
+    """Unique name of the pool in the whole configuration (jobs name it in ``pool``)."""
+    slots: Int = Field(ge=1, examples=[4])
+    """How many runs may hold a slot at once (at least 1)."""
+    scope: Literal["node", "cluster"] = "node"
+    """Where the cap holds: ``node``, on each node separately; ``cluster``, across every
+    node of the cluster, through slots in the shared store of the ``cluster`` section."""
+
+    @field_validator("name")
+    @classmethod
+    def _name_form(cls, name: str) -> str:
+        if not _NAME_RE.match(name) or not name.strip():
+            raise PydanticCustomError(
+                "name", "a pool name must be 1-200 characters without control characters"
+            )
+        return name
+
+
 class ConfigFile(Model):
     """One configuration file."""
 
@@ -1248,3 +1282,8 @@ class ConfigFile(Model):
     """Leader election between the daemons that follow this configuration."""
     state: StateConfig | None = None
     """Durable state kept across restarts of the daemon."""
+    pools: Annotated[
+        list[PoolConfig], BeforeValidator(to_list, json_schema_input_type=list[PoolConfig] | None)
+    ] = Field(default_factory=list)
+    """Pools of slots that cap how many runs of the jobs naming them go at once; a pool
+    named in any file is known to every job."""

@@ -1,7 +1,8 @@
 """plan(): (desired, applied) → Plan.  Pure: no I/O, no clock.
 
 A Plan lists jobs added, removed and changed (with field-level differences
-over each job's resolved settings) and the daemon-wide sections that changed.
+over each job's resolved settings), pools added, removed and changed (by their
+settings), and the daemon-wide sections that changed.
 Jobs are compared by their digests first, so an unchanged job costs one string
 comparison.
 """
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from cronstable.config.desired import DesiredState, Job
+from cronstable.config.desired import DesiredState, Job, Pool
 from cronstable.config.models import JobConfig
 from cronstable.published import hide_secrets
 
@@ -44,6 +45,15 @@ class JobChange:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolChange:
+    name: str
+    kind: JobChangeKind
+    old: Pool | None
+    new: Pool | None
+    fields: tuple[FieldChange, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class SectionChange:
     section: str
     old: Any
@@ -68,10 +78,11 @@ class Plan:
     jobs: tuple[JobChange, ...] = ()
     sections: tuple[SectionChange, ...] = ()
     unchanged: int = 0
+    pools: tuple[PoolChange, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not self.jobs and not self.sections
+        return not self.jobs and not self.sections and not self.pools
 
     def count(self, kind: JobChangeKind) -> int:
         return sum(1 for change in self.jobs if change.kind == kind)
@@ -82,7 +93,8 @@ class Plan:
             "removed": self.count("removed"),
             "changed": self.count("changed"),
             "unchanged": self.unchanged,
-            "sections": [s.section for s in self.sections],
+            # the pools count as one section here: the counts above are the jobs'
+            "sections": [s.section for s in self.sections] + (["pools"] if self.pools else []),
         }
 
 
@@ -137,6 +149,29 @@ def job_fields(old: Job, new: Job) -> tuple[FieldChange, ...]:
     return _differences(job_settings(old), job_settings(new))
 
 
+def pool_settings(pool: Pool) -> dict[str, Any]:
+    """A pool's settings (``slots``, ``scope``) as flat ``path → value``."""
+    data = pool.config.model_dump(mode="json", by_alias=True)
+    data.pop("name", None)
+    return data
+
+
+def pool_changes(desired: DesiredState, applied: DesiredState | None) -> tuple[PoolChange, ...]:
+    """Pools removed, added and changed (by name within each kind)."""
+    old = applied.pools if applied is not None else {}
+    changes = [PoolChange(name, "removed", pool, None) for name, pool in old.items()]
+    changes = [c for c in changes if c.name not in desired.pools]
+    for name, pool in desired.pools.items():
+        before = old.get(name)
+        if before is None:
+            changes.append(PoolChange(name, "added", None, pool))
+        elif before.digest != pool.digest:
+            fields = _differences(pool_settings(before), pool_settings(pool))
+            changes.append(PoolChange(name, "changed", before, pool, fields))
+    changes.sort(key=lambda c: ({"removed": 0, "added": 1, "changed": 2}[c.kind], c.name))
+    return tuple(changes)
+
+
 def _section(state: DesiredState | None, name: str) -> Any:
     if state is None:
         return None
@@ -186,4 +221,5 @@ def plan(
         jobs=tuple(changes),
         sections=sections,
         unchanged=unchanged,
+        pools=pool_changes(desired, applied),
     )

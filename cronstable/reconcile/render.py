@@ -6,8 +6,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from cronstable.config.desired import Job
-from cronstable.reconcile.plan import FieldChange, JobChange, Plan
+from cronstable.config.desired import Job, Pool
+from cronstable.reconcile.plan import FieldChange, JobChange, Plan, PoolChange
 from cronstable.schedule import uses_h
 
 FIRES_SHOWN = 3
@@ -46,11 +46,34 @@ def schedule_shown(job: Job) -> str:
     return written
 
 
+def pool_line(pool: Pool) -> str:
+    """``4 slots, scope node``."""
+    return f"{pool.slots} slot{'' if pool.slots == 1 else 's'}, scope {pool.scope}"
+
+
+def _pool_shown(change: PoolChange) -> str:
+    pool = change.new or change.old
+    assert pool is not None
+    return pool_line(pool)
+
+
 # ------------------------------------------------------------------------ JSON
 
 
 def _field_json(f: FieldChange) -> dict[str, Any]:
     return {"path": f.path, "old": f.old, "new": f.new}
+
+
+def _pool_json(change: PoolChange) -> dict[str, Any]:
+    pool = change.new or change.old
+    assert pool is not None
+    return {
+        "name": change.name,
+        "change": change.kind,
+        "slots": pool.slots,
+        "scope": pool.scope,
+        "fields": [_field_json(f) for f in change.fields],
+    }
 
 
 def to_json(plan: Plan, at: datetime) -> str:
@@ -81,6 +104,7 @@ def plan_data(plan: Plan, at: datetime) -> dict[str, Any]:
         "to": {"revision": plan.new_revision, "jobSetId": plan.new_job_set_id},
         "summary": plan.summary(),
         "jobs": jobs,
+        "pools": [_pool_json(change) for change in plan.pools],
         "sections": [
             {
                 "section": s.section,
@@ -129,6 +153,10 @@ def to_text(plan: Plan, at: datetime, *, colour: bool = False) -> str:
         if change.schedule_changed:
             lines.append(paint("dim", f"    next before: {', '.join(next_fires(change.old, at))}"))
             lines.append(paint("dim", f"    next after:  {', '.join(next_fires(change.new, at))}"))
+    for pool in plan.pools:
+        lines.append(paint(pool.kind, f"{_SIGN[pool.kind]} pool {pool.name} ({_pool_shown(pool)})"))
+        for f in pool.fields:
+            lines.append(f"    {f.path}: {_short(f.old)} -> {_short(f.new)}")
     for section in plan.sections:
         if section.old is None or section.new is None:
             verb = "added" if section.old is None else "removed"
@@ -181,6 +209,13 @@ def to_markdown(plan: Plan, at: datetime) -> str:
                 f"Next fires after: {', '.join(next_fires(change.new, at))}",
             ]
         out += ["", "</details>"]
+    if plan.pools:
+        out += ["", "| | pool | slots, scope | changed |", "|---|---|---|---|"]
+        for pool in plan.pools:
+            settings = ", ".join(f"{f.path}: {_md(f.old)} → {_md(f.new)}" for f in pool.fields)
+            out.append(
+                f"| {_SIGN[pool.kind]} | `{pool.name}` | {_pool_shown(pool)} | {settings or '—'} |"
+            )
     for section in plan.sections:
         out += ["", f"Section `{section.section}`:", "", "| setting | before | after |"]
         out += ["|---|---|---|"]

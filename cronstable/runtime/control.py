@@ -29,6 +29,7 @@ from cronstable.ports import (
     JobForecast,
     JobRuns,
     JobStatus,
+    PoolView,
     StateView,
     Status,
     StoreView,
@@ -156,7 +157,16 @@ class DaemonControl:
             jobs=jobs,
             state=self.state() if self.state is not None else None,
             stores=self._stores(),
+            pools=self.pools(),
         )
+
+    def pools(self) -> tuple[PoolView, ...]:
+        """Every pool: slots in use, the queue, the oldest wait (``GET /pools``)."""
+        return self.scheduler.pools.views()
+
+    def queued(self, run: str) -> tuple[str, int] | None:
+        """(pool, place in its queue) of launch ``run`` while it waits for a slot."""
+        return self.scheduler.queued(run)
 
     def _stores(self) -> Mapping[str, StoreView]:
         return self.stores() if self.stores is not None else {}

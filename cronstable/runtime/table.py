@@ -14,6 +14,7 @@ from datetime import datetime
 from cronstable.config.desired import Job
 from cronstable.ports import FinishedRun, Launch, Run, RunResult
 from cronstable.runtime.backoff import RetryState
+from cronstable.runtime.pools import Ticket
 
 
 @dataclass(slots=True)
@@ -30,6 +31,10 @@ class SchedulerStats:
     """Jobs planned anew after the wall clock stepped back."""
     replaced: int = 0
     retries: int = 0
+    skipped_pool_timeout: int = 0
+    """Launches that waited in their pool's queue past poolTimeout."""
+    skipped_pool_full: int = 0
+    """Launches that found their pool's queue full."""
     skipped_cluster: dict[str, int] = field(default_factory=dict)
     """Fires and retries the cluster gate held back, by reason."""
 
@@ -51,6 +56,8 @@ class LiveRun:
     """The cancel() of a replaced run, which a replacement waits for."""
     adopted: datetime | None = None
     """When a run adopted after a restart started (it is not this daemon's child)."""
+    ticket: Ticket | None = None
+    """Its claim on a slot of its job's pool (None: the job names no pool)."""
 
     @property
     def job(self) -> Job:

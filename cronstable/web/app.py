@@ -125,6 +125,9 @@ class Api:
     async def reload(self, request: web.Request) -> web.StreamResponse:
         return web.json_response(calls.reload(self.daemon), status=202)
 
+    async def pools(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(calls.pools(self.daemon))
+
     async def cluster(self, request: web.Request) -> web.StreamResponse:
         return web.json_response(encode.cluster(self.daemon.cluster_view()))
 

@@ -149,7 +149,16 @@ async def start(daemon: DaemonApi, name: str) -> Json:
         raise no_such_job(name) from None
     if run is None:
         raise Refused(409, f"job {name!r} not started: {refusal}", job=name)
-    return {"job": name, "run": run}
+    answer: Json = {"job": name, "run": run, "queued": False}
+    waiting = daemon.queued(run)  # asked before anything else runs: still exact
+    if waiting is not None:  # its pool is full: it waits in the pool's queue
+        answer |= {"queued": True, "pool": waiting[0], "queuePosition": waiting[1]}
+    return answer
+
+
+def pools(daemon: DaemonApi) -> Json:
+    """``GET /pools``: every pool, its slots in use and its queue."""
+    return encode.pools(daemon.pools())
 
 
 def cancel(daemon: DaemonApi, name: str, run: str | None = None) -> Json:

@@ -21,6 +21,7 @@ from cronstable.ports import (
     JobForecast,
     JobRuns,
     JobStatus,
+    PoolView,
     RevisionView,
     RunEnded,
     RunStart,
@@ -49,6 +50,7 @@ def run_start(run: RunStart) -> Json:
         "startedAt": utc_text(run.started_at),
         "pid": run.pid,
         "manual": run.manual,
+        "poolWait": _seconds(run.pool_wait),
     }
 
 
@@ -151,6 +153,44 @@ def state(view: StateView | None) -> Json:
     }
 
 
+def pool(view: PoolView, *, queue: bool = True) -> Json:
+    """One pool (``GET /pools``; in ``/status`` without its queue and holders)."""
+    body: Json = {
+        "name": view.name,
+        "slots": view.slots,
+        "scope": view.scope,
+        "inUse": view.in_use,
+        "queued": view.queued,
+        "oldestWait": _seconds(view.oldest_wait),
+        "retired": view.retired,
+    }
+    if queue:
+        body |= {
+            "holders": list(view.holders),
+            "waiting": [
+                {
+                    "run": entry.run,
+                    "job": entry.job,
+                    "kind": entry.kind,
+                    "priority": entry.priority,
+                    "since": utc_text(entry.since),
+                    "waited": _seconds(entry.waited),
+                }
+                for entry in view.waiting
+            ],
+            "admitted": view.admitted,
+            "timeouts": view.timeouts,
+            "refusedFull": view.refused_full,
+            "waitedTotal": _seconds(view.waited_total),
+        }
+    return body
+
+
+def pools(views: tuple[PoolView, ...]) -> Json:
+    """``GET /pools``."""
+    return {"pools": [pool(view) for view in views]}
+
+
 def status(view: Status) -> Json:
     """``GET /status``."""
     return {
@@ -159,6 +199,7 @@ def status(view: Status) -> Json:
         "jobs": [job_status(job) for job in view.jobs],
         "state": state(view.state),
         "stores": stores(view.stores),
+        "pools": [pool(p, queue=False) for p in view.pools],
     }
 
 

@@ -14,6 +14,7 @@ from cronstable.ports import (
     EventData,
     JobForecast,
     JobRuns,
+    PoolView,
     Status,
 )
 from cronstable.reconcile.plan import PlannedRevision
@@ -45,6 +46,15 @@ class DaemonApi(Protocol):
     async def start(self, name: str) -> tuple[str | None, str]:
         """(the new run's id, "") or (None, why concurrencyPolicy or the job's cluster slot
         refused); KeyError."""
+        ...
+
+    def queued(self, run: str) -> tuple[str, int] | None:
+        """(pool, place in its queue, 1 first) of the launch ``run`` while it waits for a
+        slot of its pool; None when it does not wait."""
+        ...
+
+    def pools(self) -> tuple[PoolView, ...]:
+        """Every pool (the applied ones first)."""
         ...
 
     def cancel(self, name: str, run: str | None = None) -> list[str]: ...
