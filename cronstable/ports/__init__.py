@@ -12,6 +12,8 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 * :mod:`.listeners`: who hears of runs (:class:`RunListener`, :class:`ReportListener`);
 * :mod:`.restore`: what a previous daemon's records are put back into
   (:class:`Restorable`, :class:`History`);
+* :mod:`.channel`: a run's channel to its daemon (:class:`RunChannel`, :class:`RunGrant`),
+  which the process layer opens for each run it starts;
 * :mod:`.section`: :class:`Section`, a part of the daemon a revision configures;
 * :mod:`.views`: the read models the daemon shows of itself (:class:`Status`,
   :class:`ClusterView` …), which :mod:`cronstable.web.encode` writes as JSON.
@@ -19,6 +21,7 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 
 from __future__ import annotations
 
+from cronstable.ports.channel import RunChannel, RunGrant, RunOwner
 from cronstable.ports.launch import (
     ClusterGate,
     Launch,
@@ -60,7 +63,9 @@ from cronstable.ports.views import (
     Forecast,
     JobForecast,
     JobRuns,
+    JobState,
     JobStatus,
+    PendingRetry,
     PoolView,
     QueuedView,
     RevisionView,
@@ -87,7 +92,9 @@ __all__ = [
     "History",
     "JobForecast",
     "JobRuns",
+    "JobState",
     "JobStatus",
+    "PendingRetry",
     "Launch",
     "LaunchGuard",
     "LaunchKind",
@@ -100,7 +107,10 @@ __all__ = [
     "Restorable",
     "RevisionView",
     "Run",
+    "RunChannel",
     "RunEnded",
+    "RunGrant",
+    "RunOwner",
     "RunListener",
     "SharedSlots",
     "SlotsUnavailable",

@@ -28,6 +28,7 @@ from cronstable.ports import (
     ClusterView,
     JobForecast,
     JobRuns,
+    JobState,
     JobStatus,
     PoolView,
     StateView,
@@ -178,6 +179,18 @@ class DaemonControl:
         return JobRuns(
             running=tuple(self.history.running(name)),
             finished=tuple(reversed(self.history.finished(name))),
+        )
+
+    def job_state(self, name: str) -> JobState | None:
+        """What ``cronstable state get`` shows of job ``name``; None for a job not applied."""
+        if not self.scheduler.has_job(name):
+            return None
+        return JobState(
+            job=name,
+            last_run=self.history.last(name),
+            last_success=self.history.last_success(name),
+            pending_retry=self.scheduler.pending_retry(name),
+            running=tuple(self.history.running(name)),
         )
 
     def next_fires(self, name: str, hours: float) -> JobForecast:

@@ -9,6 +9,7 @@ most :data:`OUTPUT_TAIL` bytes of each captured stream (the tail).  With a
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Iterable
 
@@ -26,6 +27,9 @@ class RunHistory:
         self.per_job = per_job
         self._running: dict[str, dict[str, RunStart]] = {}
         self._finished: dict[str, deque[FinishedRun]] = {}
+        self._succeeded: dict[str, FinishedRun] = {}
+        """Each job's last success, without its output (it may be older than the
+        runs kept)."""
 
     def run_started(self, run: RunStart) -> None:
         self._running.setdefault(run.job, {})[run.id] = run
@@ -38,6 +42,8 @@ class RunHistory:
                 del self._running[run.job]
         finished = FinishedRun.of(run, result, outcome, keep=OUTPUT_TAIL)
         self._finished.setdefault(run.job, deque(maxlen=self.per_job)).append(finished)
+        if outcome == "succeeded":
+            self._succeeded[run.job] = _without_output(finished)
 
     def running(self, job: str) -> list[RunStart]:
         return list(self._running.get(job, {}).values())
@@ -56,8 +62,22 @@ class RunHistory:
         kept = deque(runs, maxlen=self.per_job)
         kept.extend(self._finished.get(job, ()))
         self._finished[job] = kept
+        if job not in self._succeeded:
+            success = next((run for run in reversed(kept) if run.outcome == "succeeded"), None)
+            if success is not None:
+                self._succeeded[job] = _without_output(success)
 
     def forget(self, jobs: Iterable[str]) -> None:
         """Drop the finished runs of jobs a revision removed (runs still going stay)."""
         for job in jobs:
             self._finished.pop(job, None)
+            self._succeeded.pop(job, None)
+
+    def last_success(self, job: str) -> FinishedRun | None:
+        """The job's last run that succeeded, without its captured output; None when none
+        did since the daemon started (or in the history a state section restored)."""
+        return self._succeeded.get(job)
+
+
+def _without_output(run: FinishedRun) -> FinishedRun:
+    return dataclasses.replace(run, stdout=None, stderr=None)

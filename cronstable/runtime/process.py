@@ -37,7 +37,14 @@ from typing import Any, Literal
 from cronstable.config.desired import Job
 from cronstable.config.models import JobConfig
 from cronstable.platform import pipe_holders
-from cronstable.ports import SPAWN_FAILED_RETURNCODE, RunResult
+from cronstable.ports import (
+    SPAWN_FAILED_RETURNCODE,
+    RunChannel,
+    RunGrant,
+    RunOwner,
+    RunResult,
+    run_id,
+)
 from cronstable.runtime.child import Child, Usage, spawn
 from cronstable.runtime.identity import Identity
 from cronstable.runtime.output import CHUNK_SIZE, OutputMirror, StreamCapture, StreamName
@@ -142,7 +149,10 @@ class JobProcess:
     ``mirror`` receives captured lines (None: captured output is not mirrored);
     ``base_environment`` defaults to the daemon's ``os.environ``;
     ``stream_grace`` is how long captured pipes may outlive the main process
-    (default :data:`STREAM_GRACE`).
+    (default :data:`STREAM_GRACE`);
+    ``channel`` opens the run's channel to the daemon (:mod:`cronstable.channel`)
+    just before the spawn, whose variables the job's environment gets, and which is
+    revoked once the run ended (None: the run gets none).
     """
 
     def __init__(
@@ -156,6 +166,7 @@ class JobProcess:
         mirror: OutputMirror | None = None,
         wall_clock: Callable[[], datetime] = utc_now,
         stream_grace: float | None = None,
+        channel: RunChannel | None = None,
     ) -> None:
         self.job = job
         self.scheduled_time = scheduled_time
@@ -165,6 +176,8 @@ class JobProcess:
         self._mirror = mirror
         self._wall_clock = wall_clock
         self._stream_grace = stream_grace
+        self._channel = channel
+        self._grant: RunGrant | None = None
         self.pid: int | None = None
         self._started = False
         self._started_at: datetime | None = None
@@ -194,6 +207,13 @@ class JobProcess:
         config = self.job.config
         self._started_at = self._wall_clock()
         self._started_mono = time.monotonic()
+        if self._channel is not None:
+            identity = self.identity
+            self._grant = await self._channel.open(
+                run_id(self.name, self.scheduled_time, self.attempt),
+                self.job,
+                None if identity is None else RunOwner(identity.uid, identity.gid),
+            )
         try:
             env = job_environment(
                 self.job,
@@ -201,6 +221,8 @@ class JobProcess:
                 self.attempt,
                 os.environ if self._base_environment is None else self._base_environment,
             )
+            if self._grant is not None:
+                env.update(self._grant.environment)
             child, readers = await spawn(
                 command_argv(config),
                 env=env,
@@ -213,6 +235,7 @@ class JobProcess:
             )
         except (OSError, ValueError, UnicodeEncodeError, subprocess.SubprocessError) as exc:
             logger.error("job %s: could not start the command: %s", self.name, exc)
+            self._revoke()
             self._result = self._make_result(
                 returncode=SPAWN_FAILED_RETURNCODE,
                 outcome="exit",
@@ -315,6 +338,7 @@ class JobProcess:
                 if task is not None and not task.done():
                     task.cancel()
             child.close()
+            self._revoke()  # the run ended: its channel's token is good no more
         exit_status = child.returncode
         returncode = TIMEOUT_RETURNCODE if outcome == "timeout" else exit_status
         if outcome == "timeout":
@@ -359,6 +383,11 @@ class JobProcess:
         if stop_task in done:
             return "cancel"
         return "timeout" if timeout_first else "grace"
+
+    def _revoke(self) -> None:
+        grant, self._grant = self._grant, None
+        if grant is not None:
+            grant.revoke()
 
     def _grace(self) -> float:
         return STREAM_GRACE if self._stream_grace is None else self._stream_grace

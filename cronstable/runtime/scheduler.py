@@ -78,6 +78,7 @@ from cronstable.ports import (
     MissedFire,
     MissedReason,
     Moment,
+    PendingRetry,
     ReportListener,
     Run,
     RunListener,
@@ -223,6 +224,17 @@ class Scheduler:
     def retry_pending(self, name: str) -> bool:
         slot = self._slots.get(name)
         return slot is not None and Retries.pending(slot)
+
+    def pending_retry(self, name: str) -> PendingRetry | None:
+        """The retry of ``name`` waiting to start (its attempt, when, the fire it
+        retries); None when none waits."""
+        slot = self._slots.get(name)
+        if slot is None or slot.retry is None or not Retries.pending(slot):
+            return None
+        state = slot.retry
+        if state.fire is None:
+            return None
+        return PendingRetry(state.count + 1, state.due, state.fire)
 
     # ------------------------------------------------------------ on request
 
