@@ -93,7 +93,10 @@ class Channel:
                 raise Refused(
                     protocol.BAD_REQUEST, f"the request is over {protocol.MAX_REQUEST} bytes"
                 )
-            _send(sock, data, deadline)
+            try:
+                _send(sock, data, deadline)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # it closed first: what it said then (a refusal) is still to be read
         except OSError as exc:
             sock.close()
             raise Unreachable(f"cannot reach the daemon at {self.path}: {_reason(exc)}") from exc

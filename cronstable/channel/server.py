@@ -47,8 +47,11 @@ import secrets
 import socket
 import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from cronstable.channel import protocol
 from cronstable.channel.locks import Hold, LockBusy, Locks, LockTimeout
@@ -163,6 +166,10 @@ class RunChannels:
         self._grants.add(grant)
         self.opened += 1
         return grant
+
+    def collector(self) -> Collector:
+        """The channels' and the locks' metrics, for the daemon's registry."""
+        return _ChannelCollector(self)
 
     def serving(self, connection: asyncio.Task[Any]) -> None:
         self._tasks.add(connection)
@@ -440,6 +447,39 @@ class RunSocket:
     async def _answer(self, writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
         writer.write(protocol.encode(message))
         await asyncio.wait_for(writer.drain(), protocol.WRITE_TIMEOUT)
+
+
+class _ChannelCollector(Collector):
+    def __init__(self, channels: RunChannels) -> None:
+        self.channels = channels
+
+    def collect(self) -> Iterator[Metric]:
+        channels, locks = self.channels, self.channels.locks
+        yield GaugeMetricFamily(
+            "cronstable_run_channels_open",
+            "Runs' channels open now (one per run going, when the runs get one).",
+            value=channels.live,
+        )
+        yield CounterMetricFamily(
+            "cronstable_run_channel_refused_tokens",
+            "Requests a run's channel refused because their token was not the run's.",
+            value=channels.refused,
+        )
+        yield GaugeMetricFamily(
+            "cronstable_locks_held",
+            "Named locks (cronstable lock) held on this node now.",
+            value=locks.held(),
+        )
+        yield GaugeMetricFamily(
+            "cronstable_locks_waiting",
+            "Takers of named locks waiting on this node now.",
+            value=locks.waiting(),
+        )
+        yield CounterMetricFamily(
+            "cronstable_lock_wait_timeouts",
+            "Takers of named locks whose --wait ran out.",
+            value=locks.timeouts,
+        )
 
 
 # ------------------------------------------------------------ the answer's JSON

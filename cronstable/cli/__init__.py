@@ -500,6 +500,7 @@ def _lock_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
         usage="cronstable lock [-h] [--wait D] [--timeout SECONDS] NAME -- CMD [ARG ...]",
     )
     p.add_argument("name", metavar="NAME", help="the lock: 1-128 of A-Z a-z 0-9 . _ : @ + / -")
+    p.add_argument("stray", nargs="*", help=argparse.SUPPRESS)  # a CMD without the --
     p.add_argument(
         "--wait",
         type=_wait,
@@ -594,7 +595,7 @@ def run_cli(argv: list[str]) -> int:
     if command == "lock":
         from cronstable.cli.jobside import cmd_lock
 
-        if lock_command is None:
+        if lock_command is None or args.stray:
             parser.error("lock: give the command after --: cronstable lock NAME -- CMD ...")
         return cmd_lock(args.name, args.wait, lock_command, args.timeout)
     if command == "state" and args.state_action == "get" and _in_run(args):

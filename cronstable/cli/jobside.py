@@ -75,8 +75,17 @@ def parse_wait(text: str) -> float:
     return seconds
 
 
+def _say(text: str) -> None:
+    """One line on stderr; nothing when it is gone (a daemon killed with SIGKILL took its
+    end of the run's pipes with it, and the command must still be stopped)."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
 def _fail(command: str, error: ChannelError) -> int:
-    print(f"cronstable {command}: {error}", file=sys.stderr)
+    _say(f"cronstable {command}: {error}")
     return error.status
 
 
@@ -102,7 +111,7 @@ def cmd_state_get(job: str | None, timeout: float) -> int:
 
 def cmd_lock(name: str, wait: float | None, command: Sequence[str], timeout: float) -> int:
     if not command:
-        print("cronstable lock: give the command after --", file=sys.stderr)
+        _say("cronstable lock: give the command after --")
         return EXIT_USAGE
     try:
         channel = Channel.from_environment()
@@ -116,7 +125,7 @@ def cmd_lock(name: str, wait: float | None, command: Sequence[str], timeout: flo
             connection.answer(deadline)
         except ChannelError as exc:
             if exc.status == EXIT_TEMPFAIL:
-                print(f"cronstable lock: {exc}", file=sys.stderr)
+                _say(f"cronstable lock: {exc}")
                 return EXIT_TEMPFAIL
             return _fail("lock", exc)
         return _Holder(connection, list(command)).run()
@@ -143,10 +152,7 @@ class _Holder:
             try:
                 self.proc = subprocess.Popen(self.command, preexec_fn=_child_setup(before))
             except OSError as exc:
-                print(
-                    f"cronstable lock: cannot run {self.command[0]}: {exc.strerror}",
-                    file=sys.stderr,
-                )
+                _say(f"cronstable lock: cannot run {self.command[0]}: {exc.strerror}")
                 return 127 if isinstance(exc, FileNotFoundError) else 126
             if waits:
                 self._wait_for_signals(watched)
@@ -156,10 +162,7 @@ class _Holder:
             if before is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, before)
         if self.lost is not None:
-            print(
-                f"cronstable lock: the lock was lost ({self.lost}); the command was stopped",
-                file=sys.stderr,
-            )
+            _say(f"cronstable lock: the lock was lost ({self.lost}); the command was stopped")
             return EXIT_UNAVAILABLE
         code = self.proc.returncode
         return 128 - code if code < 0 else code
@@ -234,11 +237,8 @@ class _Holder:
                 if said.get("event") == "lost":
                     reason = said.get("reason")
                     self.lost = reason if isinstance(reason, str) else "lost"
-                    print(
-                        f"cronstable lock: the lock was lost ({self.lost}); stopping the command",
-                        file=sys.stderr,
-                    )
-                    self._forward(signal.SIGTERM)
+                    self._forward(signal.SIGTERM)  # first: what is said may go nowhere
+                    _say(f"cronstable lock: the lock was lost ({self.lost}); stopping the command")
                     self.stop_at = time.monotonic() + STOP_GRACE
         if self.stop_at is not None and time.monotonic() >= self.stop_at and proc.poll() is None:
             self._forward(signal.SIGKILL)

@@ -175,6 +175,7 @@ def build_daemon(
         }
     )
     registry.register(stores.collector())
+    registry.register(channels.collector())
     control = DaemonControl(
         status=status,
         scheduler=scheduler,
