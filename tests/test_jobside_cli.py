@@ -1,4 +1,4 @@
-"""The job-side commands as real processes (cli/jobside.py): ``cronstable state get`` and
+"""The job-side commands as real processes (channel/commands.py): ``cronstable state get`` and
 ``cronstable lock`` against run channels served from this process (a thread running the
 daemon's end, cronstable/channel/server.py, on its own event loop).
 
@@ -27,9 +27,9 @@ import pytest
 from daemon_proc import wait_for
 from test_channel_server import JOBS, states
 
+from cronstable.channel.commands import parse_wait
 from cronstable.channel.locks import Locks
 from cronstable.channel.server import RunChannels, RunSocket
-from cronstable.cli.jobside import parse_wait
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -114,8 +114,14 @@ def test_the_job_side_commands_import_neither_asyncio_nor_aiohttp(served: Served
         import contextlib, io, sys
         from cronstable.__main__ import main
         with contextlib.redirect_stdout(io.StringIO()) as out:
-            codes = [main(["state", "get"]), main(["lock", "db", "--", "true"])]
-        assert codes == [0, 0], (codes, out.getvalue())
+            codes = [
+                main(["state", "get"]),
+                main(["lock", "db", "--", "true"]),
+                # forms the plain path leaves to the argument parser
+                main(["state", "get", "--format", "json"]),
+                main(["-l", "INFO", "lock", "db", "--", "true"]),
+            ]
+        assert codes == [0, 0, 0, 0], (codes, out.getvalue())
         assert '"job": "export"' in out.getvalue()
         print(sorted(m for m in ("asyncio", "aiohttp", "mcp") if m in sys.modules))
         """
@@ -194,6 +200,25 @@ def test_parse_wait() -> None:
     for bad in ("", "-1", "5x", "inf", "nan", "m"):
         with pytest.raises(ValueError):
             parse_wait(bad)
+
+
+def test_the_plain_forms_and_the_parsed_ones_agree(served: Served) -> None:
+    grant = served.run("export@1#1")
+    for args in (
+        ["lock", "--wait=1", "--timeout", "5", "db", "--", "sh", "-c", "exit 4"],
+        ["lock", "db", "--wait", "1m", "--", "sh", "-c", "exit 4"],
+        ["-l", "DEBUG", "lock", "db", "--", "sh", "-c", "exit 4"],  # through argparse
+    ):
+        assert done(cronstable(*args, environ=env(grant)))[0] == 4, args
+    for args in (["state", "get", "--timeout=3"], ["state", "get", "import", "--timeout", "3"]):
+        code, out, err = done(cronstable(*args, environ=env(grant)))
+        assert code == 0 and json.loads(out)["job"] in ("export", "import"), err
+    code, out, _ = done(cronstable("lock", "-h", environ=env(grant)))
+    assert code == 0 and "--wait D" in out
+    code, _, err = done(cronstable("lock", "--wait", "db", "--", "true", environ=env(grant)))
+    assert code == 2  # "db" is no duration: the parser says so
+    code, _, err = done(cronstable("state", "get", "--timeout", "0", environ=env(grant)))
+    assert code == 2
 
 
 def test_lock_runs_the_command_and_exits_as_it_did(served: Served, tmp_path: Path) -> None:

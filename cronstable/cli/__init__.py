@@ -519,7 +519,7 @@ def _lock_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _wait(text: str) -> float:
-    from cronstable.cli.jobside import parse_wait
+    from cronstable.channel.commands import parse_wait
 
     try:
         return parse_wait(text)
@@ -539,9 +539,9 @@ def _split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
 
 def _in_run(args: argparse.Namespace) -> bool:
     """Whether ``state get`` is the job-side one: in a run, without the store's options."""
-    from cronstable.channel.protocol import SOCKET_ENV, TOKEN_ENV
+    from cronstable.channel.commands import in_run
 
-    if not os.environ.get(SOCKET_ENV) or not os.environ.get(TOKEN_ENV):
+    if not in_run():
         return False
     return all(
         getattr(args, option, None) is None for option in ("config", "state_dir", "node_name")
@@ -593,13 +593,13 @@ def run_cli(argv: list[str]) -> int:
             show_output=getattr(args, "output", False),
         )
     if command == "lock":
-        from cronstable.cli.jobside import cmd_lock
+        from cronstable.channel.commands import cmd_lock
 
         if lock_command is None or args.stray:
             parser.error("lock: give the command after --: cronstable lock NAME -- CMD ...")
         return cmd_lock(args.name, args.wait, lock_command, args.timeout)
     if command == "state" and args.state_action == "get" and _in_run(args):
-        from cronstable.cli.jobside import cmd_state_get
+        from cronstable.channel.commands import cmd_state_get
 
         return cmd_state_get(args.key, args.timeout)
     if command == "state":

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cronstable.channel import protocol
 from cronstable.channel.client import (
     EXIT_TEMPFAIL,
     EXIT_UNAVAILABLE,
@@ -73,6 +74,90 @@ def parse_wait(text: str) -> float:
     if not 0 <= seconds <= 1e9:
         raise ValueError(f"{text!r} is not a duration of 0 or more")
     return seconds
+
+
+# ------------------------------------------------------------ the plain forms, at once
+
+
+def fast(args: list[str]) -> int | None:
+    """Run ``args`` when it is a job-side command in a plain form (``lock [--wait D]
+    [--timeout S] NAME -- CMD ...``; in a run, ``state get [JOB] [--timeout S]``),
+    without the command line's argument parser (which imports every command's
+    options); its exit status.  None for anything else: the parser decides (help,
+    other options, a usage error)."""
+    if args[:1] == ["lock"]:
+        return _fast_lock(args[1:])
+    if args[:2] == ["state", "get"] and in_run():
+        return _fast_state_get(args[2:])
+    return None
+
+
+def in_run() -> bool:
+    """Whether this process is a job's (the variables of its run are set)."""
+    return bool(os.environ.get(protocol.SOCKET_ENV)) and bool(os.environ.get(protocol.TOKEN_ENV))
+
+
+def _options(words: list[str], names: tuple[str, ...]) -> tuple[dict[str, str], list[str]] | None:
+    """``--NAME VALUE`` / ``--NAME=VALUE`` of ``names``, and the other words; None when a
+    word is another option (or one lacks its value)."""
+    given: dict[str, str] = {}
+    rest: list[str] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        key, equals, value = word.partition("=")
+        if key in names:
+            if not equals:
+                index += 1
+                if index == len(words):
+                    return None
+                value = words[index]
+            given[key] = value
+        elif word.startswith("-"):
+            return None
+        else:
+            rest.append(word)
+        index += 1
+    return given, rest
+
+
+def _seconds(text: str | None, default: float) -> float | None:
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 < value <= 3600 else None
+
+
+def _fast_state_get(words: list[str]) -> int | None:
+    parsed = _options(words, ("--timeout",))
+    if parsed is None or len(parsed[1]) > 1:
+        return None
+    timeout = _seconds(parsed[0].get("--timeout"), 10.0)
+    if timeout is None:
+        return None
+    return cmd_state_get(parsed[1][0] if parsed[1] else None, timeout)
+
+
+def _fast_lock(words: list[str]) -> int | None:
+    if "--" not in words:
+        return None
+    cut = words.index("--")
+    parsed = _options(words[:cut], ("--wait", "--timeout"))
+    command = words[cut + 1 :]
+    if parsed is None or len(parsed[1]) != 1 or not command:
+        return None
+    timeout = _seconds(parsed[0].get("--timeout"), 10.0)
+    wait_text = parsed[0].get("--wait")
+    try:
+        wait = None if wait_text is None else parse_wait(wait_text)
+    except ValueError:
+        return None
+    if timeout is None:
+        return None
+    return cmd_lock(parsed[1][0], wait, command, timeout)
 
 
 def _say(text: str) -> None:
