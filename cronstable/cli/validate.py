@@ -7,8 +7,22 @@ import sys
 from cronstable.cli.exits import EXIT_INVALID, EXIT_OK
 from cronstable.cli.side import SideError
 from cronstable.cli.sides import resolve
+from cronstable.cli.untrusted import escape
 from cronstable.config import ConfigError, DesiredState, Limits
+from cronstable.config.desired import Workflow
 from cronstable.config.limits import DEFAULT_LIMITS
+from cronstable.workflows.dag import levels
+
+
+def flow_outline(flow: Workflow) -> str:
+    """``4 tasks: extract → transform-a, transform-b → load`` (tasks by depth)."""
+    depth = levels(flow.dag)
+    columns: dict[int, list[str]] = {}
+    for task in flow.dag.tasks:
+        columns.setdefault(depth[task], []).append(task)
+    count = len(flow.dag.tasks)
+    steps = " → ".join(", ".join(columns[level]) for level in sorted(columns))
+    return f"{count} task{'s' if count != 1 else ''}: {steps}"
 
 
 def report_invalid(label: str, exc: ConfigError) -> None:
@@ -45,9 +59,14 @@ def cmd_validate(paths: list[str], limits: Limits = DEFAULT_LIMITS) -> int:
             continue
         label, state = loaded
         count = len(state.jobs)
+        flows = len(state.workflows)
+        shown_flows = f", {flows} workflow{'s' if flows != 1 else ''}" if flows else ""
         print(
-            f"{label}: valid, {count} job{'s' if count != 1 else ''}, job-set id {state.job_set_id}"
+            f"{label}: valid, {count} job{'s' if count != 1 else ''}{shown_flows}, "
+            f"job-set id {state.job_set_id}"
         )
+        for flow in state.workflows.values():
+            print(escape(f"  workflow {flow.name}: {flow_outline(flow)}"))
         for warning in state.warnings:
             print(f"  warning: {warning}", file=sys.stderr)
     return status

@@ -8,13 +8,15 @@ from datetime import tzinfo
 
 from cronstable.config.models import (
     ClusterConfig,
-    JobConfig,
     LoggingConfig,
+    RunSettings,
     StateConfig,
     WebConfig,
+    WorkflowSettings,
 )
 from cronstable.errors import KeyPath, Problem
 from cronstable.schedule import Schedule
+from cronstable.workflows.dag import Dag
 
 Position = tuple[str, int | None, int | None]
 """(file, line, column) of a key in the revision."""
@@ -22,10 +24,14 @@ Position = tuple[str, int | None, int | None]
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A validated job with everything the runtime needs resolved."""
+    """A validated job with everything the runtime needs resolved; or a workflow's task
+    (:attr:`workflow` set), named ``WORKFLOW.TASK``, which never fires on its own."""
 
-    config: JobConfig
+    config: RunSettings
+    """A :class:`~cronstable.config.models.JobConfig`, or a task's
+    :class:`~cronstable.config.models.TaskConfig` (its name made ``WORKFLOW.TASK``)."""
     schedule: Schedule
+    """The job's schedule; a task's is its workflow's (it fires only through the workflow)."""
     timezone: tzinfo
     environment: Mapping[str, str]
     """environment entries over env_file, by key; the daemon's own environment is not in it."""
@@ -35,6 +41,35 @@ class Job:
     """Line of the job in that file."""
     digest: str
     """Per-job fingerprint (:func:`cronstable.config.fingerprint.job_digest`)."""
+    workflow: str | None = None
+    """The workflow whose task this is; None for a job."""
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def task(self) -> str | None:
+        """The task's name within its workflow (``load`` of ``etl.load``); None for a job."""
+        return None if self.workflow is None else self.name[len(self.workflow) + 1 :]
+
+
+@dataclass(frozen=True, slots=True)
+class Workflow:
+    """A validated workflow: its settings, schedule, and tasks (each a :class:`Job`)."""
+
+    config: WorkflowSettings
+    schedule: Schedule
+    timezone: tzinfo
+    tasks: Mapping[str, Job]
+    """Its tasks by their name within the workflow, in definition order."""
+    dag: Dag
+    """The tasks' dependencies and runWhen (:mod:`cronstable.workflows.dag`)."""
+    file: str
+    line: int
+    digest: str
+    """Fingerprint of the whole definition, tasks included
+    (:func:`cronstable.config.fingerprint.workflow_digest`)."""
 
     @property
     def name(self) -> str:
@@ -64,9 +99,15 @@ class DesiredState:
     """Leader election between the nodes (None: every job runs on every node)."""
     state: StateConfig | None = None
     """Durable state (None: retries, last fires and run history live in memory only)."""
+    workflows: Mapping[str, Workflow] = field(default_factory=dict)
+    """Workflows by name, in configuration order."""
     secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     """The inline secrets written in the revision (see :mod:`cronstable.config.secrets`),
     masked in every error found after loading (:meth:`Problem.hiding`)."""
+
+    def tasks(self) -> dict[str, Job]:
+        """Every workflow's tasks by their full name (``WORKFLOW.TASK``)."""
+        return {job.name: job for flow in self.workflows.values() for job in flow.tasks.values()}
 
     def problem(self, key: KeyPath, message: str) -> Problem:
         """A problem about a section's value, at the nearest of ``key``'s positions."""
