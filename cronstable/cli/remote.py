@@ -96,7 +96,7 @@ def state_from_published(data: Any, label: str) -> DesiredState:
 
 def _published_workflows(data: Any) -> dict[str, Any]:
     """The workflows of ``GET /config``'s answer (raises as state_from_published catches)."""
-    from cronstable.config.desired import Job, Workflow
+    from cronstable.config.desired import Job, Workflow, workflow_job
     from cronstable.config.loader import job_zone
     from cronstable.config.models import TaskConfig, WorkflowSettings
     from cronstable.schedule import parse_schedule
@@ -138,6 +138,7 @@ def _published_workflows(data: Any) -> dict[str, Any]:
                 if isinstance(job.config, TaskConfig)
             },
         )
+        digest = str(entry["digest"])
         workflows[name] = Workflow(
             config=settings,
             schedule=schedule,
@@ -146,7 +147,8 @@ def _published_workflows(data: Any) -> dict[str, Any]:
             dag=dag,
             file="",
             line=0,
-            digest=str(entry["digest"]),
+            digest=digest,
+            job=workflow_job(settings, schedule, zone, dag, digest=digest),
         )
     return workflows
 

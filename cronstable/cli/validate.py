@@ -11,18 +11,13 @@ from cronstable.cli.untrusted import escape
 from cronstable.config import ConfigError, DesiredState, Limits
 from cronstable.config.desired import Workflow
 from cronstable.config.limits import DEFAULT_LIMITS
-from cronstable.workflows.dag import levels
+from cronstable.workflows.dag import outline
 
 
 def flow_outline(flow: Workflow) -> str:
     """``4 tasks: extract → transform-a, transform-b → load`` (tasks by depth)."""
-    depth = levels(flow.dag)
-    columns: dict[int, list[str]] = {}
-    for task in flow.dag.tasks:
-        columns.setdefault(depth[task], []).append(task)
     count = len(flow.dag.tasks)
-    steps = " → ".join(", ".join(columns[level]) for level in sorted(columns))
-    return f"{count} task{'s' if count != 1 else ''}: {steps}"
+    return f"{count} task{'s' if count != 1 else ''}: {outline(flow.dag)}"
 
 
 def report_invalid(label: str, exc: ConfigError) -> None:

@@ -9,6 +9,7 @@ from datetime import tzinfo
 from cronstable.config.models import (
     ClusterConfig,
     LoggingConfig,
+    OnFailure,
     RunSettings,
     StateConfig,
     WebConfig,
@@ -16,7 +17,7 @@ from cronstable.config.models import (
 )
 from cronstable.errors import KeyPath, Problem
 from cronstable.schedule import Schedule
-from cronstable.workflows.dag import Dag
+from cronstable.workflows.dag import Dag, outline
 
 Position = tuple[str, int | None, int | None]
 """(file, line, column) of a key in the revision."""
@@ -70,10 +71,53 @@ class Workflow:
     digest: str
     """Fingerprint of the whole definition, tasks included
     (:func:`cronstable.config.fingerprint.workflow_digest`)."""
+    job: Job
+    """The workflow as the scheduler's fire logic, the cluster gate, durable state and the
+    reporters see a job (:func:`workflow_job`): its name, schedule, zone, enabled,
+    startingDeadlineSeconds, clusterPolicy, concurrencyPolicy, reports and statsd; its
+    command is the outline of its tasks.  Never run as a process."""
 
     @property
     def name(self) -> str:
         return self.config.name
+
+
+def workflow_job(
+    config: WorkflowSettings,
+    schedule: Schedule,
+    timezone: tzinfo,
+    dag: Dag,
+    *,
+    digest: str,
+    file: str = "",
+    line: int = 0,
+) -> Job:
+    """The :attr:`Workflow.job` of a workflow (built from its validated settings)."""
+    settings = RunSettings.model_construct(
+        name=config.name,
+        command=f"workflow {config.name}: {outline(dag)}",
+        utc=config.utc,
+        timezone=config.timezone,
+        enabled=config.enabled,
+        starting_deadline_seconds=config.starting_deadline_seconds,
+        cluster_policy=config.cluster_policy,
+        concurrency_policy=config.concurrency_policy,
+        on_failure=OnFailure.model_construct(
+            report=config.on_failure.report, rate_limit=config.on_failure.rate_limit
+        ),
+        on_success=config.on_success,
+        on_missed=config.on_missed,
+        statsd=config.statsd,
+    )
+    return Job(
+        config=settings,
+        schedule=schedule,
+        timezone=timezone,
+        environment={},
+        file=file,
+        line=line,
+        digest=digest,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ from yaml.nodes import Node
 
 from cronstable.config import yamlread
 from cronstable.config.crontab import Crontab, base_defaults, is_crontab_name, parse_crontab
-from cronstable.config.desired import DesiredState, Job, Workflow
+from cronstable.config.desired import DesiredState, Job, Workflow, workflow_job
 from cronstable.config.envfile import EnvFileError, parse_env_file
 from cronstable.config.errors_map import clean_loc, describe, known_keys, suggest
 from cronstable.config.fingerprint import job_digest, job_set_id, workflow_digest
@@ -1004,6 +1004,10 @@ class _Loader:
             {task: job_run_when(job) for task, job in built.items()},
         )
         position = self.position(entry.file, prefix)
+        line = position[0] if position else 0
+        digest = workflow_digest(
+            settings, schedule, {task: job.digest for task, job in built.items()}
+        )
         return Workflow(
             config=settings,
             schedule=schedule,
@@ -1011,9 +1015,10 @@ class _Loader:
             tasks=built,
             dag=dag,
             file=entry.file,
-            line=position[0] if position else 0,
-            digest=workflow_digest(
-                settings, schedule, {task: job.digest for task, job in built.items()}
+            line=line,
+            digest=digest,
+            job=workflow_job(
+                settings, schedule, zone, dag, digest=digest, file=entry.file, line=line
             ),
         )
 

@@ -851,6 +851,9 @@ class WorkflowSettings(Model):
     """Reports once a run ended succeeded (every task that ran succeeded)."""
     on_missed: OnMissed = Field(default_factory=_shared_factory(OnMissed()), alias="onMissed")
     """Reports for a fire that started no run (skipped by Forbid, found too late)."""
+    statsd: Statsd | None = None
+    """Send start/stop/success/duration of every run of the workflow to statsd (its tasks
+    send their own with a statsd of their own)."""
 
     @field_validator("name")
     @classmethod

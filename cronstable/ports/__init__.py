@@ -10,6 +10,8 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 * :mod:`.launch`: a run about to start (:class:`Launch`) and who has a say in it
   (:class:`ClusterGate`, :class:`LaunchGuard`, :class:`StateHooks`), a :class:`Run`;
 * :mod:`.listeners`: who hears of runs (:class:`RunListener`, :class:`ReportListener`);
+* :mod:`.flows`: workflow runs (:class:`FlowRunView`, :class:`TaskRunView`) and who hears
+  of them (:class:`FlowListener`);
 * :mod:`.restore`: what a previous daemon's records are put back into
   (:class:`Restorable`, :class:`History`);
 * :mod:`.section`: :class:`Section`, a part of the daemon a revision configures;
@@ -19,6 +21,13 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 
 from __future__ import annotations
 
+from cronstable.ports.flows import (
+    FlowKind,
+    FlowListener,
+    FlowRunView,
+    TaskRunView,
+    flow_run_id,
+)
 from cronstable.ports.launch import (
     ClusterGate,
     Launch,
@@ -79,6 +88,9 @@ __all__ = [
     "EventData",
     "FinishedRun",
     "FireBand",
+    "FlowKind",
+    "FlowListener",
+    "FlowRunView",
     "Forecast",
     "History",
     "JobForecast",
@@ -104,7 +116,9 @@ __all__ = [
     "StateView",
     "Status",
     "StoreView",
+    "TaskRunView",
     "WallClock",
+    "flow_run_id",
     "report_moments",
     "run_id",
     "run_outcome",

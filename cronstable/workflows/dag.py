@@ -255,6 +255,15 @@ def _path_back(graph: Mapping[str, Sequence[str]], start: str, members: set[str]
     return [start]  # not reached: a component of several members has a cycle through each
 
 
+def outline(dag: Dag) -> str:
+    """The tasks by depth: ``extract → transform-a, transform-b → load``."""
+    depth = levels(dag)
+    columns: dict[int, list[str]] = {}
+    for task in dag.tasks:
+        columns.setdefault(depth[task], []).append(task)
+    return " → ".join(", ".join(columns[level]) for level in sorted(columns))
+
+
 def levels(dag: Dag) -> dict[str, int]:
     """Each task's depth: 0 without dependencies, else one more than its deepest
     dependency (the column a drawing of the run puts it in)."""
