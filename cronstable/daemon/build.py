@@ -34,7 +34,7 @@ from cronstable.runtime.clock import Clock, SystemClock
 from cronstable.runtime.control import DaemonControl, RunRecordsSection
 from cronstable.runtime.daemon import Closer, Daemon, JobsSection, ProcessSpawner, request_reload
 from cronstable.runtime.events import EventHub
-from cronstable.runtime.history import RunHistory
+from cronstable.runtime.history import FlowHistory, RunHistory
 from cronstable.runtime.output import OutputMirror
 from cronstable.runtime.run_metrics import RunMetrics
 from cronstable.runtime.scheduler import Scheduler
@@ -86,6 +86,7 @@ def build_daemon(
     mirror = OutputMirror()
     spawner = ProcessSpawner(mirror)
     history = RunHistory()
+    flow_history = FlowHistory()
     events = EventHub()
     status = ReconcileStatus(observers=[events.revision])
     pools = EtcdPools()  # one pool of connections per etcd: leadership, slots, state share it
@@ -119,6 +120,7 @@ def build_daemon(
         hooks=keeper,
         run_listeners=(history, run_metrics, events, statsd, keeper),
         report_listeners=(reports,),
+        flow_listeners=(flow_history, run_metrics, statsd),
     )
     scheduler_of.set(scheduler)
 
@@ -145,6 +147,7 @@ def build_daemon(
         state=keeper.view,
         stores=stores.view,
         start_check=slots.refusal,
+        flow_history=flow_history,
     )  # what the web reads of the daemon, and the few things it may ask
     web = WebSection(control, registry)
     # The sections, in the order each revision prepares and then commits them; the
@@ -155,7 +158,7 @@ def build_daemon(
         JobsSection(scheduler, spawner),
         # early: what the later commits log goes through the revision's handlers
         LoggingSection(node.log_overrides),
-        RunRecordsSection(history, run_metrics),  # drops what removed jobs left
+        RunRecordsSection(history, run_metrics, flow_history),  # drops what removed jobs left
         reports,
         # cluster before state: the restore asks the gate which jobs the leadership
         # places (their fires are not this node's to resume)

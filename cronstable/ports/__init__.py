@@ -64,6 +64,7 @@ from cronstable.ports.views import (
     Election,
     EventData,
     FireBand,
+    FlowRuns,
     Forecast,
     JobForecast,
     JobRuns,
@@ -73,6 +74,8 @@ from cronstable.ports.views import (
     StateView,
     Status,
     StoreView,
+    TaskDefinition,
+    WorkflowStatus,
 )
 
 __all__ = [
@@ -91,6 +94,7 @@ __all__ = [
     "FlowKind",
     "FlowListener",
     "FlowRunView",
+    "FlowRuns",
     "Forecast",
     "History",
     "JobForecast",
@@ -116,8 +120,10 @@ __all__ = [
     "StateView",
     "Status",
     "StoreView",
+    "TaskDefinition",
     "TaskRunView",
     "WallClock",
+    "WorkflowStatus",
     "flow_run_id",
     "report_moments",
     "run_id",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from cronstable.ports.flows import FlowRunView
 from cronstable.ports.runs import FinishedRun, RunOutcome, RunStart
 
 
@@ -43,6 +44,41 @@ class JobStatus:
     running: tuple[RunStart, ...]
     last_run: FinishedRun | None
     retry_pending: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDefinition:
+    """One task of an applied workflow, as defined."""
+
+    task: str
+    name: str
+    """``WORKFLOW.TASK``."""
+    depends_on: tuple[str, ...]
+    run_when: str
+    level: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowStatus:
+    """One applied workflow: its schedule and tasks, the runs going and its last run."""
+
+    name: str
+    schedule: str
+    timezone: str
+    enabled: bool
+    concurrency_policy: str
+    next_fire: datetime | None
+    tasks: tuple[TaskDefinition, ...]
+    running: tuple[FlowRunView, ...]
+    last_run: FlowRunView | None
+
+
+@dataclass(frozen=True, slots=True)
+class FlowRuns:
+    """A workflow's runs: the ones going, then the finished ones newest first."""
+
+    running: tuple[FlowRunView, ...]
+    finished: tuple[FlowRunView, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +126,7 @@ class Status:
     """None without a ``state`` section."""
     stores: Mapping[str, StoreView]
     """The stores the sections use, by name (``cluster``, ``slots``, ``state``)."""
+    workflows: tuple[WorkflowStatus, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,12 +23,16 @@ from cronstable.metrics import DaemonMetrics
 from cronstable.ports import (
     AppliedConfig,
     ClusterView,
+    FlowRuns,
+    FlowRunView,
     JobForecast,
     JobRuns,
     JobStatus,
     StateView,
     Status,
     StoreView,
+    TaskDefinition,
+    WorkflowStatus,
     utc_text,
 )
 from cronstable.published import published_config
@@ -36,10 +40,12 @@ from cronstable.reconcile.apply import ReconcileStatus
 from cronstable.reconcile.plan import Plan
 from cronstable.runtime.events import EventHub, Subscription
 from cronstable.runtime.forecast import forecast
-from cronstable.runtime.history import RunHistory
+from cronstable.runtime.history import FlowHistory, RunHistory
 from cronstable.runtime.run_metrics import RunMetrics
 from cronstable.runtime.scheduler import Scheduler, StartRefused
+from cronstable.runtime.table import FlowRun
 from cronstable.sources.base import Source
+from cronstable.workflows.dag import levels
 
 __all__ = ["DaemonControl", "RunRecordsSection", "StartRefused"]
 
@@ -59,6 +65,7 @@ class DaemonControl:
         state: Callable[[], StateView | None] | None = None,
         stores: Callable[[], Mapping[str, StoreView]] | None = None,
         start_check: Callable[[Job], Awaitable[str | None]] | None = None,
+        flow_history: FlowHistory | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -69,6 +76,7 @@ class DaemonControl:
         """What the applier did: the revision running, the attempts."""
         self.scheduler = scheduler
         self.history = history
+        self.flow_history = flow_history if flow_history is not None else FlowHistory()
         self.metrics = metrics
         self._reload = reload
         self._now = now
@@ -88,6 +96,9 @@ class DaemonControl:
 
     def has_job(self, name: str) -> bool:
         return self.scheduler.has_job(name)
+
+    def has_workflow(self, name: str) -> bool:
+        return self.scheduler.flow_slot(name) is not None
 
     def ready(self) -> str | None:
         """None when ready; otherwise why not."""
@@ -148,6 +159,51 @@ class DaemonControl:
             jobs=jobs,
             state=self.state() if self.state is not None else None,
             stores=self._stores(),
+            workflows=self.workflows(),
+        )
+
+    def workflows(self) -> tuple[WorkflowStatus, ...]:
+        """Every applied workflow, its tasks, runs going and last run (``GET /workflows``)."""
+        return tuple(self._workflow(name) for name in self.scheduler.workflows)
+
+    def _workflow(self, name: str) -> WorkflowStatus:
+        slot = self.scheduler.flow_slot(name)
+        if slot is None:
+            raise KeyError(name)
+        flow = slot.workflow
+        depth = levels(flow.dag)
+        return WorkflowStatus(
+            name=name,
+            schedule=flow.schedule.text,
+            timezone=str(flow.timezone),
+            enabled=flow.config.enabled,
+            concurrency_policy=flow.config.concurrency_policy,
+            next_fire=slot.next_fire,
+            tasks=tuple(
+                TaskDefinition(
+                    task=task,
+                    name=job.name,
+                    depends_on=flow.dag.depends_on[task],
+                    run_when=flow.dag.run_when[task],
+                    level=depth[task],
+                )
+                for task, job in flow.tasks.items()
+            ),
+            running=tuple(self._views(slot.runs)),
+            last_run=slot.last_run or self.flow_history.last(name),
+        )
+
+    def _views(self, runs: list[FlowRun]) -> list[FlowRunView]:
+        return [run.last_view or self.scheduler.flows.view(run) for run in runs]
+
+    def workflow_runs(self, name: str) -> FlowRuns:
+        """Runs going, then finished ones newest first; KeyError for an unknown workflow."""
+        slot = self.scheduler.flow_slot(name)
+        if slot is None:
+            raise KeyError(name)
+        return FlowRuns(
+            running=tuple(self._views(slot.runs)),
+            finished=tuple(reversed(self.flow_history.finished(name))),
         )
 
     def _stores(self) -> Mapping[str, StoreView]:
@@ -215,6 +271,17 @@ class DaemonControl:
     def cancel(self, name: str, run: str | None = None) -> list[str]:
         return self.scheduler.cancel_runs(name, run)
 
+    async def start_workflow(self, name: str) -> tuple[str | None, str]:
+        """Start workflow ``name`` now: (run id, "") or (None, why it was refused).  KeyError."""
+        try:
+            return self.scheduler.start_flow(name, self._now()), ""
+        except StartRefused as exc:
+            return None, str(exc)
+
+    def cancel_workflow(self, name: str, run: str | None = None) -> list[str]:
+        """Cancel the runs going of workflow ``name`` (only ``run``); KeyError."""
+        return self.scheduler.cancel_flow(name, run)
+
     def reload(self) -> None:
         self._reload()
 
@@ -224,27 +291,49 @@ class DaemonControl:
             self.source.nudge(revision)
 
 
+Gone = tuple[list[str], list[str]]
+"""The jobs (workflows' tasks among them) and the workflows a revision removes."""
+
+
 class RunRecordsSection:
-    """Drops the history and metric series of removed jobs when a revision commits."""
+    """Drops the history and metric series of removed jobs, tasks and workflows when a
+    revision commits."""
 
     name = "run-records"
 
-    def __init__(self, history: RunHistory, metrics: RunMetrics) -> None:
+    def __init__(
+        self, history: RunHistory, metrics: RunMetrics, flow_history: FlowHistory | None = None
+    ) -> None:
         self.history = history
         self.metrics = metrics
+        self.flow_history = flow_history
 
     def affected(self, plan: Plan) -> bool:
-        return any(change.kind == "removed" for change in plan.jobs)
+        return any(change.kind == "removed" for change in plan.jobs) or any(
+            task.kind == "removed" for task in plan.task_changes()
+        )
 
-    async def prepare(self, desired: DesiredState) -> list[str]:
-        """The jobs running now that ``desired`` removes (before any section commits)."""
-        return [name for name in self.metrics.scheduler.jobs if name not in desired.jobs]
+    async def prepare(self, desired: DesiredState) -> Gone:
+        """What ``desired`` removes of what runs now (before any section commits)."""
+        scheduler = self.metrics.scheduler
+        tasks = desired.tasks()
+        running = [
+            *scheduler.jobs,
+            *(task.name for flow in scheduler.workflows.values() for task in flow.tasks.values()),
+        ]
+        jobs = [name for name in running if name not in desired.jobs and name not in tasks]
+        flows = [name for name in scheduler.workflows if name not in desired.workflows]
+        return jobs, flows
 
-    def commit(self, prepared: list[str], desired: DesiredState) -> None:
-        self.history.forget(prepared)
-        self.metrics.forget(prepared)
+    def commit(self, prepared: Gone, desired: DesiredState) -> None:
+        jobs, flows = prepared
+        self.history.forget(jobs)
+        self.metrics.forget(jobs)
+        self.metrics.forget_workflows(flows)
+        if self.flow_history is not None:
+            self.flow_history.forget(flows)
 
-    async def discard(self, prepared: list[str]) -> None:
+    async def discard(self, prepared: Gone) -> None:
         return None
 
     async def close(self) -> None:

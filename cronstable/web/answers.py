@@ -23,3 +23,7 @@ def shown(text: str, limit: int = SHOWN_LENGTH) -> str:
 
 def no_such_job(name: str) -> web.Response:
     return error(404, f"no job named '{shown(name)}'")
+
+
+def no_such_workflow(name: str) -> web.Response:
+    return error(404, f"no workflow named '{shown(name)}'")

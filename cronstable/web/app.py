@@ -27,7 +27,7 @@ from aiohttp import web
 
 from cronstable import __version__
 from cronstable.web import encode
-from cronstable.web.answers import error, no_such_job, shown
+from cronstable.web.answers import error, no_such_job, no_such_workflow, shown
 from cronstable.web.auth import Token, bearer, is_local_peer, match
 from cronstable.web.bodies import timed_out
 from cronstable.web.dashboard import dashboard_page
@@ -159,6 +159,42 @@ class Api:
         except KeyError:
             return no_such_job(name)
         return web.json_response({"job": name, "runs": encode.job_runs(runs)})
+
+    async def workflows(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(
+            {"workflows": [encode.workflow_status(flow) for flow in self.daemon.workflows()]}
+        )
+
+    async def workflow_runs(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        try:
+            runs = self.daemon.workflow_runs(name)
+        except KeyError:
+            return no_such_workflow(name)
+        return web.json_response({"workflow": name, "runs": encode.flow_runs(runs)})
+
+    async def start_workflow(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if not self.daemon.has_workflow(name):
+            return no_such_workflow(name)
+        try:
+            run, refusal = await self.daemon.start_workflow(name)
+        except KeyError:
+            return no_such_workflow(name)
+        if run is None:
+            return error(409, f"workflow {name!r} not started: {refusal}", workflow=name)
+        return web.json_response({"workflow": name, "run": run}, status=202)
+
+    async def cancel_workflow(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        wanted = request.match_info["id"]
+        try:
+            stopped = self.daemon.cancel_workflow(name, wanted)
+        except KeyError:
+            return no_such_workflow(name)
+        if not stopped:
+            return error(404, f"workflow {name!r} has no run going with that id", workflow=name)
+        return web.json_response({"workflow": name, "cancelled": stopped})
 
     async def openapi(self, request: web.Request) -> web.StreamResponse:
         from cronstable.web.openapi import document

@@ -64,9 +64,22 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/cluster", "read",
           "Members, leader, lease and this node's role ({enabled: false} without election).",
           "cluster"),
+    Route("GET", "/workflows", "read",
+          "Every workflow: its tasks, its runs going and its last run with each task's state.",
+          "workflows"),
+    Route("GET", "/workflows/{name}/runs", "read",
+          "The workflow's runs going, then its last finished ones, with each task's state.",
+          "workflow_runs", (200, 404)),
+    Route("POST", "/workflows/{name}/start", "trigger",
+          "Start a run of the workflow now (also when disabled); 409 when concurrencyPolicy "
+          "refuses.", "start_workflow", (202, 404, 409)),
+    Route("POST", "/workflows/{name}/runs/{id}/cancel", "trigger",
+          "Cancel the workflow run: its pending tasks are cancelled, its running ones stopped.",
+          "cancel_workflow", (200, 404)),
 )  # fmt: skip
 
 
 def aiohttp_path(path: str) -> str:
-    """A route path as aiohttp matches it (a job name is one percent-encoded segment)."""
-    return path.replace("{name}", "{name:.+}")
+    """A route path as aiohttp matches it (a job or workflow name, and a run id, is one
+    percent-encoded segment)."""
+    return path.replace("{name}", "{name:.+}").replace("{id}", "{id:[^/]+}")

@@ -12,9 +12,11 @@ from cronstable.ports import (
     AppliedConfig,
     ClusterView,
     EventData,
+    FlowRuns,
     JobForecast,
     JobRuns,
     Status,
+    WorkflowStatus,
 )
 
 
@@ -47,6 +49,22 @@ class DaemonApi(Protocol):
         ...
 
     def cancel(self, name: str, run: str | None = None) -> list[str]: ...
+
+    def has_workflow(self, name: str) -> bool: ...
+
+    def workflows(self) -> tuple[WorkflowStatus, ...]: ...
+
+    def workflow_runs(self, name: str) -> FlowRuns:
+        """KeyError for an unknown workflow."""
+        ...
+
+    async def start_workflow(self, name: str) -> tuple[str | None, str]:
+        """(the new run's id, "") or (None, why concurrencyPolicy refused); KeyError."""
+        ...
+
+    def cancel_workflow(self, name: str, run: str | None = None) -> list[str]:
+        """The ids of the runs cancelled; KeyError for an unknown workflow."""
+        ...
 
     def reload(self) -> None: ...
 

@@ -1,0 +1,208 @@
+"""Workflows with real processes, through the HTTP API of a daemon built in-process.
+
+build_daemon's daemon (applier, scheduler, the real process layer, the web
+section) runs the workflows; every task is a real shell command that leaves a
+mark in a file, so the order and the attempts are what the processes did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from web_stack import Stack
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def config(marks: Path) -> str:
+    """Every task appends ``NAME`` to ``marks`` when it starts (and ``NAME.end`` when done)."""
+
+    def task(name: str, body: str = "true", extra: str = "") -> str:
+        command = f"echo {name} >> {marks}; {body}; code=$?; echo {name}.end >> {marks}; exit $code"
+        return f"      - name: {name}\n        command: '{command}'\n{extra}"
+
+    return (
+        "web:\n  listen: [http://127.0.0.1:0]\n  authToken: {value: wf-token}\n"
+        "jobs: []\n"
+        "workflows:\n"
+        "  - name: diamond\n"
+        "    schedule: '@yearly'\n"
+        "    tasks:\n"
+        + task("extract", "sleep 0.2")
+        + task("ta", "sleep 0.5", "        dependsOn: [extract]\n")
+        + task("tb", "sleep 0.5", "        dependsOn: [extract]\n")
+        + task("load", "true", "        dependsOn: [ta, tb]\n")
+        + "  - name: conditions\n"
+        "    schedule: '@yearly'\n"
+        "    tasks:\n"
+        + task("bad", "exit 3")
+        + task("good")
+        + task("needs-bad", "true", "        dependsOn: [bad]\n")
+        + task("after-all", "true", "        dependsOn: [needs-bad]\n        runWhen: allDone\n")
+        + task("on-fail", "true", "        dependsOn: [bad, good]\n        runWhen: anyFailed\n")
+        + task("all-failed", "true", "        dependsOn: [bad]\n        runWhen: allFailed\n")
+        + task("none-failed", "true", "        dependsOn: [good]\n        runWhen: allFailed\n")
+        + "  - name: flaky\n"
+        "    schedule: '@yearly'\n"
+        "    tasks:\n"
+        + task(
+            "try",
+            f"test $(grep -cx try {marks}) -ge 3",
+            "        onFailure: {retry: {maximumRetries: 3, initialDelay: 0.2}}\n",
+        )
+        + task("then", "true", "        dependsOn: [try]\n")
+        + "  - name: slow\n"
+        "    schedule: '@yearly'\n"
+        "    concurrencyPolicy: Forbid\n"
+        "    tasks:\n"
+        + task("wait", "sleep 30", "        killTimeout: 1\n")
+        + task("after", "true", "        dependsOn: [wait]\n")
+    )
+
+
+@pytest_asyncio.fixture
+async def daemon(tmp_path: Path) -> AsyncIterator[tuple[Stack, Path]]:
+    stack = Stack(tmp_path)
+    await stack.start()
+    marks = tmp_path / "marks"
+    marks.write_text("")
+    record = await stack.apply(config(marks))
+    assert record.outcome == "applied", record
+    yield stack, marks
+    await stack.stop()
+
+
+@pytest_asyncio.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=10), headers={"Authorization": "Bearer wf-token"}
+    ) as session:
+        yield session
+
+
+async def call(http: aiohttp.ClientSession, method: str, url: str) -> tuple[int, Any]:
+    async with http.request(method, url) as response:
+        return response.status, await response.json()
+
+
+async def finished(http: aiohttp.ClientSession, base: str, name: str, run: str) -> dict[str, Any]:
+    """The workflow run ``run`` once it ended (polled, within a deadline)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status, body = await call(http, "GET", f"{base}/workflows/{quote(name)}/runs")
+        assert status == 200, body
+        for found in body["runs"]:
+            if found["id"] == run and found["outcome"] != "running":
+                return dict(found)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"workflow run {run} did not end in 30 s")
+
+
+def states(run: dict[str, Any]) -> dict[str, str]:
+    return {task["task"]: task["state"] for task in run["tasks"]}
+
+
+@pytest.mark.asyncio
+async def test_a_diamond_runs_its_middle_in_parallel(
+    daemon: tuple[Stack, Path], http: aiohttp.ClientSession
+) -> None:
+    stack, marks = daemon
+    base = stack.url()
+    status, body = await call(http, "POST", f"{base}/workflows/diamond/start")
+    assert status == 202, body
+    run = await finished(http, base, "diamond", body["run"])
+    assert run["outcome"] == "succeeded"
+    assert states(run) == dict.fromkeys(("extract", "ta", "tb", "load"), "succeeded")
+    lines = marks.read_text().split()
+    # ta and tb both started before either ended; load after both
+    assert lines.index("ta") < lines.index("tb.end") and lines.index("tb") < lines.index("ta.end")
+    assert lines.index("load") > max(lines.index("ta.end"), lines.index("tb.end"))
+    assert lines.index("ta") > lines.index("extract.end")
+    # the run's tasks are job runs named WORKFLOW.TASK
+    status, runs = await call(http, "GET", f"{base}/jobs/diamond.load/runs")
+    assert status == 200 and runs["runs"][0]["outcome"] == "succeeded"
+    status, listed = await call(http, "GET", f"{base}/workflows")
+    [diamond] = [w for w in listed["workflows"] if w["name"] == "diamond"]
+    assert [t["level"] for t in diamond["tasks"]] == [0, 1, 1, 2]
+    assert diamond["lastRun"]["id"] == body["run"]
+    status, whole = await call(http, "GET", f"{base}/status")
+    assert any(w["name"] == "diamond" and w["lastRun"] for w in whole["workflows"])
+    async with http.get(f"{base}/metrics") as response:
+        text = await response.text()
+    assert 'cronstable_workflow_runs_total{outcome="succeeded",workflow="diamond"} 1.0' in text
+    assert 'cronstable_job_runs_total{job="diamond.load",outcome="succeeded"} 1.0' in text
+
+
+@pytest.mark.asyncio
+async def test_each_run_when_and_skip_propagation(
+    daemon: tuple[Stack, Path], http: aiohttp.ClientSession
+) -> None:
+    stack, marks = daemon
+    base = stack.url()
+    status, body = await call(http, "POST", f"{base}/workflows/conditions/start")
+    assert status == 202
+    run = await finished(http, base, "conditions", body["run"])
+    assert states(run) == {
+        "bad": "failed",
+        "good": "succeeded",
+        "needs-bad": "skipped",
+        "after-all": "succeeded",
+        "on-fail": "succeeded",
+        "all-failed": "succeeded",
+        "none-failed": "skipped",
+    }
+    assert run["outcome"] == "failed"
+    [bad] = [t for t in run["tasks"] if t["task"] == "bad"]
+    assert bad["exitCode"] == 3
+    started = set(marks.read_text().split())
+    assert "needs-bad" not in started and "none-failed" not in started  # skipped: never ran
+
+
+@pytest.mark.asyncio
+async def test_retries_inside_a_dag(
+    daemon: tuple[Stack, Path], http: aiohttp.ClientSession
+) -> None:
+    stack, marks = daemon
+    base = stack.url()
+    status, body = await call(http, "POST", f"{base}/workflows/flaky/start")
+    run = await finished(http, base, "flaky", body["run"])
+    assert states(run) == {"try": "succeeded", "then": "succeeded"}
+    [attempted] = [t for t in run["tasks"] if t["task"] == "try"]
+    assert attempted["attempts"] == 3
+    lines = marks.read_text().split()
+    assert lines.count("try") == 3
+    # the dependent started only after the last attempt ended
+    assert lines.index("then") > len(lines) - 1 - lines[::-1].index("try.end")
+
+
+@pytest.mark.asyncio
+async def test_cancel_and_forbid(daemon: tuple[Stack, Path], http: aiohttp.ClientSession) -> None:
+    stack, marks = daemon
+    base = stack.url()
+    status, body = await call(http, "POST", f"{base}/workflows/slow/start")
+    assert status == 202
+    run = body["run"]
+    status, refused = await call(http, "POST", f"{base}/workflows/slow/start")
+    assert status == 409 and "concurrencyPolicy is Forbid" in refused["error"]
+    deadline = time.monotonic() + 10
+    while "wait" not in marks.read_text().split():
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    status, missing = await call(http, "POST", f"{base}/workflows/slow/runs/nope/cancel")
+    assert status == 404
+    status, cancelled = await call(http, "POST", f"{base}/workflows/slow/runs/{quote(run)}/cancel")
+    assert status == 200 and cancelled["cancelled"] == [run]
+    ended = await finished(http, base, "slow", run)
+    assert ended["outcome"] == "cancelled" and ended["cancelled"]
+    assert states(ended) == {"wait": "cancelled", "after": "cancelled"}
+    assert "after" not in marks.read_text().split()
+    status, _ = await call(http, "POST", f"{base}/workflows/nope/start")
+    assert status == 404
