@@ -100,8 +100,13 @@ def build_daemon(
         node.name, registry, pools=pools, on_change=lambda: scheduler_of().wake()
     )  # the gate: may this node start this job now (clusterPolicy)?
     keeper = StateKeeper(
-        node.name, scheduler_of, history, cluster_wide=cluster.one_run, gated=cluster.gated
-    )  # a launch guard, the state hooks and a run listener: durable state
+        node.name,
+        scheduler_of,
+        history,
+        cluster_wide=cluster.one_run,
+        gated=cluster.gated,
+        flow_history=flow_history,
+    )  # a launch guard, the state hooks, a run and a workflow listener: durable state
     slots = SlotGuard(
         node.name,
         replace_runs=lambda job, why: scheduler_of().replace_runs(job, why),
@@ -120,7 +125,7 @@ def build_daemon(
         hooks=keeper,
         run_listeners=(history, run_metrics, events, statsd, keeper),
         report_listeners=(reports,),
-        flow_listeners=(flow_history, run_metrics, statsd),
+        flow_listeners=(flow_history, run_metrics, statsd, keeper),
     )
     scheduler_of.set(scheduler)
 

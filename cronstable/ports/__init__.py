@@ -24,6 +24,7 @@ from __future__ import annotations
 from cronstable.ports.flows import (
     FlowKind,
     FlowListener,
+    FlowRecords,
     FlowRunView,
     TaskRunView,
     flow_run_id,
@@ -93,6 +94,7 @@ __all__ = [
     "FireBand",
     "FlowKind",
     "FlowListener",
+    "FlowRecords",
     "FlowRunView",
     "FlowRuns",
     "Forecast",

@@ -11,6 +11,7 @@ runs of the job ``WORKFLOW.TASK`` besides (run listeners hear of them as of any)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol
@@ -73,6 +74,9 @@ class FlowRunView:
     """None while it runs."""
     cancelled: bool = False
     """Cancelled as a whole (by request, or by concurrencyPolicy Replace)."""
+    detached: bool = False
+    """This node stopped driving it (another node leads now): its record is the new
+    leader's to write."""
 
     @property
     def running(self) -> bool:
@@ -90,6 +94,16 @@ class FlowRunView:
             if task.task == name:
                 return task
         raise KeyError(name)
+
+
+class FlowRecords(Protocol):
+    """The finished runs kept of each workflow (newest last)."""
+
+    def finished(self, workflow: str) -> list[FlowRunView]: ...
+
+    def restore(self, workflow: str, runs: Iterable[FlowRunView]) -> None:
+        """Put back a previous daemon's finished runs (oldest first), before this one's."""
+        ...
 
 
 class FlowListener(Protocol):

@@ -686,6 +686,15 @@ class Scheduler:
         """See :meth:`cronstable.runtime.restore.Restore.rearm_retry`."""
         return self._restore.rearm_retry(name, count, delay, scheduled)
 
+    def resume_flow(
+        self, run: FlowRunView, adopt: Mapping[str, tuple[int, int]], lost: str
+    ) -> bool:
+        """See :meth:`cronstable.runtime.restore.Restore.resume_flow`."""
+        return self._restore.resume_flow(run, adopt, lost)
+
+    def gate_allows(self, job: Job) -> bool:
+        return self.gate_says(job) is None
+
     def adopt(
         self,
         name: str,
@@ -825,10 +834,6 @@ class Scheduler:
     def launch_task(self, run: FlowRun, job: Job, attempt: int) -> LiveRun:
         """Start a run of ``job``, a task of workflow run ``run`` (its definition), for the
         workflow run's fire: watched like any run, its end told to the workflow run."""
-        task = str(job.task)
-        slot = run.slots.get(task)
-        if slot is None or slot.job is not job:
-            slot = run.slots[task] = JobSlot(job=job, order=-1, cursor=run.scheduled)
         launch = Launch(job, run.scheduled, attempt, "task")
         live = LiveRun(
             self.spawner(job, run.scheduled, attempt),
@@ -837,8 +842,17 @@ class Scheduler:
             flow=run,
             on_end=self.flows.task_ended,
         )
-        self.watch(slot, live)
+        self.watch_task(run, live)
         return live
+
+    def watch_task(self, run: FlowRun, live: LiveRun) -> None:
+        """Watch ``live``, a task's run of ``run``, in the workflow run's own slot of it."""
+        job = live.job
+        task = str(job.task)
+        slot = run.slots.get(task)
+        if slot is None or slot.job is not job:
+            slot = run.slots[task] = JobSlot(job=job, order=-1, cursor=run.scheduled)
+        self.watch(slot, live)
 
     def tell_flow(self, event: str, view: FlowRunView) -> None:
         for listener in self.flow_listeners:

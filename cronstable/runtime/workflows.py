@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -101,13 +101,9 @@ class Flows:
         scheduled: datetime,
         kind: FlowKind,
         waits: tuple[asyncio.Event, ...] = (),
-        *,
-        states: Mapping[str, TaskRun] | None = None,
-        started_at: datetime | None = None,
     ) -> FlowRun:
         """A new run of ``slot``'s workflow for the fire at ``scheduled``; it starts its
-        ready tasks at once (once ``waits`` are set).  ``states``: what a previous daemon's
-        run had reached (a restored run), ``started_at`` when it started."""
+        ready tasks at once (once ``waits`` are set)."""
         flow = slot.workflow
         run = FlowRun(
             flow=flow,
@@ -115,18 +111,17 @@ class Flows:
             id=self.unique_id(slot, scheduled),
             scheduled=scheduled,
             kind=kind,
-            started_at=started_at or self.host.clock.now(),
-            tasks={task: TaskRun() for task in flow.dag.tasks} | dict(states or {}),
+            started_at=self.host.clock.now(),
+            tasks={task: TaskRun() for task in flow.dag.tasks},
             waits=waits,
             depth=levels(flow.dag),
         )
         slot.runs.append(run)
         self.host.stats.flow_runs += 1
         logger.info(
-            "Workflow %s: run %s %s (%d task%s)",
+            "Workflow %s: run %s started (%d task%s)",
             flow.name,
             run.id,
-            "resumed" if states else "started",
             len(run.tasks),
             "" if len(run.tasks) == 1 else "s",
             extra={"workflow": flow.name, "flow_run": run.id},
@@ -136,6 +131,77 @@ class Flows:
             task = asyncio.create_task(self._after_waits(run))
             self._waiting.add(task)
             task.add_done_callback(self._waiting.discard)
+        else:
+            self.advance(run)
+        return run
+
+    def resume(
+        self,
+        slot: FlowSlot,
+        stored: FlowRunView,
+        adopt: Callable[[FlowRun, Job, TaskRunView], LiveRun | None],
+        lost: str,
+    ) -> FlowRun | None:
+        """Go on with ``stored``, a run of ``slot``'s workflow (same definition) that a
+        previous daemon or another node left (see
+        :meth:`cronstable.ports.Restorable.resume_flow`); ``adopt`` watches a running
+        task's process (None when it is gone).  None when ``stored`` does not fit."""
+        flow = slot.workflow
+        if {task.task for task in stored.tasks} != set(flow.dag.tasks):
+            return None
+        now = self.host.clock.now()
+        tasks: dict[str, TaskRun] = {}
+        for seen in stored.tasks:
+            tasks[seen.task] = TaskRun(
+                state=seen.state,
+                attempts=seen.attempts,
+                run_id=seen.run_id,
+                started_at=seen.started_at,
+                finished_at=seen.finished_at,
+                exit_code=seen.exit_code,
+                fail_reason=seen.fail_reason,
+            )
+        run = FlowRun(
+            flow=flow,
+            slot=slot,
+            id=stored.id,
+            scheduled=stored.scheduled_time,
+            kind=stored.kind,
+            started_at=stored.started_at,
+            tasks={name: tasks[name] for name in flow.dag.tasks},
+            depth=levels(flow.dag),
+        )
+        slot.runs.append(run)
+        for seen in stored.tasks:
+            task = run.tasks[seen.task]
+            if seen.state != "running":
+                continue
+            if seen.pid is not None:
+                live = adopt(run, flow.tasks[seen.task], seen)
+                if live is not None:
+                    task.live, task.pid = live, seen.pid
+                    continue
+            if seen.retry_at is not None and not stored.cancelled:
+                job = flow.tasks[seen.task]
+                state = RetryState.from_config(job.config.on_failure.retry)
+                for _ in range(max(seen.attempts, 0)):
+                    state.next_delay()
+                task.retry, task.retry_at = state, seen.retry_at
+                delay = max(0.0, (seen.retry_at - now).total_seconds())
+                task.retry_task = asyncio.create_task(self._retry_after(run, seen.task, delay))
+                continue
+            task.fail_reason = lost
+            self._end_task(task, "failed", now)
+        logger.info(
+            "Workflow %s: run %s resumed (%s)",
+            flow.name,
+            run.id,
+            ", ".join(f"{name} {task.state}" for name, task in run.tasks.items()),
+            extra={"workflow": flow.name, "flow_run": run.id},
+        )
+        self.host.tell_flow("flow_started", self.view(run))
+        if stored.cancelled:
+            self.cancel(run, "cancelled (before the restart)")
         else:
             self.advance(run)
         return run
@@ -208,6 +274,7 @@ class Flows:
         if run.detached:
             return
         run.detached = True
+        self.host.tell_flow("flow_changed", self.view(run))
         logger.warning(
             "Workflow %s: run %s is no longer driven by this node (%s); its running tasks "
             "finish here",
@@ -461,6 +528,7 @@ class Flows:
             finished_at=run.finished_at,
             outcome=run.outcome,
             cancelled=run.cancelled,
+            detached=run.detached,
         )
         run.last_view = view
         return view
