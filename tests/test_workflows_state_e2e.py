@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import textwrap
 import urllib.request
@@ -40,6 +41,11 @@ def flow_records(root: Path, section: Section) -> list[dict[str, Any]]:
         return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
     endpoint = section.split('endpoints: ["', 1)[1].split('"', 1)[0]
     prefix = section.split('prefix: "', 1)[1].split('"', 1)[0] + "state/nodes/n1/flows/"
+    return etcd_records(endpoint, prefix)
+
+
+def etcd_records(endpoint: str, prefix: str) -> list[dict[str, Any]]:
+    """The records under ``prefix`` of the etcd at ``endpoint``."""
     start = base64.b64encode(prefix.encode()).decode()
     end = base64.b64encode(prefix[:-1].encode() + b"0").decode()
     body = json.dumps({"key": start, "range_end": end}).encode()
@@ -132,3 +138,82 @@ def test_a_graceful_restart_goes_on_where_the_run_was(
     assert marks(out) == ["first", "first.end", "second", "second.end"]
     wait_for(lambda: "Workflow flow finished: succeeded" in daemon.current(), what="the end")
     assert daemon.stop() == 0
+
+
+def test_a_new_leader_goes_on_with_the_run_of_a_killed_one(
+    tmp_path: Path, shared_etcd_server: Any, etcd_prefix: str, daemon_procs: list[DaemonProcess]
+) -> None:
+    """clusterPolicy Leader on real etcd: the leader is killed mid-run; the node that leads
+    next goes on with the run from the shared store (once the dead one's heartbeat is
+    stale), without running again what had finished."""
+    out = tmp_path / "marks"
+    config = tmp_path / "config"
+    config.mkdir()
+
+    def noted(name: str, body: str = "true", extra: str = "") -> str:
+        command = (
+            f'echo "$CRONSTABLE_NODE_NAME {name}" >> {out}; {body}; '
+            f'echo "$CRONSTABLE_NODE_NAME {name}.end" >> {out}'
+        )
+        return f"      - name: {name}\n        command: '{command}'\n{extra}"
+
+    (config / "cronstable.yaml").write_text(
+        textwrap.dedent(
+            f"""\
+            cluster:
+              backend: etcd
+              leaseTtl: 2
+              etcd: {{endpoints: ["{shared_etcd_server.endpoint}"], prefix: "{etcd_prefix}"}}
+            state: {{backend: etcd}}
+            workflows:
+              - name: lead
+                schedule: '@reboot'
+                clusterPolicy: Leader
+                tasks:
+            """
+        )
+        + noted("a")
+        + noted("b", "sleep 8", "        dependsOn: [a]\n")
+        + noted("c", "true", "        dependsOn: [b]\n        runWhen: allDone\n")
+    )
+    nodes = {}
+    for name in ("n1", "n2"):
+        nodes[name] = DaemonProcess(
+            config,
+            tmp_path / f"{name}.log",
+            args=["--node-name", name, "--state-dir", str(tmp_path / f"state-{name}")],
+            env=os.environ | {"CRONSTABLE_NODE_NAME": name},
+        )
+        daemon_procs.append(nodes[name])
+        nodes[name].start()
+
+    def lines() -> list[tuple[str, str]]:
+        if not out.exists():
+            return []
+        pairs = (line.split() for line in out.read_text().splitlines())
+        return [(node, mark) for node, mark in pairs]
+
+    wait_for(lambda: any(mark == "b" for _, mark in lines()), timeout=30, what="b running")
+    leader = next(node for node, mark in lines() if mark == "b")
+    other = "n2" if leader == "n1" else "n1"
+    wait_for(
+        lambda: running_with_pid(
+            etcd_records(shared_etcd_server.endpoint, f"{etcd_prefix}state/cluster/flows/"), "b"
+        ),
+        timeout=5,
+        what="the cluster-wide record with b's process",
+    )
+    nodes[leader].kill9()
+    wait_for(
+        lambda: f"goes on from durable state (left by {leader})" in nodes[other].output(),
+        timeout=40,
+        what="the new leader going on with the run",
+    )
+    wait_for(lambda: (other, "c.end") in lines(), timeout=20, what="c on the new leader")
+    seen = lines()
+    assert [m for m in seen if m[1] == "a"] == [(leader, "a")]  # finished: not run again
+    assert [m for m in seen if m[1] == "b"] == [(leader, "b")]  # not started twice
+    assert [m for m in seen if m[1] == "c"] == [(other, "c")]
+    wait_for(lambda: "Workflow lead finished" in nodes[other].output(), what="the run's end")
+    assert "(a succeeded, b failed, c succeeded)" in nodes[other].output()
+    assert f"task b failed (outcome unknown: it ran on node {leader}" not in nodes[other].output()
