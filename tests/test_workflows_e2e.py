@@ -8,6 +8,7 @@ mark in a file, so the order and the attempts are what the processes did.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,9 +18,12 @@ from urllib.parse import quote
 import aiohttp
 import pytest
 import pytest_asyncio
+from daemon_proc import DaemonProcess, wait_for
+from daemon_proc import http as daemon_http
 from web_stack import Stack
 
 pytestmark = pytest.mark.timeout(90)
+REPO = Path(__file__).resolve().parent.parent
 
 
 def config(marks: Path) -> str:
@@ -206,3 +210,43 @@ async def test_cancel_and_forbid(daemon: tuple[Stack, Path], http: aiohttp.Clien
     assert "after" not in marks.read_text().split()
     status, _ = await call(http, "POST", f"{base}/workflows/nope/start")
     assert status == 404
+
+
+@pytest.mark.slow
+def test_the_example_workflow_runs(tmp_path: Path, daemon_procs: list[DaemonProcess]) -> None:
+    """examples/gitops-repo as `make run` runs it (on a free port, with a token to start
+    the workflow now rather than at the next ten minutes)."""
+    example = tmp_path / "gitops-repo"
+    shutil.copytree(REPO / "examples" / "gitops-repo", example)
+    root = example / "cronstable.yaml"
+    text = root.read_text()
+    assert "- http://127.0.0.1:8080\n" in text
+    root.write_text(
+        text.replace("- http://127.0.0.1:8080\n", "- http://127.0.0.1:0\n").replace(
+            "  metricsPublic: true\n", "  metricsPublic: true\n  authToken: {value: ex-token}\n"
+        )
+    )
+    daemon = DaemonProcess(example, tmp_path / "daemon.log").start()
+    daemon_procs.append(daemon)
+    url = daemon.url(30)
+    token = {"Authorization": "Bearer ex-token"}
+    status, _, body = daemon_http(f"{url}/workflows/warehouse-etl/start", "POST", headers=token)
+    assert status == 202, body
+    run = body["run"]
+
+    def ended() -> dict[str, Any] | None:
+        _, _, runs = daemon_http(f"{url}/workflows/warehouse-etl/runs", headers=token)
+        done = [r for r in runs["runs"] if r["id"] == run and r["outcome"] != "running"]
+        return done[0] if done else None
+
+    finished_run = wait_for(ended, timeout=60, what="the example's workflow run")
+    assert finished_run["outcome"] == "succeeded", finished_run
+    assert states(finished_run) == {
+        "extract": "succeeded",
+        "transform-orders": "succeeded",
+        "transform-customers": "succeeded",
+        "load": "succeeded",
+        "summary": "succeeded",
+        "page-on-call": "skipped",
+    }
+    assert daemon.stop() == 0
