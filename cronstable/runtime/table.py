@@ -24,6 +24,7 @@ from cronstable.ports import (
     RunOutcome,
     RunResult,
     RunStart,
+    TaskRunView,
 )
 from cronstable.runtime.backoff import RetryState
 from cronstable.workflows.dag import Outcome, TaskState
@@ -170,6 +171,8 @@ class FlowRun:
     last_view: FlowRunView | None = None
     depth: dict[str, int] = field(default_factory=dict)
     """Each task's level in the graph (for the views)."""
+    views: dict[str, tuple[tuple[object, ...], TaskRunView]] = field(default_factory=dict)
+    """Each task's last view, with the fields it was made of (rebuilt when they change)."""
 
 
 @dataclass(eq=False, slots=True)

@@ -92,6 +92,22 @@ class Flows:
     def __init__(self, host: FlowHost) -> None:
         self.host = host
         self._waiting: set[asyncio.Task[None]] = set()
+        self._changed: dict[int, FlowRun] = {}
+        """Runs changed since the listeners were last told (by identity)."""
+
+    def changed(self, run: FlowRun) -> None:
+        """Tell the listeners of ``run``'s change, once for all the changes of this turn of
+        the event loop (the tasks a decision starts start in the same turn: one view of
+        the run, not one per task)."""
+        if not self._changed:
+            asyncio.get_running_loop().call_soon(self._tell_changed)
+        self._changed[id(run)] = run
+
+    def _tell_changed(self) -> None:
+        runs, self._changed = list(self._changed.values()), {}
+        for run in runs:
+            if run.finished_at is None:  # an ended run was told whole already
+                self.host.tell_flow("flow_changed", self.view(run))
 
     # ------------------------------------------------------------ a run's life
 
@@ -258,7 +274,7 @@ class Flows:
             else:
                 for name in decided.start:
                     self._launch(run, name, 1)
-        host.tell_flow("flow_changed", self.view(run))
+        self.changed(run)
 
     def _recheck(self, run: FlowRun) -> None:
         async def later() -> None:
@@ -274,7 +290,7 @@ class Flows:
         if run.detached:
             return
         run.detached = True
-        self.host.tell_flow("flow_changed", self.view(run))
+        self.changed(run)
         logger.warning(
             "Workflow %s: run %s is no longer driven by this node (%s); its running tasks "
             "finish here",
@@ -312,7 +328,7 @@ class Flows:
             task.pid = live.start.pid
             if task.started_at is None:
                 task.started_at = live.start.started_at
-            self.host.tell_flow("flow_changed", self.view(run))
+            self.changed(run)
 
     def task_ended(self, live: LiveRun) -> None:
         """A task's run is over, however it ended (:attr:`LiveRun.on_end`)."""
@@ -352,7 +368,7 @@ class Flows:
         elif outcome in FAILURES:
             assert record is not None
             if self._retry(run, name, record, now):
-                host.tell_flow("flow_changed", self.view(run))
+                self.changed(run)
                 return
             self._end_task(task, "failed", now)
         elif outcome == "unknown":
@@ -412,7 +428,7 @@ class Flows:
     def rearm(self, run: FlowRun, name: str) -> None:
         """Start the pending retry of ``name`` now."""
         self._launch(run, name, run.tasks[name].attempts + 1)
-        self.host.tell_flow("flow_changed", self.view(run))
+        self.changed(run)
 
     def _log_task(self, run: FlowRun, name: str, task: TaskRun) -> None:
         if task.state == "failed" and task.fail_reason:
@@ -466,6 +482,7 @@ class Flows:
 
     def finish(self, run: FlowRun, outcome: Outcome) -> None:
         host = self.host
+        self._changed.pop(id(run), None)
         run.finished_at = host.clock.now()
         run.outcome = outcome
         slot = run.slot
@@ -497,8 +514,7 @@ class Flows:
     # ------------------------------------------------------------ what it shows
 
     def view(self, run: FlowRun) -> FlowRunView:
-        dag = run.flow.dag
-        depth = run.depth
+        """The run as it stands (each task's view rebuilt only when the task changed)."""
         view = FlowRunView(
             id=run.id,
             workflow=run.flow.name,
@@ -506,25 +522,7 @@ class Flows:
             scheduled_time=run.scheduled,
             started_at=run.started_at,
             kind=run.kind,
-            tasks=tuple(
-                TaskRunView(
-                    task=name,
-                    name=run.flow.tasks[name].name,
-                    state=task.state,
-                    depends_on=dag.depends_on[name],
-                    run_when=dag.run_when[name],
-                    level=depth[name],
-                    attempts=task.attempts,
-                    run_id=task.run_id,
-                    started_at=task.started_at,
-                    finished_at=task.finished_at,
-                    exit_code=task.exit_code,
-                    fail_reason=task.fail_reason,
-                    retry_at=task.retry_at,
-                    pid=task.pid,
-                )
-                for name, task in run.tasks.items()
-            ),
+            tasks=tuple(self._task_view(run, name, task) for name, task in run.tasks.items()),
             finished_at=run.finished_at,
             outcome=run.outcome,
             cancelled=run.cancelled,
@@ -532,6 +530,42 @@ class Flows:
         )
         run.last_view = view
         return view
+
+    @staticmethod
+    def _task_view(run: FlowRun, name: str, task: TaskRun) -> TaskRunView:
+        key = (
+            task.state,
+            task.attempts,
+            task.run_id,
+            task.started_at,
+            task.finished_at,
+            task.exit_code,
+            task.fail_reason,
+            task.retry_at,
+            task.pid,
+        )
+        cached = run.views.get(name)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        dag = run.flow.dag
+        made = TaskRunView(
+            task=name,
+            name=run.flow.tasks[name].name,
+            state=task.state,
+            depends_on=dag.depends_on[name],
+            run_when=dag.run_when[name],
+            level=run.depth[name],
+            attempts=task.attempts,
+            run_id=task.run_id,
+            started_at=task.started_at,
+            finished_at=task.finished_at,
+            exit_code=task.exit_code,
+            fail_reason=task.fail_reason,
+            retry_at=task.retry_at,
+            pid=task.pid,
+        )
+        run.views[name] = (key, made)
+        return made
 
     async def drain(self) -> None:
         """Stop the tasks that wait (for a Replace, the leadership, a retry)."""

@@ -122,6 +122,39 @@ def decide(run_when: RunWhen, deps: Sequence[TaskState]) -> bool | None:
     return any(state == "failed" for state in deps)  # anyFailed
 
 
+def _verdict(
+    run_when: RunWhen, deps: Sequence[str], current: Mapping[str, TaskState]
+) -> bool | None:
+    """:func:`decide` over ``current``'s states of ``deps``, in one pass without copies
+    (:func:`step` asks it of every pending task after every change)."""
+    open_ = 0
+    failed = False
+    if run_when == "allSucceeded":
+        for dep in deps:
+            state = current[dep]
+            if state == "succeeded":
+                continue
+            if state in DONE:
+                return False
+            open_ += 1
+        return None if open_ else True
+    if run_when == "allFailed":
+        for dep in deps:
+            state = current[dep]
+            if state == "failed":
+                continue
+            if state in DONE:
+                return False
+            open_ += 1
+        return None if open_ else True
+    for dep in deps:
+        state = current[dep]
+        if state not in DONE:
+            return None  # allDone waits for every one; anyFailed may yet see one fail
+        failed = failed or state == "failed"
+    return True if run_when == "allDone" else failed
+
+
 def step(dag: Dag, states: Mapping[str, TaskState]) -> Step:
     """What to do now with a run of ``dag`` whose tasks are in ``states`` (a task
     missing from ``states`` is ``pending``); see the module docstring."""
@@ -135,7 +168,7 @@ def step(dag: Dag, states: Mapping[str, TaskState]) -> Step:
             if current[task] != "pending" or task in ready:
                 continue
             deps = dag.depends_on[task]
-            verdict = True if not deps else decide(dag.run_when[task], [current[d] for d in deps])
+            verdict = True if not deps else _verdict(dag.run_when[task], deps, current)
             if verdict is True:
                 ready.add(task)
             elif verdict is False:
