@@ -448,3 +448,52 @@ async def test_reboot_catch_up_and_start_on_request(harness: Callable[..., Harne
     await h.clock.advance(5)
     assert h.last("late").id == ident and h.last("late").kind == "manual"
     assert h.last("late").outcome == "succeeded"
+
+
+class Gate:
+    """A cluster gate as the scheduler sees one: this node leads while ``leader``."""
+
+    def __init__(self) -> None:
+        self.leader = True
+
+    def allows(self, job: Job) -> str | None:
+        if job.config.cluster_policy == "EveryNode" or self.leader:
+            return None
+        return "not_leader"
+
+    async def release(self) -> None:
+        return None
+
+
+@pytest.mark.asyncio
+async def test_cluster_policy_goes_through_the_jobs_gate(harness: Callable[..., Harness]) -> None:
+    gate = Gate()
+    h = harness(
+        state(
+            """\
+            workflows:
+              - name: lead
+                schedule: "*/10 * * * *"
+                clusterPolicy: Leader
+                tasks:
+                  - {name: a, command: "true"}
+                  - {name: b, command: "true", dependsOn: [a]}
+              - name: every
+                schedule: "*/10 * * * *"
+                tasks: [{name: a, command: "true"}]
+            """
+        ),
+        gate=gate,
+    )
+    h.behaviour["lead.a"] = [(30.0, 0)]
+    await h.clock.advance(10 * 60 + 1)
+    assert h.started("lead.a") == [T0 + timedelta(minutes=10)]
+    gate.leader = False  # the leadership moves while a runs: b is the new leader's
+    await h.clock.advance(60)
+    assert not h.started("lead.b")
+    (run,) = h.scheduler.flow_slot("lead").runs  # type: ignore[union-attr]
+    assert run.detached and run.tasks["b"].state == "pending"
+    await h.clock.advance(10 * 60)
+    assert len(h.started("lead.a")) == 1  # the fire at +20 min was not this node's
+    assert len(h.started("every.a")) == 2
+    assert h.scheduler.stats.skipped_cluster == {"not_leader": 1}
