@@ -497,3 +497,8 @@ async def test_cluster_policy_goes_through_the_jobs_gate(harness: Callable[..., 
     assert len(h.started("lead.a")) == 1  # the fire at +20 min was not this node's
     assert len(h.started("every.a")) == 2
     assert h.scheduler.stats.skipped_cluster == {"not_leader": 1}
+    # a start on request runs here, whoever leads (as a job's does)
+    h.behaviour["lead.a"] = [(1.0, 0)]
+    ident = h.scheduler.start_flow("lead", h.clock.now())
+    await h.clock.advance(5)
+    assert h.last("lead").id == ident and h.last("lead").outcome == "succeeded"

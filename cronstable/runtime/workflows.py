@@ -266,8 +266,9 @@ class Flows:
             self.finish(run, decided.outcome)
             return
         if decided.start and not (host.stopping or run.detached):
-            refused = host.gate_says(run.flow.job)
-            if refused == "leadership_unknown":
+            # a start on request runs where it was asked (as a job's does), whoever leads
+            refused = None if run.kind == "manual" else host.gate_says(run.flow.job)
+            if refused in ("leadership_unknown", "gate_error"):
                 self._recheck(run)
             elif refused is not None:
                 self.detach(run, f"the cluster gate says {refused}")
