@@ -193,5 +193,9 @@ class FlowSlot(JobSlot):
         return self.flow
 
     def going(self) -> list[FlowRun]:
-        """The runs going that no cancel or Replace is ending already."""
-        return [run for run in self.runs if run.finished_at is None and not run.cancelled]
+        """The runs going here that no cancel or Replace is ending already."""
+        return [
+            run
+            for run in self.runs
+            if run.finished_at is None and not run.cancelled and not run.detached
+        ]

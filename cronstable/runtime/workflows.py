@@ -276,6 +276,22 @@ class Flows:
                 for name in decided.start:
                     self._launch(run, name, 1)
         self.changed(run)
+        if run.detached and not any(task.live is not None for task in run.tasks.values()):
+            self._leave(run)
+
+    def _leave(self, run: FlowRun) -> None:
+        """A detached run with nothing running here any more: no longer this node's."""
+        slot = run.slot
+        if run in slot.runs:
+            slot.runs.remove(run)
+            run.done.set()
+            logger.info(
+                "Workflow %s: run %s left to the node that leads (%s)",
+                run.flow.name,
+                run.id,
+                ", ".join(f"{name} {task.state}" for name, task in run.tasks.items()),
+                extra={"workflow": run.flow.name, "flow_run": run.id},
+            )
 
     def _recheck(self, run: FlowRun) -> None:
         async def later() -> None:
