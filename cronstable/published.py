@@ -78,7 +78,7 @@ def _published_job(job: Job) -> dict[str, Any]:
 
 
 def published_config(state: DesiredState) -> dict[str, Any]:
-    """The canonical form of every job, workflow and section, with their digests (a
+    """The canonical form of every job, workflow, pool and section, with their digests (a
     workflow's ``tasks`` in definition order, each as a job is)."""
     jobs = {name: _published_job(job) for name, job in state.jobs.items()}
     workflows = {
@@ -95,8 +95,13 @@ def published_config(state: DesiredState) -> dict[str, Any]:
         else hide_secrets(value.model_dump(mode="json", by_alias=True), type(value))
         for name, value in (("web", state.web), ("logging", state.logging))
     }
+    pools = {
+        name: {"digest": pool.digest, "config": pool.config.model_dump(mode="json", by_alias=True)}
+        for name, pool in state.pools.items()
+    }
     published: dict[str, Any] = {"jobSetId": state.job_set_id, "jobs": jobs}
     if workflows:
         published["workflows"] = workflows
+    published["pools"] = pools
     published["sections"] = sections
     return published

@@ -213,7 +213,35 @@ def test_fast_paths_do_not_import_asyncio_or_aiohttp(args: list[str]) -> None:
                 main({args!r})
             except SystemExit:
                 pass
-        print(sorted(m for m in ("asyncio", "aiohttp") if m in sys.modules))
+        print(sorted(m for m in ("asyncio", "aiohttp", "mcp") if m in sys.modules))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("command", ["validate", "next"])
+def test_a_configuration_with_mcp_enabled_loads_without_the_sdk(
+    command: str, tmp_path: Path
+) -> None:
+    config = write(
+        tmp_path / "c.yaml",
+        "web:\n  listen: [http://127.0.0.1:0]\n  mcp: {enabled: true}\n"
+        "jobs: [{name: x, command: 'true', schedule: '@daily'}]\n",
+    )
+    probe = textwrap.dedent(
+        f"""\
+        import contextlib, io, sys
+        from cronstable.__main__ import main
+        with contextlib.redirect_stdout(io.StringIO()):
+            try:
+                main([{command!r}, {str(config)!r}])
+            except SystemExit as exc:
+                assert exc.code in (0, None), exc.code
+        print(sorted(m for m in ("asyncio", "aiohttp", "mcp") if m in sys.modules))
         """
     )
     result = subprocess.run(

@@ -276,7 +276,10 @@ MUTATIONS = _mutations()
 def test_the_mutations_reach_every_part_of_the_format() -> None:
     places = {key.split(":", 1)[1].rsplit("=", 1)[0] for key in MUTATIONS}
     assert len(MUTATIONS) > 200
-    for needle in ("schedule", "onFailure", "environment", "logging", "include", "defaults"):
+    for needle in (
+        "schedule", "onFailure", "environment", "logging", "include", "defaults",
+        "pools", "poolTimeout", "poolPriority",
+    ):  # fmt: skip
         assert any(needle in place for place in places), needle
 
 

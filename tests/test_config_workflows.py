@@ -275,7 +275,7 @@ def test_concurrency_scope_cluster_on_a_task_needs_a_cluster() -> None:
     )
     assert got == [
         "c.yaml:5: concurrencyScope: job 'w.t': concurrencyScope cluster needs a shared "
-        "store: add a cluster section (etcd or filesystem)"
+        "store: add a cluster section (etcd, filesystem or kubernetes)"
     ]
 
 
@@ -424,3 +424,25 @@ def test_validate_and_next_list_workflows(tmp_path: Path) -> None:
         "plain\t2026-03-08T03:05:00+00:00",
         "etl\t2026-03-09T03:00:00+00:00",
     ]
+
+
+def test_a_task_names_a_pool_of_the_revision() -> None:
+    text = """\
+        pools:
+          - {name: db, slots: 1}
+        defaults:
+          poolTimeout: 5m
+        workflows:
+          - name: w
+            schedule: "@daily"
+            tasks:
+              - {name: a, command: echo, pool: db, poolPriority: 3}
+              - {name: b, command: echo, pool: dbx}
+        """
+    assert lines(text) == [
+        "c.yaml:10:34: workflows[0].tasks[1].pool: task 'w.b': unknown pool 'dbx' "
+        "(did you mean 'db'?)"
+    ]
+    fixed = state(text.replace("dbx", "db"))
+    a = fixed.workflows["w"].tasks["a"].config
+    assert (a.pool, a.pool_priority, a.pool_timeout) == ("db", 3, 300.0)

@@ -20,7 +20,7 @@ from heard_reports import HeardReports
 
 from cronstable.config import DesiredState, MemoryTree, load
 from cronstable.config.desired import Job
-from cronstable.ports import FlowRunView, RunResult
+from cronstable.ports import FlowRunView, RunResult, TaskRunView
 from cronstable.runtime.clock import ManualClock
 from cronstable.runtime.scheduler import Scheduler, StartRefused
 
@@ -503,3 +503,133 @@ async def test_cluster_policy_goes_through_the_jobs_gate(harness: Callable[..., 
     ident = h.scheduler.start_flow("lead", h.clock.now())
     await h.clock.advance(5)
     assert h.last("lead").id == ident and h.last("lead").outcome == "succeeded"
+
+
+POOLED = """\
+pools:
+  - {name: db, slots: 1}
+workflows:
+  - name: etl
+    schedule: "0 * * * *"
+    tasks:
+      - {name: extract, command: "true"}
+      - {name: ta, command: "true", dependsOn: [extract], pool: db}
+      - {name: tb, command: "true", dependsOn: [extract], pool: db, poolTimeout: 100}
+      - {name: load, command: "true", dependsOn: [ta, tb], runWhen: allDone}
+"""
+
+
+def pooled(h: Harness, desired: DesiredState) -> None:
+    h.scheduler.pools.configure(desired.pools)
+
+
+@pytest.mark.asyncio
+async def test_tasks_sharing_a_pool_of_one_take_turns(harness: Callable[..., Harness]) -> None:
+    desired = state(POOLED)
+    h = harness(desired)
+    pooled(h, desired)
+    h.behaviour["etl.ta"] = [(30.0, 0)]
+    h.behaviour["etl.tb"] = [(30.0, 0)]
+    await h.clock.advance(3600 + 5)  # extract done, ta holds the slot, tb waits
+    slot = h.scheduler.flow_slot("etl")
+    assert slot is not None
+    [run] = slot.runs
+    seen = {t.task: t for t in h.scheduler.flows.view(run).tasks}
+    assert (seen["ta"].state, seen["ta"].queued) == ("running", None)
+    assert (seen["tb"].state, seen["tb"].queued, seen["tb"].pid) == ("running", "db", None)
+    assert not h.started("etl.tb")
+    await h.clock.advance(120)
+    assert h.states("etl") == dict.fromkeys(("extract", "ta", "tb", "load"), "succeeded")
+    [ta_end], [tb_start] = h.ended("etl.ta"), h.started("etl.tb")
+    assert tb_start >= ta_end
+    assert all(t.queued is None for t in h.last("etl").tasks)
+
+
+@pytest.mark.asyncio
+async def test_a_task_past_its_pool_timeout_fails_and_is_reported_missed(
+    harness: Callable[..., Harness],
+) -> None:
+    desired = state(POOLED)
+    h = harness(desired)
+    pooled(h, desired)
+    h.behaviour["etl.ta"] = [(300.0, 0)]  # holds the slot past tb's poolTimeout
+    await h.clock.advance(3600 + 400)
+    states = h.states("etl")
+    assert states == {
+        "extract": "succeeded",
+        "ta": "succeeded",
+        "tb": "failed",
+        "load": "succeeded",
+    }
+    [tb] = [t for t in h.last("etl").tasks if t.task == "tb"]
+    assert tb.fail_reason == "not started: pool_timeout"
+    assert not h.started("etl.tb")
+    assert h.last("etl").outcome == "failed"
+    assert h.scheduler.stats.skipped_pool_timeout == 1
+
+
+@pytest.mark.asyncio
+async def test_cancelling_a_run_takes_its_waiting_task_out_of_the_queue(
+    harness: Callable[..., Harness],
+) -> None:
+    desired = state(POOLED)
+    h = harness(desired)
+    pooled(h, desired)
+    h.behaviour["etl.ta"] = [(300.0, 0)]
+    await h.clock.advance(3600 + 5)
+    slot = h.scheduler.flow_slot("etl")
+    assert slot is not None
+    [run] = slot.runs
+    assert h.scheduler.cancel_flow("etl", run.id)
+    await h.clock.advance(10)
+    assert h.states("etl")["tb"] == "cancelled"
+    assert not h.started("etl.tb")
+    [view] = h.scheduler.pools.views()
+    assert (view.in_use, view.queued) == (0, 0)
+
+
+@pytest.mark.asyncio
+async def test_a_task_stored_waiting_in_its_pool_is_pending_again_after_a_restart(
+    harness: Callable[..., Harness],
+) -> None:
+    """The record a kill -9 left: ta held the slot (its process gone), tb waited in the
+    pool's queue and never started: tb queues anew, ta counts as failed."""
+    desired = state(POOLED)
+    h = harness(desired, start=HOUR + timedelta(seconds=30))
+    pooled(h, desired)
+    flow = desired.workflows["etl"]
+
+    def task(name: str, state: str, **more: Any) -> TaskRunView:
+        return TaskRunView(
+            task=name,
+            name=f"etl.{name}",
+            state=state,  # type: ignore[arg-type]
+            depends_on=(),
+            run_when="allSucceeded",
+            level=0,
+            **more,
+        )
+
+    stored = FlowRunView(
+        id="etl@2026-06-01T13:00:00Z",
+        workflow="etl",
+        digest=flow.digest,
+        scheduled_time=HOUR,
+        started_at=HOUR,
+        kind="fire",
+        tasks=(
+            task("extract", "succeeded", attempts=1),
+            task("ta", "running", attempts=1),
+            task("tb", "running", attempts=1, queued="db"),
+            task("load", "pending"),
+        ),
+    )
+    assert h.scheduler.resume_flow(stored, {}, "lost with the daemon")
+    await h.clock.advance(60)
+    assert h.states("etl") == {
+        "extract": "succeeded",
+        "ta": "failed",
+        "tb": "succeeded",
+        "load": "succeeded",
+    }
+    assert len(h.started("etl.tb")) == 1 and not h.started("etl.ta")

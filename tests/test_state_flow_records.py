@@ -97,3 +97,27 @@ def test_the_history_keeps_finished_runs_within_its_limit() -> None:
     workflow, runs = read
     assert workflow == "etl" and 1 <= len(runs) < len(done)
     assert runs[-1].id == "etl@29"  # the newest kept
+
+
+def test_a_task_waiting_in_its_pool_reads_back_so() -> None:
+    base = view()
+    waiting = TaskRunView(
+        task="tb",
+        name="etl.tb",
+        state="running",
+        depends_on=("extract",),
+        run_when="allSucceeded",
+        level=1,
+        attempts=1,
+        run_id="etl.tb@2026-05-01T03:00:00Z#1",
+        queued="warehouse-db",
+    )
+    written = flow_run_record(view(tasks=(*base.tasks, waiting)), "n1", T, {})
+    assert written["tasks"]["tb"]["queuedIn"] == "warehouse-db"
+    stored = read_flow_run(decode(encode(written)))
+    assert stored is not None
+    assert [(t.task, t.queued) for t in stored.view.tasks] == [
+        ("extract", None),
+        ("load", None),
+        ("tb", "warehouse-db"),
+    ]

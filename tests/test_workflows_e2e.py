@@ -11,6 +11,7 @@ import asyncio
 import shutil
 import time
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -33,8 +34,21 @@ def config(marks: Path) -> str:
         command = f"echo {name} >> {marks}; {body}; code=$?; echo {name}.end >> {marks}; exit $code"
         return f"      - name: {name}\n        command: '{command}'\n{extra}"
 
+    here = marks.parent
+
+    def blocked(name: str, gate: str, extra: str) -> str:
+        """A task that stamps its own start and end (``date``) and holds until ``gate``
+        exists (at most 20 s)."""
+        body = (
+            f"date +%s.%N > {here}/{name}.start; echo {name} >> {marks}; "
+            f"for i in $(seq 400); do [ -e {here}/{gate} ] && break; sleep 0.05; done; "
+            f"date +%s.%N > {here}/{name}.end"
+        )
+        return f"      - name: {name}\n        command: '{body}'\n{extra}"
+
     return (
         "web:\n  listen: [http://127.0.0.1:0]\n  authToken: {value: wf-token}\n"
+        "pools:\n  - {name: one, slots: 1}\n"
         "jobs: []\n"
         "workflows:\n"
         "  - name: diamond\n"
@@ -69,6 +83,20 @@ def config(marks: Path) -> str:
         "    tasks:\n"
         + task("wait", "sleep 30", "        killTimeout: 1\n")
         + task("after", "true", "        dependsOn: [wait]\n")
+        + "  - name: pooled\n"
+        "    schedule: '@yearly'\n"
+        "    tasks:\n"
+        + task("first")
+        + blocked("pa", "go", "        dependsOn: [first]\n        pool: one\n")
+        + blocked("pb", "go", "        dependsOn: [first]\n        pool: one\n")
+        + task("last", "true", "        dependsOn: [pa, pb]\n")
+        + "  - name: timed-out\n"
+        "    schedule: '@yearly'\n"
+        "    tasks:\n"
+        + blocked("holder", "go-holder", "        pool: one\n")
+        + task("late", "true", "        pool: one\n        poolTimeout: 0.3\n")
+        + task("after-late", "true", "        dependsOn: [late]\n")
+        + task("on-fail", "true", "        dependsOn: [late]\n        runWhen: anyFailed\n")
     )
 
 
@@ -212,6 +240,94 @@ async def test_cancel_and_forbid(daemon: tuple[Stack, Path], http: aiohttp.Clien
     assert status == 404
 
 
+async def run_view(http: aiohttp.ClientSession, base: str, name: str, run: str) -> dict[str, Any]:
+    status, body = await call(http, "GET", f"{base}/workflows/{quote(name)}/runs")
+    assert status == 200, body
+    [found] = [r for r in body["runs"] if r["id"] == run]
+    return dict(found)
+
+
+async def until(check: Any, what: str, timeout: float = 20) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = await check()
+        if found:
+            return found
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+@pytest.mark.asyncio
+async def test_parallel_tasks_sharing_a_pool_of_one_never_overlap(
+    daemon: tuple[Stack, Path], http: aiohttp.ClientSession
+) -> None:
+    stack, marks = daemon
+    here = marks.parent
+    base = stack.url()
+    status, body = await call(http, "POST", f"{base}/workflows/pooled/start")
+    assert status == 202, body
+    run = body["run"]
+
+    async def one_holds_one_queues() -> dict[str, Any] | None:
+        tasks = {t["task"]: t for t in (await run_view(http, base, "pooled", run))["tasks"]}
+        going = [n for n in ("pa", "pb") if (here / f"{n}.start").exists()]
+        waiting = [n for n in ("pa", "pb") if tasks[n]["queuedIn"] == "one"]
+        return tasks if len(going) == 1 and len(waiting) == 1 and going != waiting else None
+
+    # the one that got the slot holds it (until the gate opens); the other waits in the
+    # pool's queue, shown running and queuedIn, and has not started
+    tasks = await until(one_holds_one_queues, "one task holding the pool, the other queued")
+    [queued] = [n for n in ("pa", "pb") if tasks[n]["queuedIn"] == "one"]
+    assert tasks[queued]["state"] == "running" and tasks[queued]["pid"] is None
+    assert tasks["last"]["state"] == "pending"
+    status, pools = await call(http, "GET", f"{base}/pools")
+    [one] = [p for p in pools["pools"] if p["name"] == "one"]
+    assert one["inUse"] == 1 and one["queued"] == 1
+    (here / "go").touch()
+    ended = await finished(http, base, "pooled", run)
+    assert ended["outcome"] == "succeeded", ended
+    assert all(t["queuedIn"] is None for t in ended["tasks"])
+    # the tasks' own clocks: one ended before the other started
+    spans = sorted(
+        (float((here / f"{n}.start").read_text()), float((here / f"{n}.end").read_text()))
+        for n in ("pa", "pb")
+    )
+    assert spans[0][1] <= spans[1][0], spans
+
+
+@pytest.mark.asyncio
+async def test_a_task_past_its_pool_timeout_fails_for_its_dependents(
+    daemon: tuple[Stack, Path], http: aiohttp.ClientSession
+) -> None:
+    stack, marks = daemon
+    here = marks.parent
+    base = stack.url()
+    status, body = await call(http, "POST", f"{base}/workflows/timed-out/start")
+    assert status == 202, body
+    run = body["run"]
+
+    async def late_decided() -> dict[str, Any] | None:
+        tasks = {t["task"]: t for t in (await run_view(http, base, "timed-out", run))["tasks"]}
+        return tasks if tasks["late"]["state"] == "failed" else None
+
+    tasks = await until(late_decided, "the late task failing on its poolTimeout")
+    assert "pool_timeout" in tasks["late"]["failReason"]
+    assert tasks["holder"]["state"] == "running"  # it still holds the slot
+    (here / "go-holder").touch()
+    ended = await finished(http, base, "timed-out", run)
+    assert states(ended) == {
+        "holder": "succeeded",
+        "late": "failed",
+        "after-late": "skipped",
+        "on-fail": "succeeded",
+    }
+    assert ended["outcome"] == "failed"
+    assert "late" not in marks.read_text().split()  # it never ran
+    async with http.get(f"{base}/metrics") as response:
+        text = await response.text()
+    assert 'cronstable_fires_skipped_total{reason="pool_timeout"} 1.0' in text
+
+
 @pytest.mark.slow
 def test_the_example_workflow_runs(tmp_path: Path, daemon_procs: list[DaemonProcess]) -> None:
     """examples/gitops-repo as `make run` runs it (on a free port, with a token to start
@@ -249,4 +365,11 @@ def test_the_example_workflow_runs(tmp_path: Path, daemon_procs: list[DaemonProc
         "summary": "succeeded",
         "page-on-call": "skipped",
     }
+    # the transforms share the pool warehouse-db of one slot: one after the other
+    spans = sorted(
+        (datetime.fromisoformat(t["startedAt"]), datetime.fromisoformat(t["finishedAt"]))
+        for t in finished_run["tasks"]
+        if t["task"].startswith("transform-")
+    )
+    assert spans[0][1] <= spans[1][0], spans
     assert daemon.stop() == 0

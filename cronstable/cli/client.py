@@ -243,6 +243,11 @@ def _human(command: str, data: Any, show_output: bool) -> str:
     if command == "runs":
         return runs_text(data["job"], data["runs"], show_output)
     if command == "start":
+        if data.get("queued") is True:  # its pool is full: it waits in the pool's queue
+            return (
+                f"started {_shown(data['run'])}, waiting in pool {_shown(data.get('pool'))}"
+                f" at place {_shown(data.get('queuePosition'))}\n"
+            )
         return f"started {_shown(data['run'])}\n"
     if command == "cancel":
         stopped = data.get("cancelled") or []

@@ -52,9 +52,9 @@ def state_from_published(data: Any, label: str) -> DesiredState:
     """A DesiredState from ``GET /config``'s answer; SideError when it is not one."""
     from pydantic import ValidationError
 
-    from cronstable.config.desired import Job
+    from cronstable.config.desired import Job, Pool
     from cronstable.config.loader import job_zone
-    from cronstable.config.models import JobConfig, LoggingConfig, WebConfig
+    from cronstable.config.models import JobConfig, LoggingConfig, PoolConfig, WebConfig
     from cronstable.schedule import ScheduleError, parse_schedule
 
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
@@ -78,6 +78,12 @@ def state_from_published(data: Any, label: str) -> DesiredState:
                 digest=str(entry["digest"]),
             )
         workflows = _published_workflows(data.get("workflows") or {})
+        pools: dict[str, Pool] = {}
+        for name, entry in (data.get("pools") or {}).items():  # none from an older daemon
+            pool = PoolConfig.model_validate(entry["config"])
+            if pool.name != name:
+                raise ValueError(f"the pool filed as {name!r} is named {pool.name!r}")
+            pools[name] = Pool(config=pool, file="", line=0, digest=str(entry["digest"]))
         sections = data.get("sections") or {}
         web = sections.get("web")
         logging = sections.get("logging")
@@ -88,6 +94,7 @@ def state_from_published(data: Any, label: str) -> DesiredState:
             logging=None if logging is None else LoggingConfig.model_validate(logging),
             job_set_id=escape(str(data["jobSetId"])),
             files=(),
+            pools=pools,
         )
     except (KeyError, TypeError, AttributeError, ValueError, ScheduleError) as exc:
         reason = f"{exc.error_count()} invalid values" if isinstance(exc, ValidationError) else exc

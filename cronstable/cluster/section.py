@@ -56,6 +56,11 @@ def store_key(config: ClusterConfig) -> KeyPath:
     """Where a problem with the cluster's store is reported."""
     if config.backend == "etcd":
         return ("cluster", "etcd", "endpoints")
+    if config.backend == "kubernetes":
+        kubernetes = config.kubernetes
+        if kubernetes is not None and kubernetes.kubeconfig is not None:
+            return ("cluster", "kubernetes", "kubeconfig")
+        return ("cluster", "kubernetes")
     return ("cluster", "filesystem", "path")
 
 

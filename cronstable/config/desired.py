@@ -10,6 +10,7 @@ from cronstable.config.models import (
     ClusterConfig,
     LoggingConfig,
     OnFailure,
+    PoolConfig,
     RunSettings,
     StateConfig,
     WebConfig,
@@ -121,6 +122,31 @@ def workflow_job(
 
 
 @dataclass(frozen=True, slots=True)
+class Pool:
+    """A validated pool and where it is defined."""
+
+    config: PoolConfig
+    file: str
+    """File that defines the pool, relative to the configuration root."""
+    line: int
+    """Line of the pool in that file."""
+    digest: str
+    """Its fingerprint (:func:`cronstable.config.fingerprint.pool_digest`)."""
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def slots(self) -> int:
+        return self.config.slots
+
+    @property
+    def scope(self) -> str:
+        return self.config.scope
+
+
+@dataclass(frozen=True, slots=True)
 class DesiredState:
     """Frozen, fingerprinted result of loading one revision."""
 
@@ -145,6 +171,8 @@ class DesiredState:
     """Durable state (None: retries, last fires and run history live in memory only)."""
     workflows: Mapping[str, Workflow] = field(default_factory=dict)
     """Workflows by name, in configuration order."""
+    pools: Mapping[str, Pool] = field(default_factory=dict)
+    """Pools by name, in configuration order."""
     secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     """The inline secrets written in the revision (see :mod:`cronstable.config.secrets`),
     masked in every error found after loading (:meth:`Problem.hiding`)."""

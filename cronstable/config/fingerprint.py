@@ -11,8 +11,10 @@
 * :func:`workflow_digest` — SHA-256 over a workflow's own settings and the
   digests of its tasks (each a :func:`job_digest` without a schedule), so a
   change to one task changes that task's digest and its workflow's.
-* :func:`job_set_id` — SHA-256 over the sorted digests (of jobs and workflows):
-  independent of the order of jobs, workflows and files.
+* :func:`pool_digest` — the same over one pool's settings (``pool:`` in it, so
+  it is never mistaken for a job's).
+* :func:`job_set_id` — SHA-256 over the sorted digests (of jobs, workflows and
+  pools): independent of the order of jobs, workflows, pools and files.
 
 Digests are prefixed with :data:`SCHEME_VERSION` so a change of scheme is
 recognised instead of being mistaken for a change of configuration.
@@ -28,7 +30,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cronstable.config.models import RunSettings, WorkflowSettings
+from cronstable.config.models import PoolConfig, RunSettings, WorkflowSettings
 from cronstable.schedule import Schedule
 
 SCHEME_VERSION = "v1"
@@ -74,6 +76,11 @@ def workflow_digest(
         {"workflow": canonical_workflow(config, schedule), "tasks": dict(task_digests)}
     )
     return f"{SCHEME_VERSION}:workflow:{hashlib.sha256(body).hexdigest()}"
+
+
+def pool_digest(config: PoolConfig) -> str:
+    body = canonical_json({"pool": config.model_dump(mode="json", by_alias=True)})
+    return f"{SCHEME_VERSION}:pool:{hashlib.sha256(body).hexdigest()}"
 
 
 def job_set_id(digests: Iterable[str]) -> str:

@@ -27,6 +27,7 @@ with positions, only when one of its problems needs a line number.
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import posixpath
@@ -43,10 +44,10 @@ from yaml.nodes import Node
 
 from cronstable.config import yamlread
 from cronstable.config.crontab import Crontab, base_defaults, is_crontab_name, parse_crontab
-from cronstable.config.desired import DesiredState, Job, Workflow, workflow_job
+from cronstable.config.desired import DesiredState, Job, Pool, Workflow, workflow_job
 from cronstable.config.envfile import EnvFileError, parse_env_file
 from cronstable.config.errors_map import clean_loc, describe, known_keys, suggest
-from cronstable.config.fingerprint import job_digest, job_set_id, workflow_digest
+from cronstable.config.fingerprint import job_digest, job_set_id, pool_digest, workflow_digest
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.config.models import (
     WORKFLOW_DEFAULT_KEYS,
@@ -56,6 +57,7 @@ from cronstable.config.models import (
     JobDefaults,
     JobSettings,
     LoggingConfig,
+    PoolConfig,
     RunSettings,
     SecretSource,
     StateConfig,
@@ -198,6 +200,23 @@ def _get(data: Any, path: KeyPath) -> Any:
     return data
 
 
+def _written_keys(entry: _JobEntry) -> set[str]:
+    """The top-level keys any of a job's layers writes: only settings under them can differ
+    from the models' defaults, so the warning scans look there and nowhere else (their cost
+    grows with what is written, not with every field of every job)."""
+    written: set[str] = set()
+    for layer in entry.layers:
+        written.update(layer.data)
+    return written
+
+
+@functools.cache
+def _job_secret_paths() -> tuple[tuple[tuple[str, ...], KeyPath], ...]:
+    """Where a job's or a task's settings hold secrets (JobSettings: what both share;
+    walked once per process, not once per job)."""
+    return secret_paths(JobSettings)
+
+
 def _attribute(layers: list[_Layer], loc: KeyPath) -> tuple[_Layer, KeyPath] | None:
     """Which layer supplied the merged value at ``loc``, and its path in that layer."""
     candidates: list[tuple[_Layer, KeyPath]] = [(layer, ()) for layer in layers]
@@ -279,6 +298,11 @@ class _Loader:
         self.logging: LoggingConfig | None = None
         self.cluster: ClusterConfig | None = None
         self.state: StateConfig | None = None
+        self.pools: dict[str, Pool] = {}
+        self._pool_seen: dict[str, tuple[str, int]] = {}
+        """Where each pool name was first written: (file, index in its ``pools``)."""
+        self._task_entries: list[tuple[_JobEntry, Job]] = []
+        """Each built task with its entry (its ``pool`` is checked with the jobs')."""
 
     # ------------------------------------------------------------ problems
 
@@ -500,6 +524,7 @@ class _Loader:
         finally:
             self._stack.pop()
         self._sections_of(path, doc)
+        self._pools_of(path, doc)
         defaults = doc.get("defaults")
         if defaults is not None:
             if isinstance(defaults, dict):
@@ -628,17 +653,98 @@ class _Loader:
             elif isinstance(section, StateConfig):
                 self.state = section
 
+    def _pools_of(self, path: str, doc: dict[str, Any]) -> None:
+        """The file's ``pools``: each validated; a name defined twice is an error naming
+        both places (the first one stays)."""
+        pools = doc.get("pools")
+        if pools is None:
+            return
+        if not isinstance(pools, list):
+            self.problem(path, ("pools",), "expected a list of pools")
+            return
+        for index, raw in enumerate(pools):
+            key: KeyPath = ("pools", index)
+            if not isinstance(raw, dict):
+                self.problem(path, key, "a pool must be a mapping")
+                continue
+            name = raw.get("name")
+            if isinstance(name, str) and name in self._pool_seen:
+                file, first = self._pool_seen[name]
+                where = self.position(file, ("pools", first))
+                shown = self.shown(file) + (f":{where[0]}" if where else "")
+                self.problem(
+                    path,
+                    (*key, "name"),
+                    f"pool {name!r} is defined twice; the first is at {shown}",
+                )
+                continue
+            if isinstance(name, str):
+                self._pool_seen[name] = (path, index)
+            try:
+                config = PoolConfig.model_validate(raw)
+            except ValidationError as exc:
+                self.validation_problems(exc, PoolConfig, [_Layer(path, key, raw)])
+                continue
+            position = self.position(path, key)
+            self.pools[config.name] = Pool(
+                config=config,
+                file=path,
+                line=position[0] if position else 0,
+                digest=pool_digest(config),
+            )
+            self._section_positions(path, ("pools", config.name), raw)
+
+    def pool_refs(self, entries: list[_JobEntry], jobs: Mapping[str, Job]) -> None:
+        """Every ``pool`` a job or a task names is a pool of the revision; a pool with
+        ``scope: cluster`` has the cluster section's store to keep its slots in."""
+        known = set(self.pools) | set(self._pool_seen)  # a broken pool is reported as such
+        named_by: list[tuple[_JobEntry, Job]] = []
+        for entry in entries:
+            name = entry.raw.get("name")
+            job = jobs.get(name) if isinstance(name, str) else None
+            if job is not None and job.file == entry.file:
+                named_by.append((entry, job))
+        for entry, job in [*named_by, *self._task_entries]:
+            named = job.config.pool
+            if named is None or named in known:
+                continue
+            what = "job" if job.workflow is None else "task"
+            hint = suggest(named, sorted(known)) if known else " (no pools are defined)"
+            self._locate(
+                entry,
+                ("pool",),
+                f"{what} {job.name!r}: unknown pool {named!r}{hint}",
+                self.problems,
+            )
+        if self.cluster is None:
+            for pool in self.pools.values():
+                if pool.scope == "cluster":
+                    file, index = self._pool_seen[pool.name]
+                    self.problem(
+                        file,
+                        ("pools", index, "scope"),
+                        f"pool {pool.name!r}: scope cluster keeps its slots in a shared store: "
+                        "add a cluster section (etcd or filesystem)",
+                    )
+
     def store_needs(self, jobs: Iterable[Job]) -> None:
         """What needs a shared store has one: ``state.backend: etcd`` the etcd of the
         ``cluster`` section, ``concurrencyScope: cluster`` a ``cluster`` section."""
         state = self._sections.get("state")
         if self.state is not None and state is not None and self.state.backend == "etcd":
             if self.cluster is None or self.cluster.etcd is None:
+                leases = self.cluster is not None and self.cluster.backend == "kubernetes"
                 self.problem(
                     state[0],
                     ("state", "backend"),
                     "backend etcd keeps the records in the etcd of the cluster section "
-                    "(cluster: {backend: etcd, etcd: {endpoints: [...]}}), and there is none",
+                    "(cluster: {backend: etcd, etcd: {endpoints: [...]}}), and there is none"
+                    + (
+                        " (the cluster's Kubernetes Leases keep no records: use backend "
+                        "filesystem, each node's --state-dir)"
+                        if leases
+                        else ""
+                    ),
                 )
         if self.cluster is None:
             for job in jobs:
@@ -650,7 +756,7 @@ class _Loader:
                             None,
                             ("concurrencyScope",),
                             f"job {job.name!r}: concurrencyScope cluster needs a shared store: "
-                            "add a cluster section (etcd or filesystem)",
+                            "add a cluster section (etcd, filesystem or kubernetes)",
                         )
                     )
 
@@ -700,7 +806,10 @@ class _Loader:
     def _report_warnings(self, config: RunSettings, entry: _JobEntry) -> None:
         """Warn about a reporter given some but not all of its required keys (it stays off);
         an error for mail with from and to but no smtpHost."""
+        written = _written_keys(entry)
         for key, moment in report_moments(config):
+            if key not in written:
+                continue  # nothing written under it: the defaults, which never warn
             for reporter, settings in moment.report.reporters().items():
                 where: KeyPath = (key, "report", reporter)
                 error = settings.incomplete()
@@ -733,7 +842,10 @@ class _Loader:
 
     def _secret_warnings(self, config: RunSettings, entry: _JobEntry) -> None:
         """Warn about a secret given more than one source: only the first set one is used."""
-        for attributes, key in secret_paths(JobSettings):
+        written = _written_keys(entry)
+        for attributes, key in _job_secret_paths():
+            if key[0] not in written:
+                continue  # nothing written under it: no source set
             secret: Any = config
             for name in attributes:
                 secret = getattr(secret, name)
@@ -1070,6 +1182,7 @@ class _Loader:
                 )
                 continue
             built[str(task.task)] = task
+            self._task_entries.append((job_entry, task))
             self._secret_warnings(task.config, job_entry)
             self._report_warnings(task.config, job_entry)
         known = list(raws)
@@ -1230,6 +1343,7 @@ def load(
             jobs = loader.build_jobs(entries)
             workflows = loader.build_workflows(loader.workflow_entries(), jobs)
             loader.crontab_warnings(entries, jobs)
+            loader.pool_refs(entries, jobs)
             loader.store_needs(
                 [*jobs.values(), *(t for flow in workflows.values() for t in flow.tasks.values())]
             )
@@ -1248,8 +1362,13 @@ def load(
         logging=loader.logging,
         cluster=loader.cluster,
         state=loader.state,
+        pools=loader.pools,
         job_set_id=job_set_id(
-            [*(job.digest for job in jobs.values()), *(f.digest for f in workflows.values())]
+            [
+                *(job.digest for job in jobs.values()),
+                *(f.digest for f in workflows.values()),
+                *(p.digest for p in loader.pools.values()),
+            ]
         ),
         workflows=workflows,
         files=tuple(loader.read_order),

@@ -38,6 +38,7 @@ from cronstable.config.types import (
     Flag,
     Int,
     Number,
+    OptDuration,
     OptInt,
     OptNumber,
     OptSize,
@@ -87,6 +88,11 @@ class Model(BaseModel):
         validate_default=False,
         use_attribute_docstrings=True,
     )
+
+    def __eq__(self, other: object) -> bool:
+        # a model is mostly compared with its own default instance (the fingerprint's
+        # exclude_defaults): the identity answers at once, without walking its fields
+        return self is other or super().__eq__(other)
 
     @model_validator(mode="before")
     @classmethod
@@ -610,6 +616,16 @@ class JobSettings(Model):
     """Whether concurrencyPolicy counts runs on this node or in the whole cluster."""
     priority: OptInt = Field(None, ge=-20, le=19)
     """Nice value of the job's processes (-20..19); unset inherits the daemon's."""
+    pool: OptText = Field(None, examples=["warehouse-db"])
+    """Name of a pool (top-level ``pools``) whose slots cap how many runs of the jobs
+    naming it go at once; a run that finds the pool full waits in its queue."""
+    pool_priority: Int = Field(0, alias="poolPriority", examples=[10, -5])
+    """Place in the pool's queue: a higher value is admitted first; equal values in the
+    order they began waiting."""
+    pool_timeout: OptDuration = Field(None, alias="poolTimeout", ge=0, examples=["10m", 600])
+    """Longest wait in the pool's queue (seconds, or a duration like ``90s`` or ``1h30m``;
+    0: do not wait), after which the launch is skipped as missed with reason
+    ``pool_timeout``; unset: wait until admitted."""
 
     @field_validator("timezone")
     @classmethod
@@ -1045,6 +1061,23 @@ class Webhooks(Model):
     """GitHub's push webhook."""
 
 
+class McpConfig(Model):
+    """The Model Context Protocol endpoint: streamable HTTP at /mcp on every listener,
+    behind the API's tokens and scopes."""
+
+    enabled: Flag = False
+    """Serve MCP at /mcp (needs the mcp extra: pip install 'cronstable[mcp]'; without it
+    the revision is rejected)."""
+    max_sessions: Int = Field(16, alias="maxSessions", ge=1, le=1024, examples=[16])
+    """MCP sessions open at once; a client that would open one more gets 503 until one
+    ends or idles out."""
+    session_idle_timeout: Number = Field(
+        300, alias="sessionIdleTimeout", gt=0, le=86400, examples=[300]
+    )
+    """Seconds a session may go without a request before it is closed; its client then
+    starts a new one."""
+
+
 WEBHOOK_MAX_BODY = 25 * 1024 * 1024
 """Default webhookMaxBodyBytes: GitHub caps its payloads at 25 MiB."""
 BODY_TIMEOUT = 30.0
@@ -1069,6 +1102,8 @@ class WebConfig(Model):
     """Serve GET /metrics to any peer without a token."""
     webhooks: Webhooks | None = None
     """Push notifications (GitHub) that make the git source fetch at once."""
+    mcp: McpConfig | None = None
+    """The Model Context Protocol endpoint at /mcp (off unless enabled)."""
     tls: TlsFiles | None = None
     """Certificate and key of every https:// listener."""
     socket_mode: Annotated[OptText, AfterValidator(_socket_mode)] = Field(
@@ -1252,10 +1287,51 @@ class ClusterFilesystem(Model):
     point; while it does not exist (the share not mounted yet) the node waits for it."""
 
 
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def _dns_label(what: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if value is None:
+            return None  # "unset" where the field may be (the model refuses it elsewhere)
+        text = to_text(value).strip()
+        if not _DNS_LABEL_RE.match(text):
+            raise PydanticCustomError(
+                "dns_label",
+                "{got} is not a Kubernetes {what} (1-63 lower-case letters, digits and '-', "
+                "starting and ending with a letter or digit)",
+                {"got": repr(text), "what": what},
+            )
+        return text
+
+    return check
+
+
+class ClusterKubernetes(Model):
+    """Leases (coordination.k8s.io/v1) in one namespace of a Kubernetes cluster: the
+    pod's service account (in-cluster) or a kubeconfig file gives the API server and the
+    credentials.  A Lease keeps no records: durable state stays on etcd or a directory."""
+
+    namespace: Annotated[str | None, BeforeValidator(_dns_label("namespace"))] = Field(
+        None, examples=["ops"]
+    )
+    """Namespace of the Leases; unset: the pod's own (its service account's), else the
+    kubeconfig context's, else ``default``."""
+    lease_name: Annotated[str, BeforeValidator(_dns_label("Lease name"))] = Field(
+        "cronstable", alias="leaseName"
+    )
+    """Name of the leader Lease; one per cluster.  The members' and slots' Leases are
+    named after it (``<leaseName>-member-<node>``, ``<leaseName>-slot-<job>``)."""
+    kubeconfig: AbsolutePath | None = None
+    """Path of a kubeconfig file on the node (its current context is used); unset: the
+    in-cluster service account (token and CA under
+    /var/run/secrets/kubernetes.io/serviceaccount, KUBERNETES_SERVICE_HOST/PORT)."""
+
+
 class ClusterConfig(Model):
     """Leader election among the nodes that follow this configuration."""
 
-    backend: Literal["etcd", "filesystem"]
+    backend: Literal["etcd", "filesystem", "kubernetes"]
     """Where the leadership is kept."""
     elect_leader: Flag = Field(True, alias="electLeader")
     """Elect a leader; false runs every job on every node, whatever its clusterPolicy."""
@@ -1267,10 +1343,11 @@ class ClusterConfig(Model):
     one live member, chosen by rendezvous hashing of the job name."""
     etcd: ClusterEtcd | None = None
     filesystem: ClusterFilesystem | None = None
+    kubernetes: ClusterKubernetes | None = None
 
     @model_validator(mode="after")
     def _backend_settings(self) -> ClusterConfig:
-        for name in ("etcd", "filesystem"):
+        for name in ("etcd", "filesystem", "kubernetes"):
             given = getattr(self, name) is not None
             if name == self.backend and not given:
                 raise PydanticCustomError(
@@ -1297,6 +1374,29 @@ class StateConfig(Model):
     )
     """When the store cannot be written before a launch that needs a record: ``degrade``
     runs anyway as if stateless (and logs it); ``fail-closed`` skips that launch."""
+
+
+class PoolConfig(Model):
+    """A pool of slots shared by the jobs that name it: at most ``slots`` of their runs
+    go at once; others wait in the pool's queue, highest ``poolPriority`` first, then
+    the longest waiting."""
+
+    name: Text = Field(examples=["warehouse-db"])
+    """Unique name of the pool in the whole configuration (jobs name it in ``pool``)."""
+    slots: Int = Field(ge=1, examples=[4])
+    """How many runs may hold a slot at once (at least 1)."""
+    scope: Literal["node", "cluster"] = "node"
+    """Where the cap holds: ``node``, on each node separately; ``cluster``, across every
+    node of the cluster, through slots in the shared store of the ``cluster`` section."""
+
+    @field_validator("name")
+    @classmethod
+    def _name_form(cls, name: str) -> str:
+        if not _NAME_RE.match(name) or not name.strip():
+            raise PydanticCustomError(
+                "name", "a pool name must be 1-200 characters without control characters"
+            )
+        return name
 
 
 class ConfigFile(Model):
@@ -1326,3 +1426,8 @@ class ConfigFile(Model):
     """Leader election between the daemons that follow this configuration."""
     state: StateConfig | None = None
     """Durable state kept across restarts of the daemon."""
+    pools: Annotated[
+        list[PoolConfig], BeforeValidator(to_list, json_schema_input_type=list[PoolConfig] | None)
+    ] = Field(default_factory=list)
+    """Pools of slots that cap how many runs of the jobs naming them go at once; a pool
+    named in any file is known to every job."""

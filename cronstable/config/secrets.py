@@ -174,13 +174,11 @@ _Found = tuple[KeyPath, Kind, Any]
 def _walk(model: type[BaseModel], data: Any, path: KeyPath, out: list[_Found]) -> list[_Found]:
     """(path, kind, value) of every secret position in ``data``, a mapping of ``model``."""
     if isinstance(data, dict):
-        for slot in _slots(model):
-            key = slot.key
-            value = data.get(key)
-            if value is None and slot.name != key:
-                key = slot.name
-                value = data.get(key)
-            if value is not None:
+        slots = _slot_by_key(model)
+        # by the keys written, not by the model's slots: the walk costs what is set
+        for key, value in data.items():
+            slot = slots.get(key)
+            if slot is not None and value is not None:
                 _visit(slot, slot.shape, value, (*path, key), out)
     return out
 

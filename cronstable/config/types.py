@@ -117,6 +117,45 @@ def to_size(value: Any) -> int:
     )
 
 
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(ms|h|m|s)")
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def to_duration(value: Any) -> float:
+    """Seconds: a number, or Go's duration text (``90s``, ``1h30m``, ``500ms``), as
+    ``@every`` takes it; never negative."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = to_number(value)
+    elif isinstance(value, str) and (text := value.strip().replace("_", "")):
+        seconds = 0.0
+        pos = 0
+        for match in _DURATION_PART.finditer(text):
+            if match.start() != pos:
+                break
+            seconds += float(match[1]) * _DURATION_UNITS[match[2]]
+            pos = match.end()
+        if pos != len(text):
+            try:
+                seconds = float(text)
+            except ValueError:
+                seconds = math.nan
+        if not math.isfinite(seconds):
+            raise PydanticCustomError(
+                "duration",
+                "expected a duration: seconds, or numbers with units h, m, s or ms "
+                "(like 90s or 1h30m), got {got}",
+                {"got": repr(value)},
+            )
+    else:
+        raise PydanticCustomError(
+            "duration",
+            "expected a duration: seconds, or numbers with units h, m, s or ms "
+            "(like 90s or 1h30m), got {got}",
+            {"got": _describe(value)},
+        )
+    return seconds
+
+
 def to_list(value: Any) -> Any:
     """An empty value (``key:`` with nothing after it) is an empty list."""
     return [] if value is None else value
@@ -140,6 +179,10 @@ def _optional(convert: Any) -> Any:
 OptText = Annotated[str | None, BeforeValidator(_optional(to_text))]
 OptInt = Annotated[int | None, BeforeValidator(_optional(to_int))]
 OptNumber = Annotated[float | None, BeforeValidator(_optional(to_number))]
+OptDuration = Annotated[
+    float | None,
+    BeforeValidator(_optional(to_duration), json_schema_input_type=float | str | None),
+]
 Size = Annotated[int, BeforeValidator(to_size, json_schema_input_type=int | str)]
 OptSize = Annotated[
     int | None,

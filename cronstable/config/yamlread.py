@@ -144,6 +144,19 @@ def _near(parent: Node | None, index: Any) -> tuple[int | None, int | None]:
     return mark.line + 1, mark.column + 1
 
 
+def _scalar(node: Node) -> str | None:
+    """A scalar's value: its text, or None for an empty, ``~`` or ``null`` plain scalar.
+
+    A scalar holds nothing an alias could loop through or nest, so the builder
+    makes one without the bookkeeping collections need (most nodes are scalars)."""
+    tag = node.tag
+    if tag == _STR:
+        return node.value  # type: ignore[no-any-return]
+    if tag not in _STANDARD_TAGS and tag != _MERGE:
+        raise _error(f"unsupported tag {tag!r}", node)
+    return None if tag == _NULL and node.value in ("", "~", "null") else node.value
+
+
 def _error(message: str, node: Node) -> YamlError:
     return YamlError(message, node.start_mark.line + 1, node.start_mark.column + 1)
 
@@ -182,15 +195,20 @@ class _Builder:
         height = 0
         value: Any
         if isinstance(node, ScalarNode):
-            value = None if node.tag == _NULL and node.value in ("", "~", "null") else node.value
+            value = _scalar(node)
         elif isinstance(node, SequenceNode):
             value = []
             for index, child in enumerate(node.value):
-                self.path.append(index)
-                value.append(self.build(child))
-                self.path.pop()
-                size += self.size[id(child)]
-                height = max(height, self.height[id(child)])
+                # most values are scalars: built without recursion or bookkeeping
+                if type(child) is ScalarNode and len(self.path) < MAX_DEPTH:
+                    value.append(_scalar(child))
+                    size += 1
+                else:
+                    self.path.append(index)
+                    value.append(self.build(child))
+                    self.path.pop()
+                    size += self.size[id(child)]
+                    height = max(height, self.height[id(child)])
                 if size > self.budget:
                     raise self._over(child)
             height += 1
@@ -254,11 +272,16 @@ class _Builder:
                     (*self.path, name),
                 )
             seen[name] = key_node
-            self.path.append(name)
-            own[name] = self.build(value_node)
-            self.path.pop()
-            size += 1 + self.size[id(value_node)]
-            height = max(height, self.height[id(value_node)])
+            # most values are scalars: built without recursion or bookkeeping
+            if type(value_node) is ScalarNode and len(self.path) < MAX_DEPTH:
+                own[name] = _scalar(value_node)
+                size += 2
+            else:
+                self.path.append(name)
+                own[name] = self.build(value_node)
+                self.path.pop()
+                size += 1 + self.size[id(value_node)]
+                height = max(height, self.height[id(value_node)])
             if size > self.budget:
                 raise self._over(value_node)
         if merged:

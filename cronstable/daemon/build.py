@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from cronstable.cluster.claims import SlotGuard
+from cronstable.cluster.pool_section import PoolSlotSection
+from cronstable.cluster.pool_slots import PoolSlots
+from cronstable.cluster.reboot import RebootGuard, reboot_scope
 from cronstable.cluster.section import ClusterSection
 from cronstable.cluster.slot_section import SlotSection
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
@@ -36,6 +39,8 @@ from cronstable.runtime.daemon import Closer, Daemon, JobsSection, ProcessSpawne
 from cronstable.runtime.events import EventHub
 from cronstable.runtime.history import FlowHistory, RunHistory
 from cronstable.runtime.output import OutputMirror
+from cronstable.runtime.pool_section import PoolsSection
+from cronstable.runtime.pools import Pools
 from cronstable.runtime.run_metrics import RunMetrics
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.runtime.sdnotify import ServiceNotifier
@@ -114,28 +119,45 @@ def build_daemon(
         on_unavailable=lambda: keeper.policy if keeper.store is not None else "degrade",
         stopping=lambda: scheduler_of().stopping,
     )  # a launch guard: concurrencyScope cluster holds the job's slot in the cluster's store
+    reboot = RebootGuard(
+        lambda: cluster.leadership,
+        cluster.one_run,
+        lambda: reboot_scope(list(scheduler_of().jobs.values()), cluster.one_run),
+        on_unavailable=lambda: keeper.policy if keeper.store is not None else "degrade",
+    )  # a launch guard: a Leader @reboot job once per definition, on a store with a ran-set
+    pool_slots = PoolSlots(
+        node.name,
+        on_unavailable=lambda: keeper.policy if keeper.store is not None else "degrade",
+    )  # the records of scope-cluster pools in the cluster's store
     run_metrics = RunMetrics(registry, scheduler_of)
     statsd = StatsdListener(lambda name: scheduler_of().job(name))
     reports = ReportDispatcher(registry, revision=status.applied_revision)
+    clock = clock or SystemClock()
+    job_pools = Pools(clock, shared=pool_slots)  # the slots launches of jobs with `pool` wait for
     scheduler = Scheduler(
-        clock or SystemClock(),
+        clock,
         spawner,
         gate=cluster,
-        guards=(slots, keeper),  # a held slot refuses before any state record is written
+        # a held slot refuses before any state record is written; the leadership's
+        # @reboot ran-set is written last, once nothing else refuses
+        guards=(slots, keeper, reboot),
         hooks=keeper,
         run_listeners=(history, run_metrics, events, statsd, keeper),
         report_listeners=(reports,),
         flow_listeners=(flow_history, run_metrics, statsd, keeper),
+        pools=job_pools,
     )
     scheduler_of.set(scheduler)
 
     state = StateSection(keeper, node.state_dir or default_state_dir(), registry, pools=pools)
     slot_section = SlotSection(slots, registry, pools=pools)
+    pool_slot_section = PoolSlotSection(pool_slots, registry, pools=pools)
     # a store that does not answer: /readyz, /status and the metrics say which
     stores = StoreLinks(
         {
             "cluster": lambda: cluster.link,
             "slots": lambda: slot_section.link,
+            "pool-slots": lambda: pool_slot_section.link,
             "state": lambda: state.link,
         }
     )
@@ -153,6 +175,7 @@ def build_daemon(
         stores=stores.view,
         start_check=slots.refusal,
         flow_history=flow_history,
+        limits=node.limits,
     )  # what the web reads of the daemon, and the few things it may ask
     web = WebSection(control, registry)
     # The sections, in the order each revision prepares and then commits them; the
@@ -161,6 +184,9 @@ def build_daemon(
         # first: the job table every later commit meets (the state restore resumes and
         # re-arms the jobs of this revision)
         JobsSection(scheduler, spawner),
+        # right after the jobs: no launch can meet a job whose pool is not applied yet,
+        # and the state restore (below) adopts runs that hold pool slots
+        PoolsSection(job_pools, registry),
         # early: what the later commits log goes through the revision's handlers
         LoggingSection(node.log_overrides),
         RunRecordsSection(history, run_metrics, flow_history),  # drops what removed jobs left
@@ -170,6 +196,7 @@ def build_daemon(
         cluster,
         state,
         slot_section,
+        pool_slot_section,
         # last: it binds its listeners only once everything else is prepared, and its
         # commit serves what the others committed
         web,
@@ -183,6 +210,8 @@ def build_daemon(
         ("cluster section", cluster.close),
         ("state section", state.close),  # what is queued is written (bounded)
         ("cluster-slots section", slot_section.close),
+        ("pools", job_pools.close),  # the pumps of the cluster pools, before their store
+        ("cluster-pools section", pool_slot_section.close),
         ("web section", web.close),  # last of the sections: /status answers meanwhile
         ("etcd connections", pools.close),  # what a section did not give back
         ("source", source.close),

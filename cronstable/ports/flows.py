@@ -55,6 +55,9 @@ class TaskRunView:
     """A retry is due then (the task is still ``running``: its dependents wait)."""
     pid: int | None = None
     """The process of its run going now."""
+    queued: str | None = None
+    """The pool in whose queue its run waits for a slot (the task is ``running`` for its
+    workflow run: its dependents wait); None once admitted, or without a pool."""
 
 
 @dataclass(frozen=True, slots=True)

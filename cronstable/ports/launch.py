@@ -98,3 +98,41 @@ class StateHooks(Protocol):
         """``job``'s pending retry will not run from this record (``launched``,
         ``superseded``, ``removed`` …)."""
         ...
+
+
+class SlotsUnavailable(Exception):
+    """The shared store of the cluster pools cannot answer now (says why, redacted)."""
+
+
+class SharedSlots(Protocol):
+    """The slots of ``scope: cluster`` pools in the cluster's shared store
+    (:mod:`cronstable.cluster.pool_slots`): slot ``n`` of pool ``p`` is one record,
+    held by one daemon at a time, renewed while held and freed by expiry (its ttl)
+    when its holder dies."""
+
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between two tries of a pool waiting for a slot another node holds."""
+        ...
+
+    def on_unavailable(self) -> Literal["degrade", "fail-closed"]:
+        """What a store that cannot answer means for a launch: start it with the
+        node-local cap only (``degrade``), or let it wait (``fail-closed``)."""
+        ...
+
+    async def take(self, pool: str, slots: int) -> int | None:
+        """Take one of the slots ``0 … slots-1`` of ``pool`` that this daemon does not
+        hold yet; its number, or None when other daemons hold all the others.  Raises
+        :class:`SlotsUnavailable` when the store cannot answer."""
+        ...
+
+    def wanted(self, pool: str, index: int) -> bool:
+        """Whether another daemon waits for slot ``index`` of ``pool``, which this one
+        holds (then it gives the slot back when its run ends rather than hand it on to
+        its own queue)."""
+        ...
+
+    def give_back(self, pool: str, index: int) -> None:
+        """Free slot ``index`` of ``pool`` (in the background; never raises); this
+        daemon does not take it again for a moment, so a daemon waiting for it can."""
+        ...

@@ -115,6 +115,49 @@ class StateView:
 
 
 @dataclass(frozen=True, slots=True)
+class QueuedView:
+    """A launch waiting in a pool's queue."""
+
+    run: str
+    """The run id it will have."""
+    job: str
+    kind: str
+    """``fire``, ``retry``, ``reboot`` or ``manual``."""
+    priority: int
+    since: datetime
+    waited: float
+    """Seconds it has waited so far."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """One pool: its slots, the runs holding them and the launches waiting."""
+
+    name: str
+    slots: int
+    scope: str
+    in_use: int
+    """Slots held now (may exceed ``slots`` for a while after the count shrank)."""
+    queued: int
+    oldest_wait: float | None
+    """Seconds the longest-waiting launch has waited; None with an empty queue."""
+    retired: bool
+    """Removed (or re-scoped) by a revision; kept until its runs and queue are done."""
+    holders: tuple[str, ...]
+    """Run ids holding a slot."""
+    waiting: tuple[QueuedView, ...]
+    """The queue in admission order (the first 100)."""
+    admitted: int
+    """Launches admitted since the daemon started."""
+    timeouts: int
+    """Launches skipped after ``poolTimeout``."""
+    refused_full: int
+    """Launches refused because the queue was full."""
+    waited_total: float
+    """Seconds the admitted launches waited, summed."""
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     """The daemon at a glance: the revisions, every job, durable state, the stores."""
 
@@ -127,6 +170,8 @@ class Status:
     stores: Mapping[str, StoreView]
     """The stores the sections use, by name (``cluster``, ``slots``, ``state``)."""
     workflows: tuple[WorkflowStatus, ...] = ()
+    pools: tuple[PoolView, ...] = ()
+    """Every pool, the applied ones first."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,18 +2,20 @@
 
 A Plan lists jobs added, removed and changed (with field-level differences
 over each job's resolved settings), workflows added, removed and changed (their
-own settings, and each task as a job change named ``WORKFLOW.TASK``), and the
-daemon-wide sections that changed.  Jobs and workflows are compared by their
-digests first, so an unchanged one costs one string comparison.
+own settings, and each task as a job change named ``WORKFLOW.TASK``), pools
+added, removed and changed (by their settings), and the daemon-wide sections
+that changed.  Jobs and workflows are compared by their digests first, so an
+unchanged one costs one string comparison.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
-from cronstable.config.desired import DesiredState, Job, Workflow
+from cronstable.config.desired import DesiredState, Job, Pool, Workflow
 from cronstable.config.models import WorkflowSettings
 from cronstable.published import hide_secrets
 
@@ -64,6 +66,15 @@ class WorkflowChange:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolChange:
+    name: str
+    kind: JobChangeKind
+    old: Pool | None
+    new: Pool | None
+    fields: tuple[FieldChange, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class SectionChange:
     section: str
     old: Any
@@ -90,10 +101,11 @@ class Plan:
     unchanged: int = 0
     workflows: tuple[WorkflowChange, ...] = ()
     unchanged_workflows: int = 0
+    pools: tuple[PoolChange, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not self.jobs and not self.sections and not self.workflows
+        return not self.jobs and not self.sections and not self.workflows and not self.pools
 
     @property
     def has_workflows(self) -> bool:
@@ -112,7 +124,8 @@ class Plan:
             "removed": self.count("removed"),
             "changed": self.count("changed"),
             "unchanged": self.unchanged,
-            "sections": [s.section for s in self.sections],
+            # the pools count as one section here: the counts above are the jobs'
+            "sections": [s.section for s in self.sections] + (["pools"] if self.pools else []),
         }
         if self.has_workflows:
             out["workflows"] = {
@@ -126,6 +139,26 @@ class Plan:
     def task_changes(self) -> tuple[JobChange, ...]:
         """Every workflow's task changes (``WORKFLOW.TASK``)."""
         return tuple(task for flow in self.workflows for task in flow.tasks)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRevision:
+    """A revision of the source planned against the running one, not applied: its plan,
+    or why it does not load, or why the source could not read it."""
+
+    ref: str
+    """What was asked for (a branch, a tag, a commit)."""
+    at: datetime
+    """When it was planned (the next fires a plan shows are counted from it)."""
+    revision: str | None = None
+    """The revision ``ref`` names (None when it could not be read)."""
+    source: str | None = None
+    plan: Plan | None = None
+    """None when the revision does not load (``errors``) or could not be read."""
+    errors: tuple[str, ...] = ()
+    """Every problem of a revision that does not load, as a rejection lists them."""
+    unreadable: str | None = None
+    """Why the source could not read ``ref`` (no such ref, a source that cannot)."""
 
 
 def job_settings(job: Job) -> dict[str, Any]:
@@ -221,6 +254,29 @@ def _workflow_changes(
     return changes, unchanged
 
 
+def pool_settings(pool: Pool) -> dict[str, Any]:
+    """A pool's settings (``slots``, ``scope``) as flat ``path → value``."""
+    data = pool.config.model_dump(mode="json", by_alias=True)
+    data.pop("name", None)
+    return data
+
+
+def pool_changes(desired: DesiredState, applied: DesiredState | None) -> tuple[PoolChange, ...]:
+    """Pools removed, added and changed (by name within each kind)."""
+    old = applied.pools if applied is not None else {}
+    changes = [PoolChange(name, "removed", pool, None) for name, pool in old.items()]
+    changes = [c for c in changes if c.name not in desired.pools]
+    for name, pool in desired.pools.items():
+        before = old.get(name)
+        if before is None:
+            changes.append(PoolChange(name, "added", None, pool))
+        elif before.digest != pool.digest:
+            fields = _differences(pool_settings(before), pool_settings(pool))
+            changes.append(PoolChange(name, "changed", before, pool, fields))
+    changes.sort(key=lambda c: ({"removed": 0, "added": 1, "changed": 2}[c.kind], c.name))
+    return tuple(changes)
+
+
 def _section(state: DesiredState | None, name: str) -> Any:
     if state is None:
         return None
@@ -259,4 +315,5 @@ def plan(
         unchanged=unchanged,
         workflows=tuple(flows),
         unchanged_workflows=unchanged_flows,
+        pools=pool_changes(desired, applied),
     )

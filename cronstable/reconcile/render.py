@@ -7,9 +7,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from cronstable.config.desired import Job, Workflow
+from cronstable.config.desired import Job, Pool, Workflow
 from cronstable.config.models import JobConfig, WorkflowSettings
-from cronstable.reconcile.plan import FieldChange, JobChange, Plan, WorkflowChange
+from cronstable.reconcile.plan import FieldChange, JobChange, Plan, PoolChange, WorkflowChange
 from cronstable.schedule import uses_h
 
 FIRES_SHOWN = 3
@@ -50,6 +50,17 @@ def schedule_shown(job: Job | Workflow) -> str:
     return written
 
 
+def pool_line(pool: Pool) -> str:
+    """``4 slots, scope node``."""
+    return f"{pool.slots} slot{'' if pool.slots == 1 else 's'}, scope {pool.scope}"
+
+
+def _pool_shown(change: PoolChange) -> str:
+    pool = change.new or change.old
+    assert pool is not None
+    return pool_line(pool)
+
+
 # ------------------------------------------------------------------------ JSON
 
 
@@ -57,7 +68,24 @@ def _field_json(f: FieldChange) -> dict[str, Any]:
     return {"path": f.path, "old": f.old, "new": f.new}
 
 
+def _pool_json(change: PoolChange) -> dict[str, Any]:
+    pool = change.new or change.old
+    assert pool is not None
+    return {
+        "name": change.name,
+        "change": change.kind,
+        "slots": pool.slots,
+        "scope": pool.scope,
+        "fields": [_field_json(f) for f in change.fields],
+    }
+
+
 def to_json(plan: Plan, at: datetime) -> str:
+    return json.dumps(plan_data(plan, at), indent=2, ensure_ascii=False) + "\n"
+
+
+def plan_data(plan: Plan, at: datetime) -> dict[str, Any]:
+    """The plan as ``diff --format json`` prints it (and the daemon's ``diff_revision``)."""
     jobs = []
     for change in plan.jobs:
         entry: dict[str, Any] = {"name": change.name, "change": change.kind}
@@ -80,6 +108,7 @@ def to_json(plan: Plan, at: datetime) -> str:
         "to": {"revision": plan.new_revision, "jobSetId": plan.new_job_set_id},
         "summary": plan.summary(),
         "jobs": jobs,
+        "pools": [_pool_json(change) for change in plan.pools],
         "sections": [
             {
                 "section": s.section,
@@ -93,7 +122,7 @@ def to_json(plan: Plan, at: datetime) -> str:
     }
     if plan.has_workflows:
         body["workflows"] = [_workflow_json(change, at) for change in plan.workflows]
-    return json.dumps(body, indent=2, ensure_ascii=False) + "\n"
+    return body
 
 
 def _workflow_json(change: WorkflowChange, at: datetime) -> dict[str, Any]:
@@ -163,6 +192,10 @@ def to_text(plan: Plan, at: datetime, *, colour: bool = False) -> str:
             lines.append(paint("dim", f"    next after:  {', '.join(next_fires(change.new, at))}"))
     for flow in plan.workflows:
         lines.extend(_workflow_text(flow, at, paint))
+    for pool in plan.pools:
+        lines.append(paint(pool.kind, f"{_SIGN[pool.kind]} pool {pool.name} ({_pool_shown(pool)})"))
+        for f in pool.fields:
+            lines.append(f"    {f.path}: {_short(f.old)} -> {_short(f.new)}")
     for section in plan.sections:
         if section.old is None or section.new is None:
             verb = "added" if section.old is None else "removed"
@@ -277,6 +310,13 @@ def to_markdown(plan: Plan, at: datetime) -> str:
                 f"| `{task.name}`: `{f.path}` | {_md(f.old)} | {_md(f.new)} |" for f in task.fields
             ]
         out += ["", "</details>"]
+    if plan.pools:
+        out += ["", "| | pool | slots, scope | changed |", "|---|---|---|---|"]
+        for pool in plan.pools:
+            settings = ", ".join(f"{f.path}: {_md(f.old)} → {_md(f.new)}" for f in pool.fields)
+            out.append(
+                f"| {_SIGN[pool.kind]} | `{pool.name}` | {_pool_shown(pool)} | {settings or '—'} |"
+            )
     for section in plan.sections:
         out += ["", f"Section `{section.section}`:", "", "| setting | before | after |"]
         out += ["|---|---|---|"]

@@ -2,7 +2,8 @@
 
 Per run, two datagrams, byte-identical to yacron 0.19's (then ours appended):
 
-* at start: ``{prefix}.start:1|g``
+* at start: ``{prefix}.start:1|g``, then, for a job with ``pool``,
+  ``{prefix}.pool_wait:<ms>|ms`` (how long the run waited for its pool's slot)
 * at stop, one datagram: ``{prefix}.stop:1|g``, ``{prefix}.success:0|1|g``,
   ``{prefix}.duration:<ms>|ms|@0.1``, then ``{prefix}.cpu:<ms>|ms`` and
   ``{prefix}.max_rss:<bytes>|g`` when the run's resource use is known
@@ -41,8 +42,11 @@ WARN_EVERY = 60.0
 """Seconds between two warnings about the same target."""
 
 
-def start_datagram(prefix: str) -> bytes:
-    return f"{prefix}.start:1|g\n".encode()
+def start_datagram(prefix: str, pool_wait: float | None = None) -> bytes:
+    text = f"{prefix}.start:1|g\n"
+    if pool_wait is not None:
+        text += f"{prefix}.pool_wait:{int(round(pool_wait * 1000))}|ms\n"
+    return text.encode()
 
 
 def stop_datagram(prefix: str, result: RunResult) -> bytes:
@@ -175,7 +179,7 @@ class StatsdListener:
             if config is None:
                 return
             self._running[run.id] = config
-            self._send(config, start_datagram(config.prefix))
+            self._send(config, start_datagram(config.prefix, run.pool_wait))
         except Exception:
             logger.exception("statsd: job %s: the start metric failed", run.job)
 

@@ -11,6 +11,8 @@ and metric series of jobs a revision removes, at the commit that removes them.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
@@ -18,7 +20,8 @@ from typing import Final
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from cronstable.config import DesiredState, Job
+from cronstable.config import ConfigError, DesiredState, Job, load_snapshot
+from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.metrics import DaemonMetrics
 from cronstable.ports import (
     AppliedConfig,
@@ -28,6 +31,7 @@ from cronstable.ports import (
     JobForecast,
     JobRuns,
     JobStatus,
+    PoolView,
     StateView,
     Status,
     StoreView,
@@ -37,14 +41,14 @@ from cronstable.ports import (
 )
 from cronstable.published import published_config
 from cronstable.reconcile.apply import ReconcileStatus
-from cronstable.reconcile.plan import Plan
+from cronstable.reconcile.plan import Plan, PlannedRevision, plan
 from cronstable.runtime.events import EventHub, Subscription
 from cronstable.runtime.forecast import forecast
 from cronstable.runtime.history import FlowHistory, RunHistory
 from cronstable.runtime.run_metrics import RunMetrics
 from cronstable.runtime.scheduler import Scheduler, StartRefused
 from cronstable.runtime.table import FlowRun
-from cronstable.sources.base import Source
+from cronstable.sources.base import Source, SourceError
 from cronstable.workflows.dag import levels
 
 __all__ = ["DaemonControl", "RunRecordsSection", "StartRefused"]
@@ -66,6 +70,7 @@ class DaemonControl:
         stores: Callable[[], Mapping[str, StoreView]] | None = None,
         start_check: Callable[[Job], Awaitable[str | None]] | None = None,
         flow_history: FlowHistory | None = None,
+        limits: Limits = DEFAULT_LIMITS,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -91,6 +96,10 @@ class DaemonControl:
         self.start_check: Final = start_check
         """Asked before a start on request: why it would be refused (a cluster slot held
         by another node); None lets it start."""
+        self.limits: Final = limits
+        """What a revision planned but not applied is loaded under (the applier's)."""
+        self._planning = asyncio.Lock()
+        """One revision planned at a time (each may fetch from the origin)."""
 
     # ------------------------------------------------------------ reading
 
@@ -160,6 +169,7 @@ class DaemonControl:
             state=self.state() if self.state is not None else None,
             stores=self._stores(),
             workflows=self.workflows(),
+            pools=self.pools(),
         )
 
     def workflows(self) -> tuple[WorkflowStatus, ...]:
@@ -206,6 +216,14 @@ class DaemonControl:
             finished=tuple(reversed(self.flow_history.finished(name))),
         )
 
+    def pools(self) -> tuple[PoolView, ...]:
+        """Every pool: slots in use, the queue, the oldest wait (``GET /pools``)."""
+        return self.scheduler.pools.views()
+
+    def queued(self, run: str) -> tuple[str, int] | None:
+        """(pool, place in its queue) of launch ``run`` while it waits for a slot."""
+        return self.scheduler.queued(run)
+
     def _stores(self) -> Mapping[str, StoreView]:
         return self.stores() if self.stores is not None else {}
 
@@ -227,6 +245,35 @@ class DaemonControl:
         enabled = job.config.enabled
         window = forecast(job.schedule, job.timezone, self._now(), hours if enabled else 0)
         return JobForecast(name, enabled, window)
+
+    async def plan_revision(self, ref: str) -> PlannedRevision:
+        """The source's revision ``ref`` loaded and planned against the running one, and
+        not applied: nothing of the daemon changes, the source keeps following its ref.
+
+        A revision that does not load answers its errors; one the source cannot read
+        (no such ref, or a source with no revisions but its current one) says why.
+        """
+        async with self._planning:
+            at = self._now()
+            if self.source is None:
+                return PlannedRevision(ref, at, unreadable="the daemon follows no source")
+            try:
+                snapshot = await self.source.snapshot_at(ref)
+            except SourceError as exc:
+                return PlannedRevision(ref, at, unreadable=str(exc))
+            found = PlannedRevision(ref, at, snapshot.revision, snapshot.source)
+            try:
+                desired = await asyncio.to_thread(load_snapshot, snapshot, limits=self.limits)
+            except ConfigError as exc:
+                return dataclasses.replace(found, errors=tuple(str(p) for p in exc.problems))
+            applied = self.reconciled.applied
+            the_plan = plan(
+                desired,
+                self.reconciled.applied_state,
+                revision=snapshot.revision,
+                applied_revision=applied.revision if applied is not None else None,
+            )
+            return dataclasses.replace(found, plan=the_plan)
 
     def subscribe(self) -> Subscription | None:
         """A live event subscription; None when too many are open."""

@@ -61,13 +61,17 @@ class _SchedulerCollector(Collector):
         skipped = CounterMetricFamily(
             "cronstable_fires_skipped",
             "Scheduled fires that did not start a run, by reason: missed (found too late: "
-            "clock jump, suspend, stall) or forbid (a run was still going, concurrencyPolicy "
-            "Forbid); with leader election, the cluster gate's reasons (not_leader, "
-            "not_owner, leadership_unknown, node_name_conflict).",
+            "clock jump, suspend, stall), forbid (a run was still going, concurrencyPolicy "
+            "Forbid), pool_timeout (waited poolTimeout in its pool's queue; retries and "
+            "starts on request too) or pool_full (the pool's queue was full); with leader "
+            "election, the cluster gate's reasons (not_leader, not_owner, leadership_unknown, "
+            "node_name_conflict).",
             labels=["reason"],
         )
         skipped.add_metric(["missed"], stats.missed)
         skipped.add_metric(["forbid"], stats.skipped_forbid)
+        skipped.add_metric(["pool_timeout"], stats.skipped_pool_timeout)
+        skipped.add_metric(["pool_full"], stats.skipped_pool_full)
         for reason, count in sorted(stats.skipped_cluster.items()):
             skipped.add_metric([reason], count)
         yield skipped

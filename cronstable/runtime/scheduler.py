@@ -31,6 +31,13 @@
   too late) are told to every :class:`~cronstable.ports.ReportListener` as a
   :class:`~cronstable.ports.MissedFire`.  A failed run's captured output is
   logged at WARNING.  Replaced and cancelled runs report nothing.
+* **Pools.** A launch of a job with ``pool`` takes a ticket of the pool
+  (:mod:`~cronstable.runtime.pools`) when it is launched, after concurrencyPolicy
+  decided, and waits for its slot before the launch guards are asked; one that
+  waits past ``poolTimeout`` (or finds the queue full) does not run and is told
+  as a :class:`~cronstable.ports.MissedFire` (``pool_timeout``, ``pool_full``).
+  A retry and a start on request queue alike.  The slot is held until the run
+  ends.  A launch still waiting when the daemon stops does not run.
 * Beside it, one job each: :mod:`~cronstable.runtime.concurrency` (may a new
   run start while others go: Allow, Forbid, Replace; with ``concurrencyScope:
   cluster`` a launch guard also holds the job's slot in the cluster's store and
@@ -80,6 +87,7 @@ from cronstable.ports import (
     LaunchGuard,
     LaunchKind,
     MissedFire,
+    MissedReason,
     Moment,
     ReportListener,
     Run,
@@ -95,6 +103,7 @@ from cronstable.runtime import concurrency
 from cronstable.runtime.backoff import RetryState
 from cronstable.runtime.clock import Clock
 from cronstable.runtime.concurrency import Admission, runs_going
+from cronstable.runtime.pools import Pools, Ticket
 from cronstable.runtime.restore import Restore
 from cronstable.runtime.retries import Retries
 from cronstable.runtime.table import FlowRun, FlowSlot, JobSlot, LiveRun, SchedulerStats
@@ -143,7 +152,8 @@ class Scheduler:
     cluster slot, then durable state); ``hooks``, told of fires and retries to keep across
     restarts (None keeps nothing); ``run_listeners``, told of every run's start and end
     (run history, metrics, events, statsd, durable state); ``report_listeners``, told
-    what to report."""
+    what to report; ``pools``, the pools launches wait for (a table of its own, on this
+    clock, when not given: its section configures it)."""
 
     def __init__(
         self,
@@ -157,6 +167,7 @@ class Scheduler:
         run_listeners: Sequence[RunListener] = (),
         report_listeners: Sequence[ReportListener] = (),
         flow_listeners: Sequence[FlowListener] = (),
+        pools: Pools | None = None,
     ) -> None:
         self.clock = clock
         self.spawner = spawner
@@ -190,6 +201,8 @@ class Scheduler:
         """Asked, in order, before every run starts (cluster slots, state)."""
         self.state: Final = hooks
         """Told of fires and retries to keep across restarts; None keeps nothing."""
+        self.pools: Final = pools if pools is not None else Pools(clock)
+        """The pools a launch of a job with ``pool`` waits for."""
         self.retries = Retries(self)
         self.flows = Flows(self)
         self._restore = Restore(self)
@@ -256,7 +269,8 @@ class Scheduler:
 
         The scheduled time is ``when``, the attempt 1, and a retry sequence in
         progress is left alone.  ``concurrencyPolicy`` holds: Forbid raises
-        :class:`StartRefused` while a run is going, Replace stops it first.
+        :class:`StartRefused` while a run is going, Replace stops it first.  A job
+        with ``pool`` waits in the pool's queue like any launch (:meth:`queued`).
         Raises KeyError for an unknown job.
         """
         if name in self._task_jobs:
@@ -274,6 +288,11 @@ class Scheduler:
             )
         inst = self.launch(slot, when, 1, None, room.waits, kind="manual")
         return run_id(name, inst.scheduled_time, inst.attempt)
+
+    def queued(self, run: str) -> tuple[str, int] | None:
+        """(pool, place in its queue, 1 first) of the launch ``run`` while it waits for a
+        pool's slot; None when it does not wait (or no longer)."""
+        return self.pools.queued(run)
 
     def cancel_runs(self, name: str, run: str | None = None) -> list[str]:
         """Stop the running runs of ``name`` (only run id ``run`` when given); their ids.
@@ -293,6 +312,8 @@ class Scheduler:
                 continue
             inst.cancelled = True
             stopped.append(ident)
+            if inst.ticket is not None:
+                inst.ticket.withdraw()  # waiting in its pool's queue: it leaves it
             inst.stopping = asyncio.ensure_future(inst.run.cancel())
         if stopped:
             self.retries.end(slot)
@@ -311,6 +332,8 @@ class Scheduler:
                         continue
                     live.cancelled = True
                     stopped.append(live.launch.id)
+                    if live.ticket is not None:
+                        live.ticket.withdraw()  # waiting in its pool's queue: it leaves it
                     live.stopping = asyncio.ensure_future(live.run.cancel())
         if stopped:
             logger.info("Job %s: cancelling %s", name, ", ".join(stopped), extra={"job": name})
@@ -492,8 +515,16 @@ class Scheduler:
         return self._stopping
 
     def stop(self) -> None:
-        """Stop spawning; :meth:`run` then cancels pending retries and waits for running jobs."""
+        """Stop spawning; :meth:`run` then cancels pending retries and waits for running jobs.
+        Launches waiting in a pool's queue do not run."""
         self._stopping = True
+        dropped = self.pools.withdraw_all()
+        if dropped:
+            logger.info(
+                "%d launch%s waiting in a pool's queue will not run: the daemon stops",
+                dropped,
+                "" if dropped == 1 else "es",
+            )
         self._wake.set()
 
     async def cancel_running(self) -> None:
@@ -842,6 +873,9 @@ class Scheduler:
             flow=run,
             on_end=self.flows.task_ended,
         )
+        # a task with ``pool`` waits in the pool's queue as a job's launch does (its
+        # ticket taken now, so the run's view shows it queued at once)
+        live.ticket = self.pools.take(launch)
         self.watch_task(run, live)
         return live
 
@@ -880,6 +914,15 @@ class Scheduler:
     ) -> LiveRun:
         launch = Launch(slot.job, scheduled, attempt, kind)
         live = LiveRun(self.spawner(slot.job, scheduled, attempt), launch, retry)
+        # at once, so a start on request knows its place; a launch replacing one that
+        # waited in the queue takes its place there (else a Replace job firing more often
+        # than its pool admits it would never reach the head)
+        place = min(
+            (r.ticket for r in slot.running if r.replaced and r.ticket and not r.ticket.holding),
+            key=lambda ticket: ticket.seq,
+            default=None,
+        )
+        live.ticket = self.pools.take(launch, place=place)
         self.watch(slot, live, waits)
         return live
 
@@ -922,6 +965,33 @@ class Scheduler:
                 # the daemon told to stop, or the job removed: then it never starts
                 if inst.replaced or self._stopping or self._slots.get(name) is not slot:
                     return
+            if inst.adopted is not None:
+                inst.ticket = self.pools.hold(launch)  # it is going: it holds a slot at once
+            elif inst.ticket is not None:
+                admission = await self.pools.wait(inst.ticket)
+                if admission != "admitted":
+                    if admission in ("timeout", "full"):
+                        self._pool_refused(inst, inst.ticket, admission)
+                        # a workflow's task ends failed on that (its dependents decide)
+                        inst.refused = "pool_timeout" if admission == "timeout" else "pool_full"
+                    return
+                if inst.replaced or inst.cancelled or (self._stopping and launch.kind != "manual"):
+                    return  # replaced, cancelled or stopped just as it was admitted
+                if inst.flow is not None:
+                    if inst.flow.cancelled or inst.flow.retired:
+                        inst.cancelled = True  # its run was cancelled, or its workflow removed
+                        return
+                elif self._slots.get(name) is not slot:
+                    logger.info(
+                        "Job %s: the %s at %s admitted by pool %s does not run: the job "
+                        "was removed while it waited",
+                        name,
+                        launch.kind,
+                        scheduled.isoformat(),
+                        inst.ticket.pool.name,
+                        extra=fields,
+                    )
+                    return
             if inst.adopted is None:
                 for guard in self.guards:
                     refused = await guard.admit(launch)
@@ -941,6 +1011,7 @@ class Scheduler:
                 started_at=inst.adopted or self.clock.now(),
                 pid=inst.run.pid,
                 manual=launch.kind == "manual",
+                pool_wait=inst.ticket.waited if inst.ticket is not None else None,
             )
             inst.start = start
             self._tell("run_started", start)
@@ -969,6 +1040,8 @@ class Scheduler:
                     guard.release(launch)
                 except Exception:
                     logger.exception("A launch guard failed to release %s", launch.id)
+            if inst.ticket is not None:
+                self.pools.release(inst.ticket)
         slot.last_result = result
         outcome: RunOutcome = (
             "unknown"
@@ -1011,6 +1084,49 @@ class Scheduler:
                 getattr(listener, event)(*args)
             except Exception:
                 logger.exception("A run listener failed (%s)", event)
+
+    def _pool_refused(self, inst: LiveRun, ticket: Ticket, outcome: str) -> None:
+        """``inst`` waited past poolTimeout, or found its pool's queue full: it does not
+        run, and is told as a missed fire (counted, logged)."""
+        launch = inst.launch
+        job = launch.job
+        pool = ticket.pool
+        fields = {
+            "job": job.name,
+            "scheduled_time": launch.scheduled.isoformat(),
+            "pool": pool.name,
+        }
+        if outcome == "timeout":
+            self.stats.skipped_pool_timeout += 1
+            logger.warning(
+                "Job %s: %s at %s skipped: it waited %.1f s for a slot of pool %s "
+                "(poolTimeout; %d of %d slots in use, %d waiting)",
+                job.name,
+                launch.kind,
+                launch.scheduled.isoformat(),
+                job.config.pool_timeout or 0.0,
+                pool.name,
+                pool.in_use,
+                pool.slots,
+                len(pool.queue),
+                extra=fields,
+            )
+            reason: MissedReason = "pool_timeout"
+        else:
+            self.stats.skipped_pool_full += 1
+            logger.warning(
+                "Job %s: %s at %s skipped: the queue of pool %s is full (%d waiting)",
+                job.name,
+                launch.kind,
+                launch.scheduled.isoformat(),
+                pool.name,
+                len(pool.queue),
+                extra=fields,
+            )
+            reason = "pool_full"
+        if launch.kind == "retry":
+            self.retries.settle(job, reason)  # its durable record: not to be re-armed
+        self._missed(job, MissedFire(job.name, launch.scheduled, reason))
 
     def _refused(self, launch: Launch, reason: str) -> None:
         """A launch guard refused ``launch`` (logged, counted)."""

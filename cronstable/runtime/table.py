@@ -27,6 +27,7 @@ from cronstable.ports import (
     TaskRunView,
 )
 from cronstable.runtime.backoff import RetryState
+from cronstable.runtime.pools import Ticket
 from cronstable.workflows.dag import Outcome, TaskState
 
 
@@ -44,6 +45,10 @@ class SchedulerStats:
     """Jobs planned anew after the wall clock stepped back."""
     replaced: int = 0
     retries: int = 0
+    skipped_pool_timeout: int = 0
+    """Launches that waited in their pool's queue past poolTimeout."""
+    skipped_pool_full: int = 0
+    """Launches that found their pool's queue full."""
     skipped_cluster: dict[str, int] = field(default_factory=dict)
     """Fires and retries the cluster gate held back, by reason."""
     flow_runs: int = 0
@@ -78,6 +83,8 @@ class LiveRun:
     record: FinishedRun | None = None
     refused: str | None = None
     """Why a launch guard refused it (it never started)."""
+    ticket: Ticket | None = None
+    """Its claim on a slot of its job's pool (None: the job names no pool)."""
 
     @property
     def job(self) -> Job:

@@ -192,6 +192,11 @@ class Flows:
             task = run.tasks[seen.task]
             if seen.state != "running":
                 continue
+            if seen.queued is not None and seen.pid is None:
+                # it waited in its pool's queue and never started: it goes back to the
+                # queue when its turn comes (its attempt was not made)
+                task.state, task.attempts = "pending", max(0, seen.attempts - 1)
+                continue
             if seen.pid is not None:
                 live = adopt(run, flow.tasks[seen.task], seen)
                 if live is not None:
@@ -473,6 +478,8 @@ class Flows:
             elif task.live is not None and not task.live.cancelled:
                 live = task.live
                 live.cancelled = True
+                if live.ticket is not None:
+                    live.ticket.withdraw()  # waiting in its pool's queue: it leaves it
                 live.stopping = asyncio.ensure_future(live.run.cancel())
         logger.info(
             "Workflow %s: run %s %s",
@@ -495,6 +502,10 @@ class Flows:
         for task in run.tasks.values():
             if task.state == "running" and task.live is None:
                 self._end_task(task, "cancelled", self.host.clock.now())
+            elif task.live is not None and task.live.ticket is not None:
+                if task.live.ticket.queued:  # not started yet: it never will
+                    task.live.cancelled = True
+                    task.live.ticket.withdraw()
         self.advance(run)
 
     def finish(self, run: FlowRun, outcome: Outcome) -> None:
@@ -550,6 +561,8 @@ class Flows:
 
     @staticmethod
     def _task_view(run: FlowRun, name: str, task: TaskRun) -> TaskRunView:
+        ticket = task.live.ticket if task.live is not None else None
+        queued = ticket.pool.name if ticket is not None and ticket.queued else None
         key = (
             task.state,
             task.attempts,
@@ -560,6 +573,7 @@ class Flows:
             task.fail_reason,
             task.retry_at,
             task.pid,
+            queued,
         )
         cached = run.views.get(name)
         if cached is not None and cached[0] == key:
@@ -580,6 +594,7 @@ class Flows:
             fail_reason=task.fail_reason,
             retry_at=task.retry_at,
             pid=task.pid,
+            queued=queued,
         )
         run.views[name] = (key, made)
         return made

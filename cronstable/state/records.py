@@ -143,7 +143,7 @@ def _parse_utc(text: object) -> datetime:
 #      "tasks": {"extract": {"state": "succeeded", "attempts": 1,
 #                             "runId": "etl.extract@2026-05-01T03:00:00Z#1",
 #                             "startedAt": "…", "finishedAt": "…", "exitCode": 0,
-#                             "failReason": null, "retryAt": null,
+#                             "failReason": null, "retryAt": null, "queuedIn": null,
 #                             "pid": null, "startTicks": null, "bootId": null}, …}}
 #
 # ``node`` drove the run and ``beat`` is when it last said so; a running task's
@@ -174,6 +174,7 @@ def flow_run_record(
             "exitCode": task.exit_code,
             "failReason": task.fail_reason,
             "retryAt": _text(task.retry_at),
+            "queuedIn": task.queued,
             "pid": process[0] if process else None,
             "startTicks": process[1] if process else None,
             "bootId": process[2] if process else None,
@@ -254,6 +255,7 @@ def read_flow_run(data: object) -> StoredFlow | None:
                         else str(task["failReason"]),
                         retry_at=_maybe_time(task.get("retryAt")),
                         pid=None if pid is None else int(pid),
+                        queued=None if task.get("queuedIn") is None else str(task["queuedIn"]),
                     ),
                 )
             )

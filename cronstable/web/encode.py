@@ -23,6 +23,7 @@ from cronstable.ports import (
     JobForecast,
     JobRuns,
     JobStatus,
+    PoolView,
     RevisionView,
     RunEnded,
     RunStart,
@@ -33,6 +34,8 @@ from cronstable.ports import (
     WorkflowStatus,
     utc_text,
 )
+from cronstable.reconcile.plan import PlannedRevision
+from cronstable.reconcile.render import plan_data
 
 Json = dict[str, Any]
 
@@ -51,6 +54,7 @@ def run_start(run: RunStart) -> Json:
         "startedAt": utc_text(run.started_at),
         "pid": run.pid,
         "manual": run.manual,
+        "poolWait": _seconds(run.pool_wait),
     }
 
 
@@ -153,6 +157,44 @@ def state(view: StateView | None) -> Json:
     }
 
 
+def pool(view: PoolView, *, queue: bool = True) -> Json:
+    """One pool (``GET /pools``; in ``/status`` without its queue and holders)."""
+    body: Json = {
+        "name": view.name,
+        "slots": view.slots,
+        "scope": view.scope,
+        "inUse": view.in_use,
+        "queued": view.queued,
+        "oldestWait": _seconds(view.oldest_wait),
+        "retired": view.retired,
+    }
+    if queue:
+        body |= {
+            "holders": list(view.holders),
+            "waiting": [
+                {
+                    "run": entry.run,
+                    "job": entry.job,
+                    "kind": entry.kind,
+                    "priority": entry.priority,
+                    "since": utc_text(entry.since),
+                    "waited": _seconds(entry.waited),
+                }
+                for entry in view.waiting
+            ],
+            "admitted": view.admitted,
+            "timeouts": view.timeouts,
+            "refusedFull": view.refused_full,
+            "waitedTotal": _seconds(view.waited_total),
+        }
+    return body
+
+
+def pools(views: tuple[PoolView, ...]) -> Json:
+    """``GET /pools``."""
+    return {"pools": [pool(view) for view in views]}
+
+
 def status(view: Status) -> Json:
     """``GET /status``."""
     return {
@@ -162,6 +204,7 @@ def status(view: Status) -> Json:
         "workflows": [workflow_status(flow) for flow in view.workflows],
         "state": state(view.state),
         "stores": stores(view.stores),
+        "pools": [pool(p, queue=False) for p in view.pools],
     }
 
 
@@ -186,6 +229,7 @@ def task_run(task: TaskRunView) -> Json:
         "exitCode": task.exit_code,
         "failReason": task.fail_reason,
         "retryAt": _time(task.retry_at),
+        "queuedIn": task.queued,
     }
 
 
@@ -297,6 +341,19 @@ def cluster(view: ClusterView | None) -> Json:
     if election.owned_jobs is not None:
         data["ownedJobs"] = list(election.owned_jobs)
     return data
+
+
+def planned_revision(view: PlannedRevision) -> Json:
+    """A source revision planned against the running one (the ``diff_revision`` tool):
+    its plan as ``cronstable diff --format json`` prints it, or why it does not load."""
+    return {
+        "ref": view.ref,
+        "revision": view.revision,
+        "source": view.source,
+        "loads": view.plan is not None,
+        "errors": list(view.errors),
+        "plan": None if view.plan is None else plan_data(view.plan, view.at),
+    }
 
 
 def event_data(data: EventData) -> Mapping[str, Any]:

@@ -42,7 +42,8 @@ ROUTES: tuple[Route, ...] = (
           "reload", (202,)),
     Route("GET", "/metrics", "read", "Prometheus metrics.", "metrics"),
     Route("POST", "/jobs/{name}/start", "trigger",
-          "Start the job now (also when disabled); 409 when concurrencyPolicy refuses.",
+          "Start the job now (also when disabled; a job with a pool may wait in its queue: "
+          "queuePosition); 409 when concurrencyPolicy refuses.",
           "start", (202, 404, 409)),
     Route("POST", "/jobs/{name}/cancel", "trigger",
           "Stop the job's running runs (only ?run=ID when given).", "cancel", (200, 404)),
@@ -76,6 +77,9 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/workflows/{name}/runs/{id}/cancel", "trigger",
           "Cancel the workflow run: its pending tasks are cancelled, its running ones stopped.",
           "cancel_workflow", (200, 404)),
+    Route("GET", "/pools", "read",
+          "Every pool: slots, slots in use, the queue in admission order, the oldest wait.",
+          "pools"),
 )  # fmt: skip
 
 

@@ -15,9 +15,11 @@ from cronstable.ports import (
     FlowRuns,
     JobForecast,
     JobRuns,
+    PoolView,
     Status,
     WorkflowStatus,
 )
+from cronstable.reconcile.plan import PlannedRevision
 
 
 class DaemonApi(Protocol):
@@ -48,6 +50,15 @@ class DaemonApi(Protocol):
         refused); KeyError."""
         ...
 
+    def queued(self, run: str) -> tuple[str, int] | None:
+        """(pool, place in its queue, 1 first) of the launch ``run`` while it waits for a
+        slot of its pool; None when it does not wait."""
+        ...
+
+    def pools(self) -> tuple[PoolView, ...]:
+        """Every pool (the applied ones first)."""
+        ...
+
     def cancel(self, name: str, run: str | None = None) -> list[str]: ...
 
     def has_workflow(self, name: str) -> bool: ...
@@ -70,6 +81,10 @@ class DaemonApi(Protocol):
 
     def next_fires(self, name: str, hours: float) -> JobForecast:
         """The job's fires in the next ``hours``; KeyError for an unknown job."""
+        ...
+
+    async def plan_revision(self, ref: str) -> PlannedRevision:
+        """The source's revision ``ref`` planned against the running one, not applied."""
         ...
 
     def subscribe(self) -> EventSubscription | None:
