@@ -595,6 +595,11 @@ class JobSettings(Model):
     starting_deadline_seconds: OptNumber = Field(None, alias="startingDeadlineSeconds", ge=0)
     """Fires missed by at most this many seconds (suspend, clock jump, restart) run once,
     late; unset: missed fires are skipped and logged."""
+    jitter: OptDuration = Field(None, ge=0, examples=["5m", 30])
+    """Delay each scheduled fire's start by an offset in [0, jitter) (seconds, or a
+    duration like ``90s`` or ``1h30m``), the same on every node: a hash of the job's name
+    and the fire's time, kept below the next fire. Never applied to retries, catch-ups,
+    backfills or starts on request; the run's scheduled time stays the fire's."""
     cluster_policy: Literal["EveryNode", "Leader", "PreferLeader"] = Field(
         "EveryNode", alias="clusterPolicy"
     )

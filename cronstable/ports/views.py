@@ -43,6 +43,10 @@ class JobStatus:
     running: tuple[RunStart, ...]
     last_run: FinishedRun | None
     retry_pending: bool
+    next_start: datetime | None = None
+    """When the next fire starts: ``next_fire`` delayed by the job's ``jitter``."""
+    jitter: float | None = None
+    """The job's ``jitter`` (seconds); None without one."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,6 +141,8 @@ class DaemonControl:
                 timezone=str(job.timezone),
                 enabled=job.config.enabled,
                 next_fire=self.scheduler.next_fire(name),
+                next_start=self.scheduler.next_start(name),
+                jitter=job.config.jitter or None,
                 running=tuple(self.history.running(name)),
                 last_run=self.history.last(name),
                 retry_pending=self.scheduler.retry_pending(name),

@@ -10,6 +10,7 @@ so changing an answer here changes no stored record.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from cronstable.ports import (
@@ -48,10 +49,15 @@ def run_start(run: RunStart) -> Json:
         "scheduledTime": utc_text(run.scheduled_time),
         "attempt": run.attempt,
         "startedAt": utc_text(run.started_at),
+        "plannedStart": _time(run.planned_start),
         "pid": run.pid,
         "manual": run.manual,
         "poolWait": _seconds(run.pool_wait),
     }
+
+
+def _time(moment: datetime | None) -> str | None:
+    return None if moment is None else utc_text(moment)
 
 
 def finished_run(run: FinishedRun) -> Json:
@@ -98,6 +104,9 @@ def _last_run(run: FinishedRun | None) -> Json | None:
         return None
     return {
         "id": run.start.id,
+        "scheduledTime": utc_text(run.start.scheduled_time),
+        "plannedStart": _time(run.start.planned_start),
+        "startedAt": utc_text(run.start.started_at),
         "outcome": run.outcome,
         "exitCode": run.exit_code,
         "duration": round(run.duration, 6),
@@ -114,6 +123,8 @@ def job_status(job: JobStatus) -> Json:
         "timezone": job.timezone,
         "enabled": job.enabled,
         "nextFire": utc_text(job.next_fire) if job.next_fire is not None else None,
+        "nextStart": _time(job.next_start),
+        "jitter": job.jitter,
         "running": [run_start(run) for run in job.running],
         "lastRun": _last_run(job.last_run),
         "retryPending": job.retry_pending,
