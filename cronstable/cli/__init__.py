@@ -140,6 +140,22 @@ def _workers(text: str) -> int:
     return value
 
 
+def _moment(text: str) -> str:
+    """An argparse type: an ISO 8601 time (UTC without an offset), as ISO text with one."""
+    from datetime import UTC, datetime
+
+    given = text.strip()
+    try:
+        moment = datetime.fromisoformat(given[:-1] + "+00:00" if given[-1:] in "zZ" else given)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 time (like 2026-05-01T09:00:00+02:00)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.isoformat()
+
+
 _settle_seconds = _seconds("settle time", 60)
 _timeout = _seconds("timeout", 3600)
 
@@ -355,6 +371,30 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cancel", parents=[client], help="stop a job's running runs")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--run", metavar="ID", default=None, help="stop only this run")
+    p = sub.add_parser(
+        "pause",
+        parents=[client],
+        help="pause a job: its fires are skipped until resumed (or --until)",
+        description="Pause JOB through the daemon's API (POST /jobs/{name}/pause, scope "
+        "trigger): its scheduled fires are skipped and counted as paused, never caught up; "
+        "a start on request still runs. The pause is kept in the state store (every node "
+        "sharing it holds it) and is apart from the repository's suspend.",
+    )
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--reason", required=True, help="why (shown in /status and reports)")
+    p.add_argument(
+        "--until",
+        type=_moment,
+        default=None,
+        metavar="TIME",
+        help="ISO 8601 time the pause ends by itself (UTC without an offset)",
+    )
+    p = sub.add_parser(
+        "resume",
+        parents=[client],
+        help="lift a job's pause asked through the API (not the repository's suspend)",
+    )
+    p.add_argument("job", metavar="JOB")
     p = sub.add_parser("runs", parents=[client], help="list a job's recent runs")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--output", action="store_true", help="also print each run's captured output")
@@ -487,9 +527,14 @@ def run_cli(argv: list[str]) -> int:
         from cronstable.cli.diff import cmd_diff
 
         return cmd_diff(args.old, args.new, args.format, args.at, limits_from(args))
-    if command in ("status", "start", "cancel", "runs", "reload"):
+    if command in ("status", "start", "cancel", "runs", "reload", "pause", "resume"):
         from cronstable.cli.client import cmd_client
 
+        body = None
+        if command == "pause":
+            body = {"reason": args.reason}
+            if args.until is not None:
+                body["until"] = args.until
         return cmd_client(
             command,
             url=args.url,
@@ -500,6 +545,7 @@ def run_cli(argv: list[str]) -> int:
             job=getattr(args, "job", None),
             run=getattr(args, "run", None),
             show_output=getattr(args, "output", False),
+            body=body,
         )
     if command == "state":
         from cronstable.cli.state import cmd_state

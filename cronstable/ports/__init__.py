@@ -10,6 +10,8 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 * :mod:`.launch`: a run about to start (:class:`Launch`) and who has a say in it
   (:class:`ClusterGate`, :class:`LaunchGuard`, :class:`StateHooks`), a :class:`Run`;
 * :mod:`.listeners`: who hears of runs (:class:`RunListener`, :class:`ReportListener`);
+* :mod:`.pauses`: a job held back (:class:`Pause`, :class:`JobPauses`) and what may
+  be asked of the pauses (:class:`PauseControl`);
 * :mod:`.restore`: what a previous daemon's records are put back into
   (:class:`Restorable`, :class:`History`);
 * :mod:`.section`: :class:`Section`, a part of the daemon a revision configures;
@@ -30,6 +32,7 @@ from cronstable.ports.launch import (
     StateHooks,
 )
 from cronstable.ports.listeners import ReportListener, RunListener
+from cronstable.ports.pauses import JobPauses, Pause, PauseControl, PauseRefused, PauseSource
 from cronstable.ports.restore import History, Restorable, WallClock
 from cronstable.ports.runs import (
     FAILURES,
@@ -87,6 +90,7 @@ __all__ = [
     "History",
     "JobForecast",
     "JobRuns",
+    "JobPauses",
     "JobStatus",
     "Launch",
     "LaunchGuard",
@@ -96,6 +100,10 @@ __all__ = [
     "QueuedView",
     "MissedReason",
     "Moment",
+    "Pause",
+    "PauseControl",
+    "PauseRefused",
+    "PauseSource",
     "ReportListener",
     "Restorable",
     "RevisionView",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from cronstable.ports.pauses import JobPauses
 from cronstable.ports.runs import FinishedRun, RunOutcome, RunStart
 
 
@@ -47,6 +48,8 @@ class JobStatus:
     """When the next fire starts: ``next_fire`` delayed by the job's ``jitter``."""
     jitter: float | None = None
     """The job's ``jitter`` (seconds); None without one."""
+    pauses: JobPauses = JobPauses()
+    """The pauses holding it now, the repository's and the API's apart."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,11 @@ from cronstable.ports import (
     AppliedConfig,
     ClusterView,
     JobForecast,
+    JobPauses,
     JobRuns,
     JobStatus,
+    Pause,
+    PauseControl,
     PoolView,
     StateView,
     Status,
@@ -64,6 +67,7 @@ class DaemonControl:
         stores: Callable[[], Mapping[str, StoreView]] | None = None,
         start_check: Callable[[Job], Awaitable[str | None]] | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        pauses: PauseControl | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -92,6 +96,8 @@ class DaemonControl:
         """What a revision planned but not applied is loaded under (the applier's)."""
         self._planning = asyncio.Lock()
         """One revision planned at a time (each may fetch from the origin)."""
+        self.pause_control: Final = pauses
+        """The pauses (None: jobs cannot be paused through the API)."""
 
     # ------------------------------------------------------------ reading
 
@@ -143,6 +149,9 @@ class DaemonControl:
                 next_fire=self.scheduler.next_fire(name),
                 next_start=self.scheduler.next_start(name),
                 jitter=job.config.jitter or None,
+                pauses=self.pause_control.pauses(name)
+                if self.pause_control is not None
+                else JobPauses(),
                 running=tuple(self.history.running(name)),
                 last_run=self.history.last(name),
                 retry_pending=self.scheduler.retry_pending(name),
@@ -263,6 +272,25 @@ class DaemonControl:
 
     def cancel(self, name: str, run: str | None = None) -> list[str]:
         return self.scheduler.cancel_runs(name, run)
+
+    async def pause(
+        self, name: str, *, reason: str, by: str | None, until: datetime | None
+    ) -> tuple[Pause, bool, JobPauses]:
+        """Pause ``name`` through the API: (the pause, whether it is durable, the pauses
+        holding it now).  KeyError; ValueError for an ``until`` not in the future;
+        :class:`~cronstable.ports.PauseRefused` when the store does not answer."""
+        if self.scheduler.job(name) is None or self.pause_control is None:
+            raise KeyError(name)
+        pause, durable = await self.pause_control.pause(name, reason=reason, by=by, until=until)
+        return pause, durable, self.pause_control.pauses(name)
+
+    async def resume(self, name: str, *, by: str | None) -> tuple[Pause | None, JobPauses]:
+        """Lift ``name``'s API pause: (the pause lifted or None, the pauses still holding
+        it: the repository's ``suspend`` is not lifted).  KeyError; PauseRefused."""
+        if self.scheduler.job(name) is None or self.pause_control is None:
+            raise KeyError(name)
+        lifted = await self.pause_control.resume(name, by=by)
+        return lifted, self.pause_control.pauses(name)
 
     def reload(self) -> None:
         self._reload()

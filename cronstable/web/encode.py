@@ -20,8 +20,10 @@ from cronstable.ports import (
     FinishedRun,
     Forecast,
     JobForecast,
+    JobPauses,
     JobRuns,
     JobStatus,
+    Pause,
     PoolView,
     RevisionView,
     RunEnded,
@@ -116,6 +118,25 @@ def _last_run(run: FinishedRun | None) -> Json | None:
     }
 
 
+def pause(view: Pause | None) -> Json | None:
+    """One pause (``/status``, the pause and resume answers)."""
+    if view is None:
+        return None
+    return {
+        "source": view.source,
+        "reason": view.reason,
+        "by": view.by,
+        "since": _time(view.since),
+        "until": _time(view.until),
+        "node": view.node,
+    }
+
+
+def job_pauses(view: JobPauses) -> Json:
+    """The pauses holding a job, the repository's (``config``) and the API's apart."""
+    return {"config": pause(view.config), "api": pause(view.api)}
+
+
 def job_status(job: JobStatus) -> Json:
     return {
         "name": job.name,
@@ -128,6 +149,8 @@ def job_status(job: JobStatus) -> Json:
         "running": [run_start(run) for run in job.running],
         "lastRun": _last_run(job.last_run),
         "retryPending": job.retry_pending,
+        "paused": job.pauses.paused,
+        "pause": job_pauses(job.pauses),
     }
 
 

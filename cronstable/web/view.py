@@ -6,6 +6,7 @@ turns them into the API's JSON.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Protocol
 
 from cronstable.ports import (
@@ -13,7 +14,9 @@ from cronstable.ports import (
     ClusterView,
     EventData,
     JobForecast,
+    JobPauses,
     JobRuns,
+    Pause,
     PoolView,
     Status,
 )
@@ -58,6 +61,18 @@ class DaemonApi(Protocol):
         ...
 
     def cancel(self, name: str, run: str | None = None) -> list[str]: ...
+
+    async def pause(
+        self, name: str, *, reason: str, by: str | None, until: datetime | None
+    ) -> tuple[Pause, bool, JobPauses]:
+        """(the pause, whether a state store keeps it, the pauses holding the job now);
+        KeyError, ValueError (``until`` past), PauseRefused (the store does not answer)."""
+        ...
+
+    async def resume(self, name: str, *, by: str | None) -> tuple[Pause | None, JobPauses]:
+        """(the API pause lifted or None, the pauses still holding the job); KeyError,
+        PauseRefused."""
+        ...
 
     def reload(self) -> None: ...
 
