@@ -6,8 +6,9 @@ import asyncio or aiohttp; ``run`` (the daemon) and ``state`` (the store's
 clients are asynchronous) do.
 
 Exit codes: 0 success (valid), 1 invalid configuration, 2 usage error; the
-commands that ask a daemon (status, start, cancel, runs, reload) add 3 (the
-daemon cannot be reached or failed) and 4 (unauthorized), see ``cli/client.py``.
+commands that ask a daemon (status, start, cancel, runs, reload, pause, resume,
+backfill) add 3 (the daemon cannot be reached or failed) and 4 (unauthorized), see
+``cli/client.py``.
 """
 
 from __future__ import annotations
@@ -395,6 +396,43 @@ def build_parser() -> argparse.ArgumentParser:
         help="lift a job's pause asked through the API (not the repository's suspend)",
     )
     p.add_argument("job", metavar="JOB")
+    p = sub.add_parser(
+        "backfill",
+        parents=[client],
+        help="run every past fire of a job in a range, one after another",
+        description="Run every fire of JOB's schedule at or after --from and before --to "
+        "(POST /jobs/{name}/backfill, scope trigger), one after another, each with "
+        "CRONSTABLE_SCHEDULED_TIME set to its fire, then follow the progress. A range of "
+        "more than --max fires is refused; a paused job is refused without --ignore-pause. "
+        "Exit 1 also when a run did not succeed or the backfill stopped early.",
+    )
+    p.add_argument("job", metavar="JOB")
+    p.add_argument(
+        "--from",
+        dest="start",
+        type=_moment,
+        required=True,
+        metavar="T1",
+        help="the first fire at or after this ISO 8601 time (UTC without an offset)",
+    )
+    p.add_argument(
+        "--to",
+        dest="end",
+        type=_moment,
+        required=True,
+        metavar="T2",
+        help="fires before this time, at the latest now (UTC without an offset)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="list the fires, run nothing")
+    p.add_argument(
+        "--max",
+        type=int,
+        default=100,
+        metavar="N",
+        help="refuse a range holding more than N fires (default 100)",
+    )
+    p.add_argument("--ignore-pause", action="store_true", help="backfill a paused job all the same")
+    p.add_argument("--no-wait", action="store_true", help="start it and exit, without following it")
     p = sub.add_parser("runs", parents=[client], help="list a job's recent runs")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--output", action="store_true", help="also print each run's captured output")
@@ -546,6 +584,24 @@ def run_cli(argv: list[str]) -> int:
             run=getattr(args, "run", None),
             show_output=getattr(args, "output", False),
             body=body,
+        )
+    if command == "backfill":
+        from cronstable.cli.backfill import cmd_backfill
+
+        request: dict[str, object] = {"from": args.start, "to": args.end, "max": args.max}
+        if args.dry_run:
+            request["dryRun"] = True
+        if args.ignore_pause:
+            request["ignorePause"] = True
+        return cmd_backfill(
+            args.job,
+            request,
+            url=args.url,
+            token_file=args.token_file,
+            as_json=args.json,
+            timeout=args.timeout,
+            cafile=args.cacert,
+            wait=not args.no_wait,
         )
     if command == "state":
         from cronstable.cli.state import cmd_state

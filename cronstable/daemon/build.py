@@ -210,6 +210,7 @@ def build_daemon(
 
     # closed in this order once the runs drained (a failure is logged, the rest closed)
     closing: list[Closer] = [
+        ("backfills", control.backfills.close),  # no run of one starts any more
         ("statsd listener", statsd.close),  # first: the stop metrics of the last runs
         ("reporting section", reports.close),  # the reports in flight, each in its timeout
         ("cluster section", cluster.close),

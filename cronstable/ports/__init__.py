@@ -22,6 +22,7 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 from __future__ import annotations
 
 from cronstable.ports.launch import (
+    BackfillRefused,
     ClusterGate,
     Launch,
     LaunchGuard,
@@ -55,6 +56,7 @@ from cronstable.ports.runs import (
 from cronstable.ports.section import Section
 from cronstable.ports.views import (
     AppliedConfig,
+    BackfillView,
     ClusterMember,
     ClusterView,
     Election,
@@ -79,6 +81,8 @@ __all__ = [
     "RUN_OUTCOMES",
     "SPAWN_FAILED_RETURNCODE",
     "AppliedConfig",
+    "BackfillRefused",
+    "BackfillView",
     "ClusterGate",
     "ClusterMember",
     "ClusterView",

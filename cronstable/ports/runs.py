@@ -152,6 +152,8 @@ class RunStart:
     """When a scheduled fire was to start: its fire delayed by the job's ``jitter`` (the
     fire itself without one); None for a run that starts when asked (a retry, a start on
     request, a backfill, an @reboot run)."""
+    backfill: bool = False
+    """One fire of a backfill (``scheduled_time`` is that fire)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.metrics import DaemonMetrics
 from cronstable.ports import (
     AppliedConfig,
+    BackfillView,
     ClusterView,
     JobForecast,
     JobPauses,
@@ -41,6 +42,7 @@ from cronstable.ports import (
 from cronstable.published import published_config
 from cronstable.reconcile.apply import ReconcileStatus
 from cronstable.reconcile.plan import Plan, PlannedRevision, plan
+from cronstable.runtime.backfill import Backfills
 from cronstable.runtime.events import EventHub, Subscription
 from cronstable.runtime.forecast import forecast
 from cronstable.runtime.history import RunHistory
@@ -68,6 +70,7 @@ class DaemonControl:
         start_check: Callable[[Job], Awaitable[str | None]] | None = None,
         limits: Limits = DEFAULT_LIMITS,
         pauses: PauseControl | None = None,
+        backfills: Backfills | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -98,6 +101,12 @@ class DaemonControl:
         """One revision planned at a time (each may fetch from the origin)."""
         self.pause_control: Final = pauses
         """The pauses (None: jobs cannot be paused through the API)."""
+        self.backfills: Final = (
+            backfills
+            if backfills is not None
+            else Backfills(scheduler, paused=lambda name: self._paused(name))
+        )
+        """The jobs' backfills (:mod:`~cronstable.runtime.backfill`)."""
 
     # ------------------------------------------------------------ reading
 
@@ -152,6 +161,7 @@ class DaemonControl:
                 pauses=self.pause_control.pauses(name)
                 if self.pause_control is not None
                 else JobPauses(),
+                backfill=self.backfills.view(name),
                 running=tuple(self.history.running(name)),
                 last_run=self.history.last(name),
                 retry_pending=self.scheduler.retry_pending(name),
@@ -283,6 +293,35 @@ class DaemonControl:
             raise KeyError(name)
         pause, durable = await self.pause_control.pause(name, reason=reason, by=by, until=until)
         return pause, durable, self.pause_control.pauses(name)
+
+    def _paused(self, name: str) -> bool:
+        return self.pause_control is not None and self.pause_control.pauses(name).paused
+
+    def backfill_fires(
+        self, name: str, start: datetime, end: datetime, limit: int
+    ) -> list[datetime]:
+        """The fires a backfill of ``name`` over ``[start, end)`` would run (a dry run).
+        KeyError; :class:`~cronstable.ports.BackfillRefused`."""
+        return self.backfills.plan(name, start, end, limit)
+
+    def backfill(
+        self,
+        name: str,
+        start: datetime,
+        end: datetime,
+        *,
+        limit: int,
+        by: str | None,
+        ignore_pause: bool,
+    ) -> BackfillView:
+        """Start backfilling ``name``.  KeyError; BackfillRefused."""
+        return self.backfills.start(name, start, end, limit=limit, by=by, ignore_pause=ignore_pause)
+
+    def backfill_view(self, name: str) -> BackfillView | None:
+        """``name``'s backfill going, or its last one; KeyError for an unknown job."""
+        if not self.scheduler.has_job(name):
+            raise KeyError(name)
+        return self.backfills.view(name)
 
     async def resume(self, name: str, *, by: str | None) -> tuple[Pause | None, JobPauses]:
         """Lift ``name``'s API pause: (the pause lifted or None, the pauses still holding

@@ -770,6 +770,7 @@ class Scheduler:
                 planned_start=self.start_of(launch.job, scheduled)
                 if launch.kind == "fire"
                 else None,
+                backfill=launch.kind == "backfill",
             )
             self._tell("run_started", start)
             logger.info(
@@ -805,6 +806,7 @@ class Scheduler:
             if inst.cancelled
             else run_outcome(result, replaced=inst.replaced)
         )
+        inst.outcome = outcome
         self._tell("run_finished", start, result, outcome)
         logger.info(
             "Job %s finished: %s%s, exit code %s, %.3f s, scheduled %s, attempt %d",

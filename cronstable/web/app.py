@@ -26,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from cronstable import __version__
+from cronstable.web import backfill as backfills
 from cronstable.web import calls, encode, pauses
 from cronstable.web.access import authorize
 from cronstable.web.answers import error, refused, shown
@@ -163,6 +164,17 @@ class Api:
         except calls.Refused as refusal:
             return refused(refusal)
         return web.json_response(answer)
+
+    async def backfill(self, request: web.Request) -> web.StreamResponse:
+        name, by = request.match_info["name"], self.token_name(request)
+        try:
+            status, answer = backfills.backfill(self.daemon, name, await request.read(), by)
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer, status=status)
+
+    async def backfill_progress(self, request: web.Request) -> web.StreamResponse:
+        return _answer(lambda: backfills.progress(self.daemon, request.match_info["name"]))
 
     def token_name(self, request: web.Request) -> str | None:
         """The name of the token the request carries (the auth middleware let it through);

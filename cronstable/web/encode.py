@@ -9,12 +9,13 @@ so changing an answer here changes no stored record.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from cronstable.ports import (
     AppliedConfig,
+    BackfillView,
     ClusterView,
     EventData,
     FinishedRun,
@@ -55,6 +56,7 @@ def run_start(run: RunStart) -> Json:
         "pid": run.pid,
         "manual": run.manual,
         "poolWait": _seconds(run.pool_wait),
+        "backfill": run.backfill,
     }
 
 
@@ -137,6 +139,30 @@ def job_pauses(view: JobPauses) -> Json:
     return {"config": pause(view.config), "api": pause(view.api)}
 
 
+def fires(moments: Sequence[datetime]) -> list[Json]:
+    """Fires of a job: each in UTC and as the job's zone writes it (``local``)."""
+    return [{"scheduledTime": utc_text(fire), "local": fire.isoformat()} for fire in moments]
+
+
+def backfill(view: BackfillView) -> Json:
+    """A job's backfill (``/status``, ``GET /jobs/{name}/backfill``)."""
+    return {
+        "state": view.state,
+        "from": utc_text(view.start),
+        "to": utc_text(view.end),
+        "by": view.by,
+        "ignorePause": view.ignore_pause,
+        "startedAt": utc_text(view.started_at),
+        "finishedAt": _time(view.finished_at),
+        "total": len(view.fires),
+        "done": view.done,
+        "outcomes": dict(sorted(view.outcomes.items())),
+        "current": _time(view.current),
+        "stopReason": view.stop_reason,
+        "fires": fires(view.fires),
+    }
+
+
 def job_status(job: JobStatus) -> Json:
     return {
         "name": job.name,
@@ -151,7 +177,15 @@ def job_status(job: JobStatus) -> Json:
         "retryPending": job.retry_pending,
         "paused": job.pauses.paused,
         "pause": job_pauses(job.pauses),
+        "backfill": None if job.backfill is None else _backfill_progress(job.backfill),
     }
+
+
+def _backfill_progress(view: BackfillView) -> Json:
+    """A backfill in ``/status``: its progress, without the list of fires."""
+    shown = backfill(view)
+    del shown["fires"]
+    return shown
 
 
 def store(view: StoreView) -> Json:

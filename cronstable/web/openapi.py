@@ -37,6 +37,18 @@ _BODIES: dict[str, dict[str, Any]] = {
     },
 }
 """The JSON body of each route that takes one, by handler."""
+_BODIES["backfill"] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["from", "to"],
+    "properties": {
+        "from": _TIME | {"description": "The first fire at or after this time."},
+        "to": _TIME | {"description": "Fires before this time (not in the future)."},
+        "dryRun": {"type": "boolean", "default": False, "description": "List, run nothing."},
+        "max": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 100},
+        "ignorePause": {"type": "boolean", "default": False},
+    },
+}
 
 
 def document() -> dict[str, Any]:

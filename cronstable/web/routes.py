@@ -52,6 +52,13 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/jobs/{name}/resume", "trigger",
           "Lift the job's API pause (not the repository's suspend); 409 when it has none.",
           "resume", (200, 404, 409, 503)),
+    Route("POST", "/jobs/{name}/backfill", "trigger",
+          "Run every fire of the job's schedule in [from, to), one after another; body "
+          "{from, to, dryRun?, max?, ignorePause?}; dryRun lists them.", "backfill",
+          (200, 202, 400, 404, 409)),
+    Route("GET", "/jobs/{name}/backfill", "read",
+          "The job's backfill going (or its last): fires, progress, outcomes.",
+          "backfill_progress", (200, 404)),
     Route("POST", "/jobs/{name}/cancel", "trigger",
           "Stop the job's running runs (only ?run=ID when given).", "cancel", (200, 404)),
     Route("GET", "/jobs/{name}/runs", "read",

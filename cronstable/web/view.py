@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from cronstable.ports import (
     AppliedConfig,
+    BackfillView,
     ClusterView,
     EventData,
     JobForecast,
@@ -67,6 +68,29 @@ class DaemonApi(Protocol):
     ) -> tuple[Pause, bool, JobPauses]:
         """(the pause, whether a state store keeps it, the pauses holding the job now);
         KeyError, ValueError (``until`` past), PauseRefused (the store does not answer)."""
+        ...
+
+    def backfill_fires(
+        self, name: str, start: datetime, end: datetime, limit: int
+    ) -> list[datetime]:
+        """The fires a backfill would run (a dry run); KeyError, BackfillRefused."""
+        ...
+
+    def backfill(
+        self,
+        name: str,
+        start: datetime,
+        end: datetime,
+        *,
+        limit: int,
+        by: str | None,
+        ignore_pause: bool,
+    ) -> BackfillView:
+        """Start a backfill; KeyError, BackfillRefused."""
+        ...
+
+    def backfill_view(self, name: str) -> BackfillView | None:
+        """The job's backfill going, or its last; KeyError."""
         ...
 
     async def resume(self, name: str, *, by: str | None) -> tuple[Pause | None, JobPauses]:
