@@ -10,6 +10,8 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 * :mod:`.launch`: a run about to start (:class:`Launch`) and who has a say in it
   (:class:`ClusterGate`, :class:`LaunchGuard`, :class:`StateHooks`), a :class:`Run`;
 * :mod:`.listeners`: who hears of runs (:class:`RunListener`, :class:`ReportListener`);
+* :mod:`.pauses`: a job held back (:class:`Pause`, :class:`JobPauses`) and what may
+  be asked of the pauses (:class:`PauseControl`);
 * :mod:`.restore`: what a previous daemon's records are put back into
   (:class:`Restorable`, :class:`History`);
 * :mod:`.section`: :class:`Section`, a part of the daemon a revision configures;
@@ -20,6 +22,7 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 from __future__ import annotations
 
 from cronstable.ports.launch import (
+    BackfillRefused,
     ClusterGate,
     Launch,
     LaunchGuard,
@@ -30,6 +33,7 @@ from cronstable.ports.launch import (
     StateHooks,
 )
 from cronstable.ports.listeners import ReportListener, RunListener
+from cronstable.ports.pauses import JobPauses, Pause, PauseControl, PauseRefused, PauseSource
 from cronstable.ports.restore import History, Restorable, WallClock
 from cronstable.ports.runs import (
     FAILURES,
@@ -52,6 +56,7 @@ from cronstable.ports.runs import (
 from cronstable.ports.section import Section
 from cronstable.ports.views import (
     AppliedConfig,
+    BackfillView,
     ClusterMember,
     ClusterView,
     Election,
@@ -76,6 +81,8 @@ __all__ = [
     "RUN_OUTCOMES",
     "SPAWN_FAILED_RETURNCODE",
     "AppliedConfig",
+    "BackfillRefused",
+    "BackfillView",
     "ClusterGate",
     "ClusterMember",
     "ClusterView",
@@ -87,6 +94,7 @@ __all__ = [
     "History",
     "JobForecast",
     "JobRuns",
+    "JobPauses",
     "JobStatus",
     "Launch",
     "LaunchGuard",
@@ -96,6 +104,10 @@ __all__ = [
     "QueuedView",
     "MissedReason",
     "Moment",
+    "Pause",
+    "PauseControl",
+    "PauseRefused",
+    "PauseSource",
     "ReportListener",
     "Restorable",
     "RevisionView",

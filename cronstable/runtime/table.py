@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from cronstable.config.desired import Job
-from cronstable.ports import FinishedRun, Launch, Run, RunResult
+from cronstable.ports import FinishedRun, Launch, Run, RunOutcome, RunResult
 from cronstable.runtime.backoff import RetryState
 from cronstable.runtime.pools import Ticket
 
@@ -58,6 +58,8 @@ class LiveRun:
     """When a run adopted after a restart started (it is not this daemon's child)."""
     ticket: Ticket | None = None
     """Its claim on a slot of its job's pool (None: the job names no pool)."""
+    outcome: RunOutcome | None = None
+    """How it ended, once it has (None: not yet, or it never started)."""
 
     @property
     def job(self) -> Job:
@@ -86,6 +88,9 @@ class JobSlot:
     cursor: datetime
     """The last fire instant handled (run, skipped or missed), or when the job arrived."""
     next_fire: datetime | None = None
+    next_start: datetime | None = None
+    """When the next fire starts: ``next_fire`` delayed by the job's ``jitter`` (the heap's
+    key; the same instant without jitter)."""
     generation: int = 0
     """Bumped whenever the next fire is planned anew: older heap entries are stale."""
     running: list[LiveRun] = field(default_factory=list)
