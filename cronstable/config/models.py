@@ -26,10 +26,12 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    SerializerFunctionWrapHandler,
     Tag,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -40,11 +42,13 @@ from cronstable.config.types import (
     Number,
     OptDuration,
     OptInt,
+    OptMoment,
     OptNumber,
     OptSize,
     OptText,
     Size,
     Text,
+    to_flag,
     to_list,
     to_text,
 )
@@ -462,6 +466,47 @@ class OnMissed(Model):
     """Send at most one report per reason per this many seconds (0: every one)."""
 
 
+class OnPaused(Model):
+    """Reports for a job paused for longer than ``alertAfter`` (a pause forgotten)."""
+
+    alert_after: OptDuration = Field(86400.0, alias="alertAfter", ge=0, examples=["4h", 3600])
+    """How long a pause (``suspend``, or one asked through the API) may last before it
+    is reported, once per pause (seconds, or a duration like ``4h``; default a day)."""
+    report: Report = _shared(Report())
+    rate_limit: Number = _rate_limit(0)
+    """Send at most one report per this many seconds (0: every one)."""
+
+
+class Suspend(Model):
+    """A pause written in the repository: fires are skipped (counted as ``paused``) while
+    it holds; a start on request still runs."""
+
+    until: OptMoment = Field(None, examples=["2026-05-04T09:00:00+02:00"])
+    """When the pause ends by itself (ISO 8601 with an offset, or Z); unset: until a
+    revision removes it."""
+    reason: OptText = Field(None, examples=["the warehouse is being migrated (OPS-1234)"])
+    """Why the job is paused: shown in /status, the dashboard, the metric and reports."""
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A pause without end or reason is ``true``, as written (a diff shows it so)."""
+        if self.until is None and self.reason is None:
+            return True
+        return handler(self)
+
+
+def _suspend(value: Any) -> Any:
+    """``suspend: true`` is a pause without reason or end; ``false`` (or empty) none."""
+    if value is None or isinstance(value, dict | Suspend):
+        return value
+    return Suspend() if to_flag(value) else None
+
+
+SuspendSpec = Annotated[
+    Suspend | None, BeforeValidator(_suspend, json_schema_input_type=bool | Suspend | None)
+]
+
+
 class FailsWhen(Model):
     """What makes a run a failure: any condition that is set and holds."""
 
@@ -608,6 +653,20 @@ class JobSettings(Model):
     starting_deadline_seconds: OptNumber = Field(None, alias="startingDeadlineSeconds", ge=0)
     """Fires missed by at most this many seconds (suspend, clock jump, restart) run once,
     late; unset: missed fires are skipped and logged."""
+    suspend: SuspendSpec = Field(
+        None, examples=[True, {"until": "2026-05-04T09:00:00Z", "reason": "migration"}]
+    )
+    """Pause the job: ``true``, or ``{until, reason}``. Its fires are skipped and counted
+    as ``paused`` (never caught up afterwards); a start on request still runs. A pause
+    asked through the API (``POST /jobs/{name}/pause``) is kept apart: removing this
+    key does not lift it."""
+    on_paused: OnPaused = Field(default_factory=_shared_factory(OnPaused()), alias="onPaused")
+    """Reports when the job has been paused for longer than ``alertAfter``."""
+    jitter: OptDuration = Field(None, ge=0, examples=["5m", 30])
+    """Delay each scheduled fire's start by an offset in [0, jitter) (seconds, or a
+    duration like ``90s`` or ``1h30m``), the same on every node: a hash of the job's name
+    and the fire's time, kept below the next fire. Never applied to retries, catch-ups,
+    backfills or starts on request; the run's scheduled time stays the fire's."""
     cluster_policy: Literal["EveryNode", "Leader", "PreferLeader"] = Field(
         "EveryNode", alias="clusterPolicy"
     )
@@ -656,13 +715,14 @@ class JobSettings(Model):
 
 def report_moments(
     settings: JobSettings,
-) -> tuple[tuple[str, OnReport | OnFailure | OnMissed], ...]:
+) -> tuple[tuple[str, OnReport | OnFailure | OnMissed | OnPaused], ...]:
     """(YAML key, settings) of each report moment of a job."""
     return (
         ("onFailure", settings.on_failure),
         ("onPermanentFailure", settings.on_permanent_failure),
         ("onSuccess", settings.on_success),
         ("onMissed", settings.on_missed),
+        ("onPaused", settings.on_paused),
     )
 
 

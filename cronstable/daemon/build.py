@@ -46,6 +46,7 @@ from cronstable.runtime.scheduler import Scheduler
 from cronstable.runtime.sdnotify import ServiceNotifier
 from cronstable.sources.base import Source
 from cronstable.state.keeper import StateKeeper
+from cronstable.state.pauses import PauseBook, PauseGate
 from cronstable.state.section import StateSection
 from cronstable.store_link import StoreLinks
 from cronstable.web.section import WebSection
@@ -134,10 +135,18 @@ def build_daemon(
     reports = ReportDispatcher(registry, revision=status.applied_revision)
     clock = clock or SystemClock()
     job_pools = Pools(clock, shared=pool_slots)  # the slots launches of jobs with `pool` wait for
+    pauses = PauseBook(
+        node.name,
+        lambda: keeper.store,
+        lambda: scheduler_of().jobs,
+        clock.now,
+        on_alert=reports.pause_exceeded,
+        registry=registry,
+    )  # suspend and the API's pauses, kept in the state store; the gate asks it
     scheduler = Scheduler(
         clock,
         spawner,
-        gate=cluster,
+        gate=PauseGate(cluster, pauses),  # clusterPolicy first, then a pause
         # a held slot refuses before any state record is written; the leadership's
         # @reboot ran-set is written last, once nothing else refuses
         guards=(slots, keeper, reboot),
@@ -149,7 +158,9 @@ def build_daemon(
     )
     scheduler_of.set(scheduler)
 
-    state = StateSection(keeper, node.state_dir or default_state_dir(), registry, pools=pools)
+    state = StateSection(
+        keeper, node.state_dir or default_state_dir(), registry, pools=pools, pauses=pauses
+    )
     slot_section = SlotSection(slots, registry, pools=pools)
     pool_slot_section = PoolSlotSection(pool_slots, registry, pools=pools)
     # a store that does not answer: /readyz, /status and the metrics say which
@@ -176,6 +187,7 @@ def build_daemon(
         start_check=slots.refusal,
         flow_history=flow_history,
         limits=node.limits,
+        pauses=pauses,
     )  # what the web reads of the daemon, and the few things it may ask
     web = WebSection(control, registry)
     # The sections, in the order each revision prepares and then commits them; the
@@ -195,6 +207,7 @@ def build_daemon(
         # places (their fires are not this node's to resume)
         cluster,
         state,
+        pauses,  # after state: it reads the store the state section committed
         slot_section,
         pool_slot_section,
         # last: it binds its listeners only once everything else is prepared, and its
@@ -205,9 +218,11 @@ def build_daemon(
 
     # closed in this order once the runs drained (a failure is logged, the rest closed)
     closing: list[Closer] = [
+        ("backfills", control.backfills.close),  # no run of one starts any more
         ("statsd listener", statsd.close),  # first: the stop metrics of the last runs
         ("reporting section", reports.close),  # the reports in flight, each in its timeout
         ("cluster section", cluster.close),
+        ("pauses", pauses.close),
         ("state section", state.close),  # what is queued is written (bounded)
         ("cluster-slots section", slot_section.close),
         ("pools", job_pools.close),  # the pumps of the cluster pools, before their store

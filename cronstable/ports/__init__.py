@@ -12,6 +12,8 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 * :mod:`.listeners`: who hears of runs (:class:`RunListener`, :class:`ReportListener`);
 * :mod:`.flows`: workflow runs (:class:`FlowRunView`, :class:`TaskRunView`) and who hears
   of them (:class:`FlowListener`);
+* :mod:`.pauses`: a job held back (:class:`Pause`, :class:`JobPauses`) and what may
+  be asked of the pauses (:class:`PauseControl`);
 * :mod:`.restore`: what a previous daemon's records are put back into
   (:class:`Restorable`, :class:`History`);
 * :mod:`.section`: :class:`Section`, a part of the daemon a revision configures;
@@ -30,6 +32,7 @@ from cronstable.ports.flows import (
     flow_run_id,
 )
 from cronstable.ports.launch import (
+    BackfillRefused,
     ClusterGate,
     Launch,
     LaunchGuard,
@@ -40,6 +43,7 @@ from cronstable.ports.launch import (
     StateHooks,
 )
 from cronstable.ports.listeners import ReportListener, RunListener
+from cronstable.ports.pauses import JobPauses, Pause, PauseControl, PauseRefused, PauseSource
 from cronstable.ports.restore import History, Restorable, WallClock
 from cronstable.ports.runs import (
     FAILURES,
@@ -62,6 +66,7 @@ from cronstable.ports.runs import (
 from cronstable.ports.section import Section
 from cronstable.ports.views import (
     AppliedConfig,
+    BackfillView,
     ClusterMember,
     ClusterView,
     Election,
@@ -89,6 +94,8 @@ __all__ = [
     "RUN_OUTCOMES",
     "SPAWN_FAILED_RETURNCODE",
     "AppliedConfig",
+    "BackfillRefused",
+    "BackfillView",
     "ClusterGate",
     "ClusterMember",
     "ClusterView",
@@ -105,6 +112,7 @@ __all__ = [
     "History",
     "JobForecast",
     "JobRuns",
+    "JobPauses",
     "JobStatus",
     "Launch",
     "LaunchGuard",
@@ -114,6 +122,10 @@ __all__ = [
     "QueuedView",
     "MissedReason",
     "Moment",
+    "Pause",
+    "PauseControl",
+    "PauseRefused",
+    "PauseSource",
     "ReportListener",
     "Restorable",
     "RevisionView",

@@ -17,10 +17,10 @@ from typing import Literal, Protocol
 from cronstable.config.desired import Job
 from cronstable.ports.runs import RunResult, run_id
 
-LaunchKind = Literal["fire", "retry", "reboot", "manual", "task"]
+LaunchKind = Literal["fire", "retry", "reboot", "manual", "task", "backfill"]
 """What starts a run: a scheduled fire (catch-ups included), a retry, an @reboot job at
-start, a start on request, or a workflow run starting one of its tasks (a first attempt
-or a retry: the workflow run's own record says which)."""
+start, a start on request, a workflow run starting one of its tasks (a first attempt
+or a retry: the workflow run's own record says which), or one fire of a backfill."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,15 @@ class Launch:
     @property
     def id(self) -> str:
         return run_id(self.job.name, self.scheduled, self.attempt)
+
+
+class BackfillRefused(Exception):
+    """A backfill that cannot start, saying why; ``conflict`` when the job's state is the
+    reason (a backfill going, a pause, a stop), else the request is wrong (the range)."""
+
+    def __init__(self, message: str, *, conflict: bool = False) -> None:
+        super().__init__(message)
+        self.conflict = conflict
 
 
 class Run(Protocol):

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from cronstable.ports.flows import FlowRunView
+from cronstable.ports.pauses import JobPauses
 from cronstable.ports.runs import FinishedRun, RunOutcome, RunStart
 
 
@@ -33,6 +34,32 @@ class RevisionView:
 
 
 @dataclass(frozen=True, slots=True)
+class BackfillView:
+    """A job's backfill: every fire of its schedule in [start, end), run one after
+    another (the last one asked of this daemon, while it runs and once it ended)."""
+
+    job: str
+    start: datetime
+    end: datetime
+    fires: tuple[datetime, ...]
+    """Every fire in the range, in order, in the job's zone."""
+    state: Literal["running", "done", "stopped"]
+    by: str | None
+    """The API token's name that asked."""
+    started_at: datetime
+    done: int
+    """Runs ended (or refused) so far."""
+    outcomes: Mapping[str, int]
+    """How they ended, by outcome (``not_started`` for one a guard refused)."""
+    current: datetime | None
+    """The fire running now."""
+    finished_at: datetime | None
+    stop_reason: str | None
+    """Why it stopped before its last fire (``stopped`` only)."""
+    ignore_pause: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class JobStatus:
     """One applied job: its schedule, the runs going and how the last one went."""
 
@@ -44,6 +71,14 @@ class JobStatus:
     running: tuple[RunStart, ...]
     last_run: FinishedRun | None
     retry_pending: bool
+    next_start: datetime | None = None
+    """When the next fire starts: ``next_fire`` delayed by the job's ``jitter``."""
+    jitter: float | None = None
+    """The job's ``jitter`` (seconds); None without one."""
+    pauses: JobPauses = JobPauses()
+    """The pauses holding it now, the repository's and the API's apart."""
+    backfill: BackfillView | None = None
+    """Its backfill running now, or the last one this daemon ran."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,12 +25,16 @@ from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.metrics import DaemonMetrics
 from cronstable.ports import (
     AppliedConfig,
+    BackfillView,
     ClusterView,
     FlowRuns,
     FlowRunView,
     JobForecast,
+    JobPauses,
     JobRuns,
     JobStatus,
+    Pause,
+    PauseControl,
     PoolView,
     StateView,
     Status,
@@ -42,6 +46,7 @@ from cronstable.ports import (
 from cronstable.published import published_config
 from cronstable.reconcile.apply import ReconcileStatus
 from cronstable.reconcile.plan import Plan, PlannedRevision, plan
+from cronstable.runtime.backfill import Backfills
 from cronstable.runtime.events import EventHub, Subscription
 from cronstable.runtime.forecast import forecast
 from cronstable.runtime.history import FlowHistory, RunHistory
@@ -71,6 +76,8 @@ class DaemonControl:
         start_check: Callable[[Job], Awaitable[str | None]] | None = None,
         flow_history: FlowHistory | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        pauses: PauseControl | None = None,
+        backfills: Backfills | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -100,6 +107,14 @@ class DaemonControl:
         """What a revision planned but not applied is loaded under (the applier's)."""
         self._planning = asyncio.Lock()
         """One revision planned at a time (each may fetch from the origin)."""
+        self.pause_control: Final = pauses
+        """The pauses (None: jobs cannot be paused through the API)."""
+        self.backfills: Final = (
+            backfills
+            if backfills is not None
+            else Backfills(scheduler, paused=lambda name: self._paused(name))
+        )
+        """The jobs' backfills (:mod:`~cronstable.runtime.backfill`)."""
 
     # ------------------------------------------------------------ reading
 
@@ -152,6 +167,12 @@ class DaemonControl:
                 timezone=str(job.timezone),
                 enabled=job.config.enabled,
                 next_fire=self.scheduler.next_fire(name),
+                next_start=self.scheduler.next_start(name),
+                jitter=job.config.jitter or None,
+                pauses=self.pause_control.pauses(name)
+                if self.pause_control is not None
+                else JobPauses(),
+                backfill=self.backfills.view(name),
                 running=tuple(self.history.running(name)),
                 last_run=self.history.last(name),
                 retry_pending=self.scheduler.retry_pending(name),
@@ -328,6 +349,54 @@ class DaemonControl:
     def cancel_workflow(self, name: str, run: str | None = None) -> list[str]:
         """Cancel the runs going of workflow ``name`` (only ``run``); KeyError."""
         return self.scheduler.cancel_flow(name, run)
+
+    async def pause(
+        self, name: str, *, reason: str, by: str | None, until: datetime | None
+    ) -> tuple[Pause, bool, JobPauses]:
+        """Pause ``name`` through the API: (the pause, whether it is durable, the pauses
+        holding it now).  KeyError; ValueError for an ``until`` not in the future;
+        :class:`~cronstable.ports.PauseRefused` when the store does not answer."""
+        if self.scheduler.job(name) is None or self.pause_control is None:
+            raise KeyError(name)
+        pause, durable = await self.pause_control.pause(name, reason=reason, by=by, until=until)
+        return pause, durable, self.pause_control.pauses(name)
+
+    def _paused(self, name: str) -> bool:
+        return self.pause_control is not None and self.pause_control.pauses(name).paused
+
+    def backfill_fires(
+        self, name: str, start: datetime, end: datetime, limit: int
+    ) -> list[datetime]:
+        """The fires a backfill of ``name`` over ``[start, end)`` would run (a dry run).
+        KeyError; :class:`~cronstable.ports.BackfillRefused`."""
+        return self.backfills.plan(name, start, end, limit)
+
+    def backfill(
+        self,
+        name: str,
+        start: datetime,
+        end: datetime,
+        *,
+        limit: int,
+        by: str | None,
+        ignore_pause: bool,
+    ) -> BackfillView:
+        """Start backfilling ``name``.  KeyError; BackfillRefused."""
+        return self.backfills.start(name, start, end, limit=limit, by=by, ignore_pause=ignore_pause)
+
+    def backfill_view(self, name: str) -> BackfillView | None:
+        """``name``'s backfill going, or its last one; KeyError for an unknown job."""
+        if not self.scheduler.has_job(name):
+            raise KeyError(name)
+        return self.backfills.view(name)
+
+    async def resume(self, name: str, *, by: str | None) -> tuple[Pause | None, JobPauses]:
+        """Lift ``name``'s API pause: (the pause lifted or None, the pauses still holding
+        it: the repository's ``suspend`` is not lifted).  KeyError; PauseRefused."""
+        if self.scheduler.job(name) is None or self.pause_control is None:
+            raise KeyError(name)
+        lifted = await self.pause_control.resume(name, by=by)
+        return lifted, self.pause_control.pauses(name)
 
     def reload(self) -> None:
         self._reload()

@@ -37,7 +37,7 @@ from typing import Any, Literal
 from cronstable.config.desired import Job
 from cronstable.config.models import RunSettings
 from cronstable.platform import pipe_holders
-from cronstable.ports import SPAWN_FAILED_RETURNCODE, RunResult
+from cronstable.ports import SPAWN_FAILED_RETURNCODE, RunResult, run_id
 from cronstable.runtime.child import Child, Usage, spawn
 from cronstable.runtime.identity import Identity
 from cronstable.runtime.output import CHUNK_SIZE, OutputMirror, StreamCapture, StreamName
@@ -70,13 +70,24 @@ def command_argv(config: RunSettings) -> list[str]:
 def job_environment(
     job: Job, scheduled_time: datetime, attempt: int, base: Mapping[str, str]
 ) -> dict[str, str]:
-    """The base (daemon's) environment, then the job's, then the ``CRONSTABLE_*`` variables."""
+    """The base (daemon's) environment, then the job's, then the ``CRONSTABLE_*`` variables:
+    the job's name, the time the run stands for (:func:`scheduled_text`), the attempt and
+    the run's id (:func:`cronstable.ports.run_id`, as the API and the logs name it)."""
     env = dict(base)
     env.update(job.environment)
     env["CRONSTABLE_JOB_NAME"] = job.name
-    env["CRONSTABLE_SCHEDULED_TIME"] = as_utc(scheduled_time).isoformat()
+    env["CRONSTABLE_SCHEDULED_TIME"] = scheduled_text(job, scheduled_time)
     env["CRONSTABLE_ATTEMPT"] = str(attempt)
+    env["CRONSTABLE_RUN_ID"] = run_id(job.name, as_utc(scheduled_time), attempt)
     return env
+
+
+def scheduled_text(job: Job, scheduled_time: datetime) -> str:
+    """The time a run stands for, ISO 8601 with the offset of the job's zone
+    (``2026-03-08T03:00:00-04:00`` for a job in America/New_York): its fire (a catch-up's
+    missed fire, a retry's failed fire, a backfill's fire in the range), or the start of a
+    run started on request."""
+    return as_utc(scheduled_time).astimezone(job.timezone).isoformat()
 
 
 def as_utc(moment: datetime) -> datetime:

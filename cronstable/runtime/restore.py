@@ -82,8 +82,9 @@ class Restore:
             return False
         slot.cursor = last_fire.astimezone(UTC)
         host.plan(slot, slot.cursor)
-        # only a fire already past was missed while down; a later one is ordinary
-        slot.resumed = slot.next_fire is not None and slot.next_fire < host.clock.now()
+        # only a fire that was to start already was missed while down; a later one is
+        # ordinary
+        slot.resumed = slot.next_start is not None and slot.next_start < host.clock.now()
         host.wake()
         return True
 

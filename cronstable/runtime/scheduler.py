@@ -99,7 +99,7 @@ from cronstable.ports import (
     run_id,
     run_outcome,
 )
-from cronstable.runtime import concurrency
+from cronstable.runtime import concurrency, jitter
 from cronstable.runtime.backoff import RetryState
 from cronstable.runtime.clock import Clock
 from cronstable.runtime.concurrency import Admission, runs_going
@@ -246,6 +246,10 @@ class Scheduler:
     def next_fire(self, name: str) -> datetime | None:
         slot = self._slots.get(name) or self._flows.get(name)
         return slot.next_fire if slot is not None else None
+
+    def next_start(self, name: str) -> datetime | None:
+        """When the next fire of ``name`` starts (its ``jitter`` applied)."""
+        return self._slots[name].next_start
 
     def running(self, name: str) -> int:
         slot = self._slots.get(name)
@@ -479,13 +483,22 @@ class Scheduler:
         """Compute and index the slot's next fire strictly after ``after``."""
         slot.generation = next(self._generations)
         job = slot.job
-        slot.next_fire = None
+        slot.next_fire = slot.next_start = None
         if not job.config.enabled or job.schedule.is_reboot:
             return
         fire = self._next(job, after)
         slot.next_fire = fire
         if fire is not None:
-            heapq.heappush(self._heap, (fire, slot.order, slot.generation, job.name))
+            slot.next_start = self.start_of(job, fire)
+            heapq.heappush(self._heap, (slot.next_start, slot.order, slot.generation, job.name))
+
+    def start_of(self, job: Job, fire: datetime) -> datetime:
+        """When ``job``'s scheduled ``fire`` starts: delayed by its ``jitter``
+        (:mod:`~cronstable.runtime.jitter`), kept below the next fire."""
+        spread = job.config.jitter
+        if not spread:
+            return fire
+        return fire + jitter.offset(job.name, fire, self._next(job, fire), spread)
 
     def _slot_named(self, name: str) -> JobSlot | None:
         return self._slots.get(name) or self._flows.get(name)
@@ -616,11 +629,11 @@ class Scheduler:
 
     def _service(self, now: datetime) -> None:
         while self._heap and self._heap[0][0] <= now:
-            fire, _, generation, name = heapq.heappop(self._heap)
+            _, _, generation, name = heapq.heappop(self._heap)
             slot = self._slot_named(name)
-            if slot is None or slot.generation != generation:
+            if slot is None or slot.generation != generation or slot.next_fire is None:
                 continue
-            self._due(slot, fire, now)
+            self._due(slot, slot.next_fire, now)
 
     def _due(self, slot: JobSlot, fire: datetime, now: datetime) -> None:
         job = slot.job
@@ -628,7 +641,8 @@ class Scheduler:
         # after a restart, every fire before now was missed while the daemon was down:
         # none of them is ordinary scheduling delay
         on_time = now if resumed else now - timedelta(seconds=self.late_tolerance)
-        if fire >= on_time:
+        # on time or late by when each fire was to start (its jitter applied)
+        if self.start_of(job, fire) >= on_time:
             slot.cursor = fire
             self._fire(slot, fire)
             self.plan(slot, fire)
@@ -640,14 +654,18 @@ class Scheduler:
         last_missed = fire
         missed = 0
         cursor: datetime | None = fire
-        while cursor is not None and cursor < on_time and missed < MISSED_SCAN_LIMIT:
+        while (
+            cursor is not None
+            and self.start_of(job, cursor) < on_time
+            and missed < MISSED_SCAN_LIMIT
+        ):
             if window is not None and cursor >= window:
                 catch_up = cursor
             last_missed = cursor
             missed += 1
             cursor = self._next(job, cursor)
         counted = catch_up is not None  # the catch-up fire is among the `missed` counted
-        capped = cursor is not None and cursor < on_time
+        capped = cursor is not None and self.start_of(job, cursor) < on_time
         if capped:
             # too many to enumerate: resume at the on-time window; in the deadline
             # window take its first fire rather than walking to its last
@@ -700,12 +718,15 @@ class Scheduler:
         elif resumed and self.state is not None:
             self.state.fire_handled(job, last_missed)  # not reported missed again
         # fires inside the on-time window, if any, run as usual
-        while cursor is not None and cursor <= now:
+        while cursor is not None and self.start_of(job, cursor) <= now:
             slot.cursor = cursor
             self._fire(slot, cursor)
             cursor = self._next(job, cursor)
-        # every fire before the on-time window has been handled (run or missed)
-        self.plan(slot, max(slot.cursor, on_time - timedelta(microseconds=1)))
+        # every fire due to start before now has been handled (run or missed); after a
+        # capped walk, every fire before the on-time window
+        self.plan(
+            slot, max(slot.cursor, on_time - timedelta(microseconds=1)) if capped else slot.cursor
+        )
 
     # ------------------------------------------------------------ after a restart
 
@@ -1012,6 +1033,10 @@ class Scheduler:
                 pid=inst.run.pid,
                 manual=launch.kind == "manual",
                 pool_wait=inst.ticket.waited if inst.ticket is not None else None,
+                planned_start=self.start_of(launch.job, scheduled)
+                if launch.kind == "fire"
+                else None,
+                backfill=launch.kind == "backfill",
             )
             inst.start = start
             self._tell("run_started", start)
@@ -1050,6 +1075,7 @@ class Scheduler:
             if inst.cancelled
             else run_outcome(result, replaced=inst.replaced)
         )
+        inst.outcome = outcome
         self._tell("run_finished", start, result, outcome)
         logger.info(
             "Job %s finished: %s%s, exit code %s, %.3f s, scheduled %s, attempt %d",

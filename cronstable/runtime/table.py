@@ -113,6 +113,9 @@ class JobSlot:
     cursor: datetime
     """The last fire instant handled (run, skipped or missed), or when the job arrived."""
     next_fire: datetime | None = None
+    next_start: datetime | None = None
+    """When the next fire starts: ``next_fire`` delayed by the job's ``jitter`` (the heap's
+    key; the same instant without jitter)."""
     generation: int = 0
     """Bumped whenever the next fire is planned anew: older heap entries are stale."""
     running: list[LiveRun] = field(default_factory=list)

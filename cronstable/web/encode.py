@@ -9,11 +9,13 @@ so changing an answer here changes no stored record.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from cronstable.ports import (
     AppliedConfig,
+    BackfillView,
     ClusterView,
     EventData,
     FinishedRun,
@@ -21,8 +23,10 @@ from cronstable.ports import (
     FlowRunView,
     Forecast,
     JobForecast,
+    JobPauses,
     JobRuns,
     JobStatus,
+    Pause,
     PoolView,
     RevisionView,
     RunEnded,
@@ -52,10 +56,16 @@ def run_start(run: RunStart) -> Json:
         "scheduledTime": utc_text(run.scheduled_time),
         "attempt": run.attempt,
         "startedAt": utc_text(run.started_at),
+        "plannedStart": _time(run.planned_start),
         "pid": run.pid,
         "manual": run.manual,
         "poolWait": _seconds(run.pool_wait),
+        "backfill": run.backfill,
     }
+
+
+def _time(moment: datetime | None) -> str | None:
+    return None if moment is None else utc_text(moment)
 
 
 def finished_run(run: FinishedRun) -> Json:
@@ -102,12 +112,58 @@ def _last_run(run: FinishedRun | None) -> Json | None:
         return None
     return {
         "id": run.start.id,
+        "scheduledTime": utc_text(run.start.scheduled_time),
+        "plannedStart": _time(run.start.planned_start),
+        "startedAt": utc_text(run.start.started_at),
         "outcome": run.outcome,
         "exitCode": run.exit_code,
         "duration": round(run.duration, 6),
         "finishedAt": utc_text(run.finished_at),
         "cpuSeconds": _seconds(run.cpu_seconds),
         "maxRss": run.max_rss,
+    }
+
+
+def pause(view: Pause | None) -> Json | None:
+    """One pause (``/status``, the pause and resume answers)."""
+    if view is None:
+        return None
+    return {
+        "source": view.source,
+        "reason": view.reason,
+        "by": view.by,
+        "since": _time(view.since),
+        "until": _time(view.until),
+        "node": view.node,
+    }
+
+
+def job_pauses(view: JobPauses) -> Json:
+    """The pauses holding a job, the repository's (``config``) and the API's apart."""
+    return {"config": pause(view.config), "api": pause(view.api)}
+
+
+def fires(moments: Sequence[datetime]) -> list[Json]:
+    """Fires of a job: each in UTC and as the job's zone writes it (``local``)."""
+    return [{"scheduledTime": utc_text(fire), "local": fire.isoformat()} for fire in moments]
+
+
+def backfill(view: BackfillView) -> Json:
+    """A job's backfill (``/status``, ``GET /jobs/{name}/backfill``)."""
+    return {
+        "state": view.state,
+        "from": utc_text(view.start),
+        "to": utc_text(view.end),
+        "by": view.by,
+        "ignorePause": view.ignore_pause,
+        "startedAt": utc_text(view.started_at),
+        "finishedAt": _time(view.finished_at),
+        "total": len(view.fires),
+        "done": view.done,
+        "outcomes": dict(sorted(view.outcomes.items())),
+        "current": _time(view.current),
+        "stopReason": view.stop_reason,
+        "fires": fires(view.fires),
     }
 
 
@@ -118,10 +174,22 @@ def job_status(job: JobStatus) -> Json:
         "timezone": job.timezone,
         "enabled": job.enabled,
         "nextFire": utc_text(job.next_fire) if job.next_fire is not None else None,
+        "nextStart": _time(job.next_start),
+        "jitter": job.jitter,
         "running": [run_start(run) for run in job.running],
         "lastRun": _last_run(job.last_run),
         "retryPending": job.retry_pending,
+        "paused": job.pauses.paused,
+        "pause": job_pauses(job.pauses),
+        "backfill": None if job.backfill is None else _backfill_progress(job.backfill),
     }
+
+
+def _backfill_progress(view: BackfillView) -> Json:
+    """A backfill in ``/status``: its progress, without the list of fires."""
+    shown = backfill(view)
+    del shown["fires"]
+    return shown
 
 
 def store(view: StoreView) -> Json:
@@ -206,10 +274,6 @@ def status(view: Status) -> Json:
         "stores": stores(view.stores),
         "pools": [pool(p, queue=False) for p in view.pools],
     }
-
-
-def _time(moment: Any) -> str | None:
-    return None if moment is None else utc_text(moment)
 
 
 def task_run(task: TaskRunView) -> Json:

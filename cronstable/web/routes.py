@@ -45,6 +45,20 @@ ROUTES: tuple[Route, ...] = (
           "Start the job now (also when disabled; a job with a pool may wait in its queue: "
           "queuePosition); 409 when concurrencyPolicy refuses.",
           "start", (202, 404, 409)),
+    Route("POST", "/jobs/{name}/pause", "trigger",
+          "Pause the job: its fires are skipped until it is resumed or {until}; body "
+          "{reason, until?}. Kept in the state store, apart from the repository's suspend.",
+          "pause", (200, 400, 404, 503)),
+    Route("POST", "/jobs/{name}/resume", "trigger",
+          "Lift the job's API pause (not the repository's suspend); 409 when it has none.",
+          "resume", (200, 404, 409, 503)),
+    Route("POST", "/jobs/{name}/backfill", "trigger",
+          "Run every fire of the job's schedule in [from, to), one after another; body "
+          "{from, to, dryRun?, max?, ignorePause?}; dryRun lists them.", "backfill",
+          (200, 202, 400, 404, 409)),
+    Route("GET", "/jobs/{name}/backfill", "read",
+          "The job's backfill going (or its last): fires, progress, outcomes.",
+          "backfill_progress", (200, 404)),
     Route("POST", "/jobs/{name}/cancel", "trigger",
           "Stop the job's running runs (only ?run=ID when given).", "cancel", (200, 404)),
     Route("GET", "/jobs/{name}/runs", "read",
