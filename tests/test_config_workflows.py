@@ -446,3 +446,58 @@ def test_a_task_names_a_pool_of_the_revision() -> None:
     fixed = state(text.replace("dbx", "db"))
     a = fixed.workflows["w"].tasks["a"].config
     assert (a.pool, a.pool_priority, a.pool_timeout) == ("db", 3, 300.0)
+
+
+def test_suspend_on_paused_and_jitter_are_the_workflows_not_its_tasks() -> None:
+    loaded = state(
+        """\
+        defaults:
+          jitter: 5m
+          suspend: {reason: freeze}
+        jobs:
+          - {name: j, command: echo, schedule: "@daily"}
+        workflows:
+          - name: etl
+            schedule: "0 3 * * *"
+            jitter: 90s
+            onPaused: {alertAfter: 2h}
+            tasks:
+              - {name: a, command: echo}
+              - {name: b, command: echo, dependsOn: [a]}
+        """
+    )
+    flow = loaded.workflows["etl"]
+    assert flow.config.jitter == 90 and flow.job.config.jitter == 90
+    assert flow.config.suspend is not None and flow.config.suspend.reason == "freeze"
+    assert flow.job.config.suspend == flow.config.suspend  # what the pause gate reads
+    assert flow.job.config.on_paused.alert_after == 7200
+    # the file's defaults reach the workflow, not its tasks
+    assert all(t.config.suspend is None and t.config.jitter is None for t in flow.tasks.values())
+    assert loaded.jobs["j"].config.jitter == 300
+    got = lines(
+        """\
+        workflows:
+          - name: etl
+            schedule: "0 3 * * *"
+            tasks:
+              - {name: a, command: echo, suspend: true}
+              - {name: b, command: echo, dependsOn: [a], jitter: 5m}
+              - {name: c, command: echo, onPaused: {alertAfter: 1h}}
+        """
+    )
+    assert got == [
+        "c.yaml:5:34: workflows[0].tasks[0].suspend: a task has no suspend of its own: it "
+        "belongs to what is scheduled (set it on workflow 'etl', or make this a job)",
+        "c.yaml:6:50: workflows[0].tasks[1].jitter: a task has no jitter of its own: it "
+        "belongs to what is scheduled (set it on workflow 'etl', or make this a job)",
+        "c.yaml:7:34: workflows[0].tasks[2].onPaused: a task has no onPaused of its own: it "
+        "belongs to what is scheduled (set it on workflow 'etl', or make this a job)",
+    ]
+
+
+def test_the_schema_gives_a_workflow_suspend_and_jitter_and_a_task_neither() -> None:
+    from cronstable.config.jsonschema import config_schema
+
+    defs = config_schema()["$defs"]
+    assert {"suspend", "onPaused", "jitter"} <= set(defs["WorkflowConfig"]["properties"])
+    assert not {"suspend", "onPaused", "jitter"} & set(defs["TaskConfig"]["properties"])

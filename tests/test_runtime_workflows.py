@@ -22,7 +22,9 @@ from cronstable.config import DesiredState, MemoryTree, load
 from cronstable.config.desired import Job
 from cronstable.ports import FlowRunView, RunResult, TaskRunView
 from cronstable.runtime.clock import ManualClock
+from cronstable.runtime.jitter import offset as jitter_offset
 from cronstable.runtime.scheduler import Scheduler, StartRefused
+from cronstable.state.pauses import PauseBook, PauseGate
 
 T0 = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -633,3 +635,129 @@ async def test_a_task_stored_waiting_in_its_pool_is_pending_again_after_a_restar
         "load": "succeeded",
     }
     assert len(h.started("etl.tb")) == 1 and not h.started("etl.ta")
+
+
+# ------------------------------------------------------------------ pause, jitter, run env
+
+PAUSABLE = """\
+workflows:
+  - name: etl
+    schedule: "*/10 * * * *"
+    tasks:
+      - {name: a, command: "true"}
+      - {name: b, command: "true", dependsOn: [a]}
+  - name: other
+    schedule: "*/10 * * * *"
+    tasks: [{name: a, command: "true"}]
+"""
+
+
+@pytest.mark.asyncio
+async def test_a_paused_workflow_starts_no_run_on_its_fires(
+    harness: Callable[..., Harness],
+) -> None:
+    desired = state(PAUSABLE)
+    clock_of: list[ManualClock] = []
+    book = PauseBook(
+        "n1",
+        lambda: None,
+        lambda: desired.jobs,
+        lambda: clock_of[0].now(),
+        poll_every=3600,
+        workflows=lambda: desired.workflows,
+    )
+    h = harness(desired, gate=PauseGate(None, book))
+    clock_of.append(h.clock)
+    h.behaviour["etl.a"] = [(120.0, 0)]
+    await h.clock.advance(10 * 60 + 1)
+    assert h.started("etl.a") == [T0 + timedelta(minutes=10)]
+    # the API pause of a workflow is its own (a job of that name would be apart)
+    pause, durable = await book.pause("etl", reason="hold", by="ops", until=None, workflow=True)
+    assert not durable and pause.job == "etl"
+    assert book.pauses("etl", workflow=True).api == pause
+    assert book.pauses("etl").api is None
+    await h.clock.advance(30 * 60)
+    # the run going finished (b ran after a), no fire started another
+    assert h.started("etl.a") == [T0 + timedelta(minutes=10)]
+    assert h.started("etl.b") == [T0 + timedelta(minutes=12)]
+    assert h.scheduler.stats.skipped_cluster == {"paused": 3}
+    assert len(h.started("other.a")) == 4  # the other workflow runs on
+    # a start on request still runs
+    ident = h.scheduler.start_flow("etl", h.clock.now())
+    await h.clock.advance(200)
+    assert h.last("etl").id == ident and h.last("etl").outcome == "succeeded"
+    assert [p.job for p in book.active()] == ["etl"]
+    await book.resume("etl", by="ops", workflow=True)
+    await h.clock.advance(10 * 60)
+    assert len(h.started("etl.a")) == 3  # the next fire runs; the skipped ones do not
+    await book.close()
+
+
+@pytest.mark.asyncio
+async def test_suspend_on_a_workflow_skips_its_fires_as_paused(
+    harness: Callable[..., Harness],
+) -> None:
+    desired = state(
+        """\
+        workflows:
+          - name: etl
+            schedule: "*/10 * * * *"
+            suspend: {reason: migration}
+            tasks: [{name: a, command: "true"}]
+        """
+    )
+    clock_of: list[ManualClock] = []
+    book = PauseBook(
+        "n1",
+        lambda: None,
+        lambda: desired.jobs,
+        lambda: clock_of[0].now(),
+        poll_every=3600,
+        workflows=lambda: desired.workflows,
+    )
+    h = harness(desired, gate=PauseGate(None, book))
+    clock_of.append(h.clock)
+    book.commit(None, desired)
+    held = book.pauses("etl", workflow=True).config
+    assert held is not None and (held.source, held.reason, held.since) == (
+        "config",
+        "migration",
+        T0,
+    )
+    await h.clock.advance(30 * 60 + 1)
+    assert h.started("etl.a") == []
+    assert h.scheduler.stats.skipped_cluster == {"paused": 3}
+    await book.close()
+
+
+@pytest.mark.asyncio
+async def test_jitter_delays_a_workflow_fire_and_its_tasks_keep_the_fire_time(
+    harness: Callable[..., Harness],
+) -> None:
+    h = harness(
+        state(
+            """\
+            workflows:
+              - name: etl
+                schedule: "0 * * * *"
+                jitter: 10m
+                tasks:
+                  - {name: a, command: "true"}
+                  - {name: b, command: "true", dependsOn: [a]}
+            """
+        )
+    )
+    planned = HOUR + jitter_offset("etl", HOUR, HOUR + timedelta(hours=1), 600)
+    assert HOUR < planned < HOUR + timedelta(minutes=10)
+    assert h.scheduler.next_fire("etl") == HOUR
+    assert h.scheduler.next_start("etl") == planned
+    await h.clock.advance((planned - T0).total_seconds() - 0.5)
+    assert h.started("etl.a") == []
+    await h.clock.advance(1)
+    assert h.started("etl.a") == [planned]
+    await h.clock.advance(5)
+    run = h.last("etl")
+    assert run.id == "etl@2026-06-01T13:00:00Z" and run.scheduled_time == HOUR
+    assert [r.scheduled for r in h.runs] == [HOUR, HOUR]  # the tasks stand for the fire
+    # each task's process is told its workflow run's id
+    assert {r.job.environment.get("CRONSTABLE_WORKFLOW_RUN_ID") for r in h.runs} == {run.id}

@@ -109,6 +109,9 @@ def workflow_job(
         on_success=config.on_success,
         on_missed=config.on_missed,
         statsd=config.statsd,
+        suspend=config.suspend,
+        on_paused=config.on_paused,
+        jitter=config.jitter,
     )
     return Job(
         config=settings,

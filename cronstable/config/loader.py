@@ -51,6 +51,7 @@ from cronstable.config.fingerprint import job_digest, job_set_id, pool_digest, w
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.config.models import (
     WORKFLOW_DEFAULT_KEYS,
+    WORKFLOW_ONLY_KEYS,
     ClusterConfig,
     ConfigFile,
     JobConfig,
@@ -1167,7 +1168,19 @@ class _Loader:
                 continue
             if isinstance(task_name, str):
                 raws[task_name] = (index, raw)
-            layers = [*entry.defaults, _Layer(entry.file, where, raw)]
+            own = [k for k in WORKFLOW_ONLY_KEYS if k in raw]
+            if own:
+                self.problem(
+                    entry.file,
+                    (*where, own[0]),
+                    f"a task has no {own[0]} of its own: it belongs to what is scheduled "
+                    f"(set it on workflow {workflow!r}, or make this a job)",
+                )
+                continue
+            layers = [
+                *(_task_defaults(layer) for layer in entry.defaults),
+                _Layer(entry.file, where, raw),
+            ]
             job_entry = _JobEntry(entry.file, index, raw, layers)
             task = self._build_task(job_entry, workflow, where)
             if task is None:
@@ -1263,6 +1276,15 @@ def job_run_when(job: Job) -> Any:
 
 _NO_SCHEDULE = parse_schedule("@reboot")
 """A task's schedule until its workflow's is known (replaced before anyone sees it)."""
+
+
+def _task_defaults(layer: _Layer) -> _Layer:
+    """The part of a ``defaults`` layer that reaches a workflow's tasks: all of it but
+    WORKFLOW_ONLY_KEYS (they reach the workflow)."""
+    if not any(k in layer.data for k in WORKFLOW_ONLY_KEYS):
+        return layer
+    data = {k: v for k, v in layer.data.items() if k not in WORKFLOW_ONLY_KEYS}
+    return _Layer(layer.file, layer.prefix, data)
 
 
 def _workflow_defaults(layer: _Layer) -> _Layer:

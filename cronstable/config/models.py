@@ -860,11 +860,26 @@ RunWhenName = Literal["allSucceeded", "allDone", "anyFailed", "allFailed"]
 """cronstable.workflows.dag.RunWhen, spelled out (the schema lists the values)."""
 
 
+WORKFLOW_ONLY_KEYS = ("suspend", "onPaused", "jitter")
+"""Job settings a task does not take: they belong to what is scheduled, its workflow
+(a file's ``defaults`` give them to the workflow, not to its tasks)."""
+
+
+def _without_workflow_keys(schema: dict[str, Any]) -> None:
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for name in WORKFLOW_ONLY_KEYS:
+            properties.pop(name, None)
+
+
 class TaskConfig(RunSettings):
     """One task of a workflow: a job without a schedule of its own (every job setting
-    applies, and the file's defaults reach it as they reach jobs), started by its
-    workflow's runs once its dependencies allow. Its name everywhere a job name
-    appears (logs, metrics, the API, durable state) is ``WORKFLOW.TASK``."""
+    applies but ``suspend``, ``onPaused`` and ``jitter``, which are the workflow's, and
+    the file's defaults reach it as they reach jobs), started by its workflow's runs once
+    its dependencies allow. Its name everywhere a job name appears (logs, metrics, the
+    API, durable state) is ``WORKFLOW.TASK``."""
+
+    model_config = ConfigDict(json_schema_extra=_without_workflow_keys)
 
     name: Text = Field(examples=["extract"])
     """The task's name, unique in its workflow, without a ``.``."""
@@ -930,6 +945,21 @@ class WorkflowSettings(Model):
     statsd: Statsd | None = None
     """Send start/stop/success/duration of every run of the workflow to statsd (its tasks
     send their own with a statsd of their own)."""
+    suspend: SuspendSpec = Field(
+        None, examples=[True, {"until": "2026-05-04T09:00:00Z", "reason": "migration"}]
+    )
+    """Pause the workflow: ``true``, or ``{until, reason}``. Its fires start no run and
+    are counted as ``paused`` (never caught up afterwards); a start on request still
+    runs, and runs going finish. A pause asked through the API (``POST
+    /workflows/{name}/pause``) is kept apart: removing this key does not lift it."""
+    on_paused: OnPaused = Field(default_factory=_shared_factory(OnPaused()), alias="onPaused")
+    """Reports when the workflow has been paused for longer than ``alertAfter``."""
+    jitter: OptDuration = Field(None, ge=0, examples=["5m", 30])
+    """Delay each scheduled fire's start by an offset in [0, jitter) (seconds, or a
+    duration like ``90s``), the same on every node: a hash of the workflow's name and the
+    fire's time, kept below the next fire. Never applied to catch-ups or starts on
+    request; the run's scheduled time (its tasks' ``CRONSTABLE_SCHEDULED_TIME``) stays
+    the fire's."""
 
     @field_validator("name")
     @classmethod
@@ -954,6 +984,9 @@ WORKFLOW_DEFAULT_KEYS = (
     "onFailure",
     "onSuccess",
     "onMissed",
+    "suspend",
+    "onPaused",
+    "jitter",
 )
 """The keys of a file's ``defaults`` that reach its workflows too (``onFailure`` without
 its ``retry``: a workflow's retries are its tasks')."""

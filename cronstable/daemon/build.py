@@ -142,6 +142,7 @@ def build_daemon(
         clock.now,
         on_alert=reports.pause_exceeded,
         registry=registry,
+        workflows=lambda: scheduler_of().workflows,
     )  # suspend and the API's pauses, kept in the state store; the gate asks it
     scheduler = Scheduler(
         clock,

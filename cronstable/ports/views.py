@@ -106,6 +106,11 @@ class WorkflowStatus:
     tasks: tuple[TaskDefinition, ...]
     running: tuple[FlowRunView, ...]
     last_run: FlowRunView | None
+    next_start: datetime | None = None
+    """When the next fire starts: ``next_fire`` delayed by the workflow's ``jitter``."""
+    jitter: float | None = None
+    pauses: JobPauses = JobPauses()
+    """The pauses holding the workflow now (its ``suspend`` and the API's apart)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -210,6 +210,11 @@ class DaemonControl:
             enabled=flow.config.enabled,
             concurrency_policy=flow.config.concurrency_policy,
             next_fire=slot.next_fire,
+            next_start=slot.next_start,
+            jitter=flow.config.jitter or None,
+            pauses=self.pause_control.pauses(name, workflow=True)
+            if self.pause_control is not None
+            else JobPauses(),
             tasks=tuple(
                 TaskDefinition(
                     task=task,
@@ -351,15 +356,41 @@ class DaemonControl:
         return self.scheduler.cancel_flow(name, run)
 
     async def pause(
-        self, name: str, *, reason: str, by: str | None, until: datetime | None
+        self,
+        name: str,
+        *,
+        reason: str,
+        by: str | None,
+        until: datetime | None,
+        workflow: bool = False,
     ) -> tuple[Pause, bool, JobPauses]:
-        """Pause ``name`` through the API: (the pause, whether it is durable, the pauses
-        holding it now).  KeyError; ValueError for an ``until`` not in the future;
+        """Pause job (with ``workflow``: workflow) ``name`` through the API: (the pause,
+        whether it is durable, the pauses holding it now).  KeyError; ValueError for an
+        ``until`` not in the future or a workflow's task (it pauses with its workflow);
         :class:`~cronstable.ports.PauseRefused` when the store does not answer."""
-        if self.scheduler.job(name) is None or self.pause_control is None:
+        control = self._pausable(name, workflow)
+        pause, durable = await control.pause(
+            name, reason=reason, by=by, until=until, workflow=workflow
+        )
+        return pause, durable, control.pauses(name, workflow=workflow)
+
+    def _pausable(self, name: str, workflow: bool) -> PauseControl:
+        """The pause control, for an applied job (or workflow) ``name``; KeyError, and
+        ValueError for a workflow's task."""
+        if self.pause_control is None:
             raise KeyError(name)
-        pause, durable = await self.pause_control.pause(name, reason=reason, by=by, until=until)
-        return pause, durable, self.pause_control.pauses(name)
+        if workflow:
+            if self.scheduler.flow_slot(name) is None:
+                raise KeyError(name)
+        elif name not in self.scheduler.jobs:
+            task = self.scheduler.job(name)
+            if task is not None and task.workflow is not None:
+                raise ValueError(
+                    f"{name!r} is a task: it pauses with its workflow {task.workflow!r} "
+                    "(POST /workflows/{name}/pause)"
+                )
+            raise KeyError(name)
+        return self.pause_control
 
     def _paused(self, name: str) -> bool:
         return self.pause_control is not None and self.pause_control.pauses(name).paused
@@ -390,13 +421,15 @@ class DaemonControl:
             raise KeyError(name)
         return self.backfills.view(name)
 
-    async def resume(self, name: str, *, by: str | None) -> tuple[Pause | None, JobPauses]:
-        """Lift ``name``'s API pause: (the pause lifted or None, the pauses still holding
-        it: the repository's ``suspend`` is not lifted).  KeyError; PauseRefused."""
-        if self.scheduler.job(name) is None or self.pause_control is None:
-            raise KeyError(name)
-        lifted = await self.pause_control.resume(name, by=by)
-        return lifted, self.pause_control.pauses(name)
+    async def resume(
+        self, name: str, *, by: str | None, workflow: bool = False
+    ) -> tuple[Pause | None, JobPauses]:
+        """Lift job (or workflow) ``name``'s API pause: (the pause lifted or None, the
+        pauses still holding it: the repository's ``suspend`` is not lifted).  KeyError;
+        ValueError for a task; PauseRefused."""
+        control = self._pausable(name, workflow)
+        lifted = await control.resume(name, by=by, workflow=workflow)
+        return lifted, control.pauses(name, workflow=workflow)
 
     def reload(self) -> None:
         self._reload()

@@ -71,7 +71,7 @@ import heapq
 import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -139,6 +139,10 @@ class SwapSummary:
     removed: tuple[str, ...]
     changed: tuple[str, ...]
     unchanged: tuple[str, ...]
+
+
+WORKFLOW_RUN_ID = "CRONSTABLE_WORKFLOW_RUN_ID"
+"""The variable that tells a task's process its workflow run's id."""
 
 
 def _timing(job: Job) -> tuple[str, str, bool]:
@@ -248,8 +252,10 @@ class Scheduler:
         return slot.next_fire if slot is not None else None
 
     def next_start(self, name: str) -> datetime | None:
-        """When the next fire of ``name`` starts (its ``jitter`` applied)."""
-        return self._slots[name].next_start
+        """When the next fire of job (or workflow) ``name`` starts (its ``jitter``
+        applied)."""
+        slot = self._slot_named(name)
+        return slot.next_start if slot is not None else None
 
     def running(self, name: str) -> int:
         slot = self._slots.get(name)
@@ -885,10 +891,16 @@ class Scheduler:
 
     def launch_task(self, run: FlowRun, job: Job, attempt: int) -> LiveRun:
         """Start a run of ``job``, a task of workflow run ``run`` (its definition), for the
-        workflow run's fire: watched like any run, its end told to the workflow run."""
+        workflow run's fire: watched like any run, its end told to the workflow run.
+
+        The process is told the workflow run's fire as its ``CRONSTABLE_SCHEDULED_TIME``,
+        its own run id (``WORKFLOW.TASK@<fire>#<attempt>``) as ``CRONSTABLE_RUN_ID``, and
+        the workflow run's id as ``CRONSTABLE_WORKFLOW_RUN_ID`` (added to the copy of the
+        task's definition the process is made from; the run is watched as ``job``)."""
         launch = Launch(job, run.scheduled, attempt, "task")
+        told = replace(job, environment={**job.environment, WORKFLOW_RUN_ID: run.id})
         live = LiveRun(
-            self.spawner(job, run.scheduled, attempt),
+            self.spawner(told, run.scheduled, attempt),
             launch,
             None,
             flow=run,

@@ -22,7 +22,9 @@ parallel), and end the run when it says it is done.
   pending tasks and pending retries and stops its running ones; a removed
   workflow's runs start nothing more and let their running tasks finish.  A run
   whose task the cluster gate no longer lets this node start (the leadership
-  moved) is left to the node that leads now: this one stops driving it.
+  moved) is left to the node that leads now: this one stops driving it.  A pause
+  (``suspend``, ``POST /workflows/{name}/pause``) holds the workflow's fires only:
+  a run going starts its next tasks.
 * A stopping daemon starts no task and arms no retry timer; what its runs reached
   is told to the listeners (durable state keeps it for the next start).
 """
@@ -273,6 +275,10 @@ class Flows:
         if decided.start and not (host.stopping or run.detached):
             # a start on request runs where it was asked (as a job's does), whoever leads
             refused = None if run.kind == "manual" else host.gate_says(run.flow.job)
+            if refused == "paused":
+                # the gate asks the cluster first: this node may go on; a pause holds
+                # the workflow's fires, never the tasks of a run already going
+                refused = None
             if refused in ("leadership_unknown", "gate_error"):
                 self._recheck(run)
             elif refused is not None:

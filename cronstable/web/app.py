@@ -165,6 +165,22 @@ class Api:
             return refused(refusal)
         return web.json_response(answer)
 
+    async def pause_workflow(self, request: web.Request) -> web.StreamResponse:
+        name, by = request.match_info["name"], self.token_name(request)
+        try:
+            answer = await pauses.pause(self.daemon, name, await request.read(), by, workflow=True)
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer)
+
+    async def resume_workflow(self, request: web.Request) -> web.StreamResponse:
+        name, by = request.match_info["name"], self.token_name(request)
+        try:
+            answer = await pauses.resume(self.daemon, name, by, workflow=True)
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer)
+
     async def backfill(self, request: web.Request) -> web.StreamResponse:
         name, by = request.match_info["name"], self.token_name(request)
         try:

@@ -328,6 +328,10 @@ def workflow_status(flow: WorkflowStatus) -> Json:
         "enabled": flow.enabled,
         "concurrencyPolicy": flow.concurrency_policy,
         "nextFire": _time(flow.next_fire),
+        "nextStart": _time(flow.next_start),
+        "jitter": flow.jitter,
+        "paused": flow.pauses.paused,
+        "pause": job_pauses(flow.pauses),
         "tasks": [
             {
                 "task": task.task,

@@ -37,6 +37,7 @@ _BODIES: dict[str, dict[str, Any]] = {
     },
 }
 """The JSON body of each route that takes one, by handler."""
+_BODIES["pause_workflow"] = _BODIES["pause"]
 _BODIES["backfill"] = {
     "type": "object",
     "additionalProperties": False,

@@ -88,6 +88,13 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/workflows/{name}/start", "trigger",
           "Start a run of the workflow now (also when disabled); 409 when concurrencyPolicy "
           "refuses.", "start_workflow", (202, 404, 409)),
+    Route("POST", "/workflows/{name}/pause", "trigger",
+          "Pause the workflow: its fires start no run until it is resumed or {until}; body "
+          "{reason, until?}. Kept in the state store, apart from the repository's suspend.",
+          "pause_workflow", (200, 400, 404, 503)),
+    Route("POST", "/workflows/{name}/resume", "trigger",
+          "Lift the workflow's API pause (not the repository's suspend); 409 when it has none.",
+          "resume_workflow", (200, 404, 409, 503)),
     Route("POST", "/workflows/{name}/runs/{id}/cancel", "trigger",
           "Cancel the workflow run: its pending tasks are cancelled, its running ones stopped.",
           "cancel_workflow", (200, 404)),
