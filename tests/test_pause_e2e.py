@@ -5,7 +5,9 @@
   once, and a resume runs the next fire without catching up the skipped ones;
 * ``suspend`` in the repository and an API pause are shown apart, a commit removing
   ``suspend`` does not lift the API pause, and ``--until`` ends a pause by itself;
-* on a state store the nodes share (etcd), a pause asked of one node holds on the other.
+* on a state store the nodes share (etcd), a pause asked of one node holds on the other;
+* a workflow pauses through ``POST /workflows/{name}/pause`` (kept across a kill -9) and
+  resumes, and its tasks are told the fire, their run id and the workflow run's id.
 """
 
 from __future__ import annotations
@@ -278,3 +280,97 @@ jobs:
         lambda: all(count(out) > marks[name] for name, out in outs.items()), 10, "both fire again"
     )
     assert stop_all([n1, n2]) == [0, 0]
+
+
+def workflow_of(url: str, name: str) -> dict[str, Any]:
+    _, _, body = http(f"{url}/workflows", headers={"Authorization": f"Bearer {TOKEN}"})
+    return next(entry for entry in body["workflows"] if entry["name"] == name)
+
+
+def test_a_workflow_pauses_and_its_tasks_know_their_fire_and_run_ids(
+    tmp_path: Path, daemon_procs: list[DaemonProcess]
+) -> None:
+    out = tmp_path / "tasks.out"
+    line = (
+        f'echo "$CRONSTABLE_JOB_NAME|$CRONSTABLE_SCHEDULED_TIME|$CRONSTABLE_RUN_ID|'
+        f'$CRONSTABLE_WORKFLOW_RUN_ID" >> {out}'
+    )
+    config = write_config(
+        tmp_path / "conf",
+        WEB
+        + f"""\
+state: {{backend: filesystem}}
+workflows:
+  - name: flow
+    schedule: "* * * * * * *"
+    concurrencyPolicy: Forbid
+    timezone: America/New_York
+    tasks:
+      - {{name: a, command: '{line}'}}
+      - {{name: b, command: '{line}', dependsOn: [a]}}
+""",
+    )
+    daemon = DaemonProcess(
+        config,
+        tmp_path / "daemon.log",
+        args=["--state-dir", str(tmp_path / "state")],
+        env=os.environ | {"OPS_TOKEN": TOKEN},
+    )
+    daemon_procs.append(daemon.start())
+    url = daemon.url()
+    wait_for(lambda: count(out) >= 4, what="two runs of the workflow")
+
+    # each task is told its workflow run's fire (in the workflow's zone), its own run
+    # id and its workflow run's id
+    runs: dict[str, list[tuple[str, str, str]]] = {}
+    for entry in out.read_text().splitlines():
+        name, scheduled, run, flow_run = entry.split("|")
+        runs.setdefault(flow_run, []).append((name, scheduled, run))
+    for flow_run, tasks in runs.items():
+        fire = datetime.fromisoformat(tasks[0][1])
+        assert fire.utcoffset() in (timedelta(hours=-4), timedelta(hours=-5))
+        utc = fire.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert flow_run == f"flow@{utc}"
+        for name, scheduled, run in tasks:
+            assert scheduled == tasks[0][1] and run == f"{name}@{utc}#1"
+
+    # POST /workflows/{name}/pause: its fires start no run (counted as paused)
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    status, _, body = http(
+        f"{url}/workflows/flow/pause", "POST", body=b'{"reason": "quiet"}', headers=headers
+    )
+    assert status == 200 and body["workflow"] == "flow" and body["durable"] is True, body
+    assert (body["pause"]["by"], body["pause"]["reason"]) == ("ops", "quiet")
+    time.sleep(1.5)  # a run started at the very instant finishes its tasks
+    assert still(out, 2.5), "a paused workflow ran"
+    shown = workflow_of(url, "flow")
+    assert shown["paused"] is True and shown["pause"]["api"]["by"] == "ops"
+    assert shown["pause"]["config"] is None
+    assert (metric(url, r'cronstable_fires_skipped_total\{reason="paused"\}') or 0) >= 2
+    assert metric(url, r'cronstable_job_paused\{job="flow",source="api"\}') == 1
+    # a task pauses with its workflow; /jobs does not pause a workflow
+    status, _, body = http(
+        f"{url}/jobs/flow.a/pause", "POST", body=b'{"reason": "x"}', headers=headers
+    )
+    assert status == 400 and "pauses with its workflow 'flow'" in body["error"], body
+    status, _, _ = http(f"{url}/jobs/flow/pause", "POST", body=b'{"reason": "x"}', headers=headers)
+    assert status == 404
+    status, _, _ = http(
+        f"{url}/workflows/nope/pause", "POST", body=b'{"reason": "x"}', headers=headers
+    )
+    assert status == 404
+
+    # the pause survives a restart (kept in the state store)
+    daemon.kill9()
+    daemon.start()
+    url = daemon.url()
+    daemon.wait_log(r"applied in ")
+    assert workflow_of(url, "flow")["pause"]["api"]["reason"] == "quiet"
+    assert still(out, 2.5), "a paused workflow ran after a restart"
+
+    status, _, body = http(f"{url}/workflows/flow/resume", "POST", headers=headers)
+    assert status == 200 and body["resumed"]["reason"] == "quiet", body
+    wait_for(lambda: not still(out, 0.5), 10, "the workflow runs again after resume")
+    status, _, body = http(f"{url}/workflows/flow/resume", "POST", headers=headers)
+    assert status == 409
+    assert daemon.stop() == 0

@@ -142,3 +142,27 @@ async def test_a_cancel_or_a_pause_stops_the_backfill(harness: Callable[..., Har
     )
     await backfills.close()
     await asyncio.sleep(0)
+
+
+@pytest.mark.asyncio
+async def test_a_workflow_and_its_tasks_are_not_backfilled() -> None:
+    from cronstable.config import MemoryTree, load
+    from cronstable.runtime.clock import ManualClock
+    from cronstable.runtime.scheduler import Scheduler
+
+    desired = load(
+        MemoryTree(
+            {
+                "c.yaml": b'workflows: [{name: etl, schedule: "0 * * * *", '
+                b'tasks: [{name: a, command: "true"}]}]\n'
+            }
+        ),
+        "c.yaml",
+    )
+    scheduler = Scheduler(ManualClock(T0), lambda job, scheduled, attempt: None)  # type: ignore[arg-type,return-value]
+    scheduler.replace_jobs(desired.jobs, desired.workflows)
+    backfills = Backfills(scheduler)
+    with pytest.raises(BackfillRefused, match="'etl.a' is a task: it runs only in its workflow"):
+        backfills.plan("etl.a", T0 - timedelta(hours=3), T0)
+    with pytest.raises(KeyError):  # a workflow's fire is no process to run
+        backfills.plan("etl", T0 - timedelta(hours=3), T0)

@@ -290,3 +290,68 @@ async def test_the_cluster_gate_answers_first() -> None:
     assert PauseGate(None, book).allows(state.jobs["tick"]) == "paused"
     assert PauseGate(None, book).allows(state.jobs["other"]) is None
     await asyncio.sleep(0)
+
+
+# ------------------------------------------------------------------ workflows
+
+FLOWS = """\
+jobs:
+  - {name: workflow, command: "true", schedule: "* * * * *"}
+workflows:
+  - name: etl
+    schedule: "* * * * *"
+    onPaused:
+      alertAfter: 1h
+      report: {shell: {command: "true"}}
+    tasks: [{name: a, command: "true"}]
+"""
+
+
+@pytest.mark.asyncio
+async def test_a_workflow_pause_has_its_own_key_and_holds_on_every_node(
+    store: StateStore,
+) -> None:
+    state = desired(FLOWS)
+    clock = ManualClock(T0)
+    alerts: list[tuple[str, Pause]] = []
+
+    def book(node: str) -> PauseBook:
+        made = PauseBook(
+            node,
+            lambda: store,
+            lambda: state.jobs,
+            clock.now,
+            on_alert=lambda job, pause: alerts.append((job.name, pause)),
+            poll_every=3600,
+            workflows=lambda: state.workflows,
+        )
+        made.commit(None, state)
+        return made
+
+    n1, n2 = book("n1"), book("n2")
+    flow = state.workflows["etl"].job
+    pause, durable = await n1.pause("etl", reason="quiet", by="ops", until=None, workflow=True)
+    assert durable
+    assert await store.get(pause_key("etl", workflow=True)) is not None
+    assert await store.get(pause_key("etl")) is None
+    await n2.refresh()
+    assert n2.holding(flow) == pause and PauseGate(None, n2).allows(flow) == "paused"
+    assert n2.pauses("etl", workflow=True).api == pause
+    # the job named "workflow" (key pauses/workflow) is not touched by it, nor it by the job
+    job = state.jobs["workflow"]
+    assert n2.holding(job) is None
+    await n2.pause("workflow", reason="job", by="ops", until=None)
+    await n1.refresh()
+    assert n1.holding(job) is not None and n1.holding(flow) == pause
+    assert sorted((p.job, p.source) for p in n1.active()) == [("etl", "api"), ("workflow", "api")]
+    # onPaused of a workflow: once across the nodes
+    await clock.advance(3600)
+    await n1.check_alerts()
+    await n2.check_alerts()
+    assert [name for name, _ in alerts] == ["etl"]
+    lifted = await n2.resume("etl", by="ops", workflow=True)
+    assert lifted == pause
+    await n1.refresh()
+    assert n1.holding(flow) is None and n1.holding(job) is not None
+    await n1.close()
+    await n2.close()

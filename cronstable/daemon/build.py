@@ -37,7 +37,7 @@ from cronstable.runtime.clock import Clock, SystemClock
 from cronstable.runtime.control import DaemonControl, RunRecordsSection
 from cronstable.runtime.daemon import Closer, Daemon, JobsSection, ProcessSpawner, request_reload
 from cronstable.runtime.events import EventHub
-from cronstable.runtime.history import RunHistory
+from cronstable.runtime.history import FlowHistory, RunHistory
 from cronstable.runtime.output import OutputMirror
 from cronstable.runtime.pool_section import PoolsSection
 from cronstable.runtime.pools import Pools
@@ -92,6 +92,7 @@ def build_daemon(
     mirror = OutputMirror()
     spawner = ProcessSpawner(mirror)
     history = RunHistory()
+    flow_history = FlowHistory()
     events = EventHub()
     status = ReconcileStatus(observers=[events.revision])
     pools = EtcdPools()  # one pool of connections per etcd: leadership, slots, state share it
@@ -105,8 +106,13 @@ def build_daemon(
         node.name, registry, pools=pools, on_change=lambda: scheduler_of().wake()
     )  # the gate: may this node start this job now (clusterPolicy)?
     keeper = StateKeeper(
-        node.name, scheduler_of, history, cluster_wide=cluster.one_run, gated=cluster.gated
-    )  # a launch guard, the state hooks and a run listener: durable state
+        node.name,
+        scheduler_of,
+        history,
+        cluster_wide=cluster.one_run,
+        gated=cluster.gated,
+        flow_history=flow_history,
+    )  # a launch guard, the state hooks, a run and a workflow listener: durable state
     slots = SlotGuard(
         node.name,
         replace_runs=lambda job, why: scheduler_of().replace_runs(job, why),
@@ -136,6 +142,7 @@ def build_daemon(
         clock.now,
         on_alert=reports.pause_exceeded,
         registry=registry,
+        workflows=lambda: scheduler_of().workflows,
     )  # suspend and the API's pauses, kept in the state store; the gate asks it
     scheduler = Scheduler(
         clock,
@@ -147,6 +154,7 @@ def build_daemon(
         hooks=keeper,
         run_listeners=(history, run_metrics, events, statsd, keeper),
         report_listeners=(reports,),
+        flow_listeners=(flow_history, run_metrics, statsd, keeper),
         pools=job_pools,
     )
     scheduler_of.set(scheduler)
@@ -178,6 +186,7 @@ def build_daemon(
         state=keeper.view,
         stores=stores.view,
         start_check=slots.refusal,
+        flow_history=flow_history,
         limits=node.limits,
         pauses=pauses,
     )  # what the web reads of the daemon, and the few things it may ask
@@ -193,7 +202,7 @@ def build_daemon(
         PoolsSection(job_pools, registry),
         # early: what the later commits log goes through the revision's handlers
         LoggingSection(node.log_overrides),
-        RunRecordsSection(history, run_metrics),  # drops what removed jobs left
+        RunRecordsSection(history, run_metrics, flow_history),  # drops what removed jobs left
         reports,
         # cluster before state: the restore asks the gate which jobs the leadership
         # places (their fires are not this node's to resume)

@@ -10,6 +10,8 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 * :mod:`.launch`: a run about to start (:class:`Launch`) and who has a say in it
   (:class:`ClusterGate`, :class:`LaunchGuard`, :class:`StateHooks`), a :class:`Run`;
 * :mod:`.listeners`: who hears of runs (:class:`RunListener`, :class:`ReportListener`);
+* :mod:`.flows`: workflow runs (:class:`FlowRunView`, :class:`TaskRunView`) and who hears
+  of them (:class:`FlowListener`);
 * :mod:`.pauses`: a job held back (:class:`Pause`, :class:`JobPauses`) and what may
   be asked of the pauses (:class:`PauseControl`);
 * :mod:`.restore`: what a previous daemon's records are put back into
@@ -21,6 +23,14 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 
 from __future__ import annotations
 
+from cronstable.ports.flows import (
+    FlowKind,
+    FlowListener,
+    FlowRecords,
+    FlowRunView,
+    TaskRunView,
+    flow_run_id,
+)
 from cronstable.ports.launch import (
     BackfillRefused,
     ClusterGate,
@@ -62,6 +72,7 @@ from cronstable.ports.views import (
     Election,
     EventData,
     FireBand,
+    FlowRuns,
     Forecast,
     JobForecast,
     JobRuns,
@@ -73,6 +84,8 @@ from cronstable.ports.views import (
     StateView,
     Status,
     StoreView,
+    TaskDefinition,
+    WorkflowStatus,
 )
 
 __all__ = [
@@ -90,6 +103,11 @@ __all__ = [
     "EventData",
     "FinishedRun",
     "FireBand",
+    "FlowKind",
+    "FlowListener",
+    "FlowRecords",
+    "FlowRunView",
+    "FlowRuns",
     "Forecast",
     "History",
     "JobForecast",
@@ -124,7 +142,11 @@ __all__ = [
     "StateView",
     "Status",
     "StoreView",
+    "TaskDefinition",
+    "TaskRunView",
     "WallClock",
+    "WorkflowStatus",
+    "flow_run_id",
     "report_moments",
     "run_id",
     "run_outcome",

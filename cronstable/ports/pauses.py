@@ -61,18 +61,25 @@ class PauseRefused(Exception):
 class PauseControl(Protocol):
     """What the daemon's control may ask of the pauses."""
 
-    def pauses(self, job: str) -> JobPauses:
-        """The pauses holding ``job`` now."""
+    def pauses(self, job: str, *, workflow: bool = False) -> JobPauses:
+        """The pauses holding ``job`` (with ``workflow``: workflow ``job``) now."""
         ...
 
     async def pause(
-        self, job: str, *, reason: str, by: str | None, until: datetime | None
+        self,
+        job: str,
+        *,
+        reason: str,
+        by: str | None,
+        until: datetime | None,
+        workflow: bool = False,
     ) -> tuple[Pause, bool]:
-        """Pause ``job`` through the API (replacing an API pause it has): the pause, and
-        whether it is durable (kept in a state store).  Raises :class:`PauseRefused`."""
+        """Pause ``job`` (or workflow ``job``) through the API (replacing an API pause it
+        has): the pause, and whether it is durable (kept in a state store).  Raises
+        :class:`PauseRefused`."""
         ...
 
-    async def resume(self, job: str, *, by: str | None) -> Pause | None:
-        """Lift ``job``'s API pause: the pause lifted, None when it had none.  Raises
-        :class:`PauseRefused`."""
+    async def resume(self, job: str, *, by: str | None, workflow: bool = False) -> Pause | None:
+        """Lift ``job``'s (or workflow ``job``'s) API pause: the pause lifted, None when
+        it had none.  Raises :class:`PauseRefused`."""
         ...

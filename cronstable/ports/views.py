@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from cronstable.ports.flows import FlowRunView
 from cronstable.ports.pauses import JobPauses
 from cronstable.ports.runs import FinishedRun, RunOutcome, RunStart
 
@@ -78,6 +79,46 @@ class JobStatus:
     """The pauses holding it now, the repository's and the API's apart."""
     backfill: BackfillView | None = None
     """Its backfill running now, or the last one this daemon ran."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDefinition:
+    """One task of an applied workflow, as defined."""
+
+    task: str
+    name: str
+    """``WORKFLOW.TASK``."""
+    depends_on: tuple[str, ...]
+    run_when: str
+    level: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowStatus:
+    """One applied workflow: its schedule and tasks, the runs going and its last run."""
+
+    name: str
+    schedule: str
+    timezone: str
+    enabled: bool
+    concurrency_policy: str
+    next_fire: datetime | None
+    tasks: tuple[TaskDefinition, ...]
+    running: tuple[FlowRunView, ...]
+    last_run: FlowRunView | None
+    next_start: datetime | None = None
+    """When the next fire starts: ``next_fire`` delayed by the workflow's ``jitter``."""
+    jitter: float | None = None
+    pauses: JobPauses = JobPauses()
+    """The pauses holding the workflow now (its ``suspend`` and the API's apart)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlowRuns:
+    """A workflow's runs: the ones going, then the finished ones newest first."""
+
+    running: tuple[FlowRunView, ...]
+    finished: tuple[FlowRunView, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +209,7 @@ class Status:
     """None without a ``state`` section."""
     stores: Mapping[str, StoreView]
     """The stores the sections use, by name (``cluster``, ``slots``, ``state``)."""
+    workflows: tuple[WorkflowStatus, ...] = ()
     pools: tuple[PoolView, ...] = ()
     """Every pool, the applied ones first."""
 

@@ -83,7 +83,8 @@ class ReportDispatcher:
 
     def commit(self, prepared: None, desired: DesiredState) -> None:
         self.job_set_id = desired.job_set_id
-        gone = [key for key in self._windows if key[0] not in desired.jobs]
+        names = {*desired.jobs, *desired.workflows, *desired.tasks()}
+        gone = [key for key in self._windows if key[0] not in names]
         for key in gone:
             del self._windows[key]
 

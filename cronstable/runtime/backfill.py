@@ -120,9 +120,14 @@ class Backfills:
     ) -> list[datetime]:
         """The fires a backfill of ``name`` over ``[start, end)`` would run.  KeyError for
         an unknown job; :class:`BackfillRefused` for a range it refuses."""
-        job = self.scheduler.job(name)
+        job = self.scheduler.jobs.get(name)
         if job is None:
-            raise KeyError(name)
+            found = self.scheduler.job(name)
+            if found is not None and found.workflow is not None:
+                raise BackfillRefused(
+                    f"{name!r} is a task: it runs only in its workflow {found.workflow!r}'s runs"
+                )
+            raise KeyError(name)  # a workflow backfills no more than an unknown job
         if job.schedule.is_reboot:
             raise BackfillRefused(f"job {name!r} runs @reboot: it has no fires to backfill")
         if not 1 <= limit <= HIGHEST_MAX:

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from cronstable.config.desired import Job
-from cronstable.config.models import JobConfig
+from cronstable.config.models import RunSettings
 from cronstable.platform import pipe_holders
 from cronstable.ports import SPAWN_FAILED_RETURNCODE, RunResult, run_id
 from cronstable.runtime.child import Child, Usage, spawn
@@ -60,7 +60,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def command_argv(config: JobConfig) -> list[str]:
+def command_argv(config: RunSettings) -> list[str]:
     """What is executed: a list as is, a string as ``[shell, "-c", command]``."""
     if isinstance(config.command, str):
         return [config.shell, "-c", config.command]
@@ -108,7 +108,7 @@ def _describe_returncode(returncode: int) -> str:
 
 
 def fail_reason(
-    config: JobConfig,
+    config: RunSettings,
     returncode: int | None,
     stdout_produced: bool,
     stderr_produced: bool,
@@ -130,7 +130,7 @@ def fail_reason(
     return None
 
 
-def monitor_reason(config: JobConfig, usage: Usage | None) -> str | None:
+def monitor_reason(config: RunSettings, usage: Usage | None) -> str | None:
     """The ``monitor`` limit ``usage`` went over (maxRss first), or None."""
     limits = config.monitor
     if limits is None or usage is None:

@@ -23,13 +23,15 @@ the job's ``onPaused.report``.  With a store the nodes share, the node that firs
 creates ``alerts/paused/<job>/<source>`` for that pause reports it (put-if-absent:
 once across the cluster); on a node's own store (or none), each node reports once.
 
-**Workflows** (the hook; ``workflows:`` is not in the format yet): a workflow pauses
-through this same book.  Its ``suspend`` is the same model
-(:class:`~cronstable.config.models.Suspend`); :meth:`PauseBook.held` answers for any
-name and ``suspend``, and an
-API pause of a workflow belongs under its own key (``pauses/workflow/<name>``, so a
-job and a workflow of one name stay apart), read by :meth:`PauseBook.load` once its
-key is added there.
+**Workflows** pause through this same book, each way a job does: a workflow's
+``suspend`` (the same model, :class:`~cronstable.config.models.Suspend`, held by
+:meth:`PauseBook.held` through the workflow's
+:attr:`~cronstable.config.desired.Workflow.job`), and an API pause (``POST
+/workflows/{name}/pause``) recorded under its own key, ``pauses/workflow/<name>``.  The
+gate refuses a paused workflow's fires as it refuses a job's (``paused``: no run
+starts); the runs going and their tasks are not stopped, and a task is never paused
+on its own (a task has no ``suspend``).  onPaused and the metrics count workflows
+too (their ``job`` label is the workflow's name: no job has it).
 
 It is an applier section of its own (after the state section: it reads the store the
 state section committed), whose commit notes the config pauses of the revision and
@@ -48,7 +50,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cronstable.config.desired import DesiredState, Job
+from cronstable.config.desired import DesiredState, Job, Workflow
 from cronstable.config.models import Suspend
 from cronstable.ports import ClusterGate, JobPauses, Pause, PauseRefused, utc_text
 from cronstable.reconcile.plan import Plan
@@ -58,7 +60,9 @@ from cronstable.state.base import Record, StateError, StateStore, key, segments
 logger = logging.getLogger(__name__)
 
 PAUSES = "pauses"
-"""The key prefix of the API pauses (``pauses/<job>``)."""
+"""The key prefix of the API pauses (``pauses/<job>``, ``pauses/workflow/<name>``)."""
+WORKFLOW = "workflow"
+"""The segment under :data:`PAUSES` that holds the workflows' pauses."""
 POLL_EVERY = 2.0
 """Seconds between two reads of the pauses from the store (another node's pause or
 resume holds here within this time)."""
@@ -66,8 +70,12 @@ MAX_REASON = 1000
 """Longest reason kept (characters)."""
 
 
-def pause_key(job: str) -> str:
-    return key(PAUSES, job)
+def pause_key(job: str, *, workflow: bool = False) -> str:
+    return key(PAUSES, WORKFLOW, job) if workflow else key(PAUSES, job)
+
+
+def _what(workflow: bool) -> str:
+    return "Workflow" if workflow else "Job"
 
 
 def _time(text: object) -> datetime | None:
@@ -117,7 +125,9 @@ def _reports(job: Job) -> bool:
 class PauseBook:
     """See the module docstring.  ``store`` gives the state store in use (None without
     a state section); ``jobs`` the applied jobs; ``now`` the scheduler's clock;
-    ``on_alert(job, pause)`` sends the job's onPaused report."""
+    ``on_alert(job, pause)`` sends the job's onPaused report (a workflow's
+    :attr:`~cronstable.config.desired.Workflow.job` for a workflow); ``workflows`` the
+    applied workflows."""
 
     name = "pauses"
 
@@ -131,15 +141,19 @@ class PauseBook:
         on_alert: Callable[[Job, Pause], None] | None = None,
         registry: CollectorRegistry | None = None,
         poll_every: float = POLL_EVERY,
+        workflows: Callable[[], Mapping[str, Workflow]] = dict,
     ) -> None:
         self.node = node
         self._store = store
         self._jobs = jobs
+        self._workflows = workflows
         self.now = now
         self.on_alert = on_alert
         self.poll_every = poll_every
         self._api: dict[str, Pause] = {}
         """The API pauses by job, as last read or written (expired ones included)."""
+        self._api_flows: dict[str, Pause] = {}
+        """The workflows' API pauses by workflow, likewise."""
         self._config_since: dict[str, datetime] = {}
         """When this daemon applied the revision that paused each job (config pauses)."""
         self._writes = 0
@@ -166,31 +180,50 @@ class PauseBook:
         pause = Pause(name, "config", suspend.reason, None, since, suspend.until)
         return pause if pause.holds(self.now()) else None
 
-    def api_pause(self, name: str) -> Pause | None:
-        pause = self._api.get(name)
+    def api_pause(self, name: str, *, workflow: bool = False) -> Pause | None:
+        pause = (self._api_flows if workflow else self._api).get(name)
         return pause if pause is not None and pause.holds(self.now()) else None
 
-    def holding(self, job: Job) -> Pause | None:
-        """The pause holding ``job`` now (the repository's first), or None."""
-        return self.config_pause(job) or self.api_pause(job.name)
+    def _is_workflow(self, job: Job) -> bool:
+        """Whether ``job`` is an applied workflow's job (no job has a workflow's name)."""
+        return job.workflow is None and job.name in self._workflows()
 
-    def pauses(self, job: str) -> JobPauses:
-        applied = self._jobs().get(job)
+    def holding(self, job: Job) -> Pause | None:
+        """The pause holding ``job`` (or a workflow's job) now (the repository's first),
+        or None."""
+        return self.config_pause(job) or self.api_pause(job.name, workflow=self._is_workflow(job))
+
+    def _applied(self, name: str, workflow: bool) -> Job | None:
+        if workflow:
+            flow = self._workflows().get(name)
+            return flow.job if flow is not None else None
+        return self._jobs().get(name)
+
+    def pauses(self, job: str, *, workflow: bool = False) -> JobPauses:
+        """The pauses holding job (or, with ``workflow``, workflow) ``job`` now."""
+        applied = self._applied(job, workflow)
         return JobPauses(
             config=self.config_pause(applied) if applied is not None else None,
-            api=self.api_pause(job),
+            api=self.api_pause(job, workflow=workflow),
         )
 
     def active(self) -> Iterator[Pause]:
-        """Every pause holding now, job by job (config first)."""
-        for name in list(self._jobs()):
-            held = self.pauses(name)
-            yield from (p for p in (held.config, held.api) if p is not None)
+        """Every pause holding now, job by job, then workflow by workflow (config first)."""
+        for workflow, names in ((False, list(self._jobs())), (True, list(self._workflows()))):
+            for name in names:
+                held = self.pauses(name, workflow=workflow)
+                yield from (p for p in (held.config, held.api) if p is not None)
 
     # ------------------------------------------------------------ commands
 
     async def pause(
-        self, job: str, *, reason: str, by: str | None, until: datetime | None
+        self,
+        job: str,
+        *,
+        reason: str,
+        by: str | None,
+        until: datetime | None,
+        workflow: bool = False,
     ) -> tuple[Pause, bool]:
         now = self.now()
         if until is not None and until <= now:
@@ -200,15 +233,16 @@ class PauseBook:
         self._writes += 1
         if store is not None:
             try:
-                await store.put(pause_key(job), pause_record(pause))
+                await store.put(pause_key(job, workflow=workflow), pause_record(pause))
             except StateError as exc:
                 raise PauseRefused(
                     f"the {store.backend} state store does not answer "
                     f"({redact(str(exc))}); the pause is not recorded"
                 ) from exc
-        self._api[job] = pause
+        (self._api_flows if workflow else self._api)[job] = pause
         logger.warning(
-            "Job %s paused by %s%s: %s",
+            "%s %s paused by %s%s: %s",
+            _what(workflow),
             job,
             by or "anonymous",
             f" until {utc_text(until)}" if until is not None else "",
@@ -217,22 +251,23 @@ class PauseBook:
         )
         return pause, store is not None
 
-    async def resume(self, job: str, *, by: str | None) -> Pause | None:
-        lifted = self.api_pause(job)
+    async def resume(self, job: str, *, by: str | None, workflow: bool = False) -> Pause | None:
+        lifted = self.api_pause(job, workflow=workflow)
         store = self._store()
         self._writes += 1
         if store is not None:
             try:
-                await store.delete(pause_key(job))
+                await store.delete(pause_key(job, workflow=workflow))
             except StateError as exc:
                 raise PauseRefused(
                     f"the {store.backend} state store does not answer "
                     f"({redact(str(exc))}); the pause stays"
                 ) from exc
-        self._api.pop(job, None)
+        (self._api_flows if workflow else self._api).pop(job, None)
         if lifted is not None:
             logger.warning(
-                "Job %s resumed by %s (paused by %s since %s)",
+                "%s %s resumed by %s (paused by %s since %s)",
+                _what(workflow),
                 job,
                 by or "anonymous",
                 lifted.by or "anonymous",
@@ -244,23 +279,32 @@ class PauseBook:
     # ------------------------------------------------------------ the store
 
     def load(self, records: Mapping[str, Record | None]) -> None:
-        """The API pauses among ``records`` (keys ``pauses/<job>``), which replace those
-        known (the state section's restore reads them before the first fire)."""
+        """The API pauses among ``records`` (keys ``pauses/<job>`` and
+        ``pauses/workflow/<name>``), which replace those known (the state section's
+        restore reads them before the first fire)."""
         found: dict[str, Pause] = {}
+        flows: dict[str, Pause] = {}
         for full, record in records.items():
             parts = segments(full)
-            if len(parts) == 2 and parts[0] == PAUSES:
-                pause = read_pause(record)
-                if pause is not None and pause.job == parts[1]:
-                    found[pause.job] = pause
-        self._replace(found)
+            if not parts or parts[0] != PAUSES or len(parts) not in (2, 3):
+                continue
+            if len(parts) == 3 and parts[1] != WORKFLOW:
+                continue
+            pause = read_pause(record)
+            if pause is not None and pause.job == parts[-1]:
+                (flows if len(parts) == 3 else found)[pause.job] = pause
+        self._api = self._replace(self._api, found, workflow=False)
+        self._api_flows = self._replace(self._api_flows, flows, workflow=True)
 
-    def _replace(self, found: dict[str, Pause]) -> None:
-        before = self._api
+    def _replace(
+        self, before: dict[str, Pause], found: dict[str, Pause], *, workflow: bool
+    ) -> dict[str, Pause]:
+        what = _what(workflow)
         for job, pause in found.items():
             if before.get(job) != pause and pause.holds(self.now()):
                 logger.info(
-                    "Job %s is paused by %s (recorded by node %s)%s: %s",
+                    "%s %s is paused by %s (recorded by node %s)%s: %s",
+                    what,
                     job,
                     pause.by or "anonymous",
                     pause.node or "?",
@@ -270,8 +314,10 @@ class PauseBook:
                 )
         for job, pause in before.items():
             if job not in found and pause.holds(self.now()):
-                logger.info("Job %s: its pause by %s was lifted", job, pause.by, extra={"job": job})
-        self._api = found
+                logger.info(
+                    "%s %s: its pause by %s was lifted", what, job, pause.by, extra={"job": job}
+                )
+        return found
 
     async def refresh(self) -> None:
         """Read the API pauses from the store again (nothing without one)."""
@@ -288,7 +334,8 @@ class PauseBook:
     async def check_alerts(self) -> None:
         """Report each pause that has lasted its job's ``onPaused.alertAfter``, once."""
         now = self.now()
-        for job in list(self._jobs().values()):
+        scheduled = [*self._jobs().values(), *(flow.job for flow in self._workflows().values())]
+        for job in scheduled:
             pause = self.holding(job)
             alert_after = job.config.on_paused.alert_after
             if pause is None or pause.since is None or alert_after is None or not _reports(job):
@@ -328,12 +375,15 @@ class PauseBook:
 
     def _log_ends(self) -> None:
         now = self.now()
-        for job, pause in self._api.items():
+        ends = [(False, *item) for item in self._api.items()]
+        ends += [(True, *item) for item in self._api_flows.items()]
+        for workflow, job, pause in ends:
             mark = (job, str(pause.since))
             if pause.until is not None and not pause.holds(now) and mark not in self._ended:
                 self._ended.add(mark)
                 logger.info(
-                    "Job %s: its pause by %s ended (until %s); fires run again",
+                    "%s %s: its pause by %s ended (until %s); fires run again",
+                    _what(workflow),
                     job,
                     pause.by or "anonymous",
                     utc_text(pause.until),
@@ -364,13 +414,18 @@ class PauseBook:
     def commit(self, prepared: None, desired: DesiredState) -> None:
         """Note when each job's config pause began here; start the rounds."""
         now = self.now()
-        for name, job in desired.jobs.items():
+        scheduled = {
+            **desired.jobs,
+            **{name: flow.job for name, flow in desired.workflows.items()},
+        }
+        for name, job in scheduled.items():
             if job.config.suspend is None:
                 self._config_since.pop(name, None)
             elif name not in self._config_since:
                 self._config_since[name] = now
                 logger.warning(
-                    "Job %s is paused by the repository (suspend)%s%s",
+                    "%s %s is paused by the repository (suspend)%s%s",
+                    _what(name in desired.workflows),
                     name,
                     f" until {utc_text(job.config.suspend.until)}"
                     if job.config.suspend.until is not None
@@ -378,7 +433,7 @@ class PauseBook:
                     f": {redact(job.config.suspend.reason)}" if job.config.suspend.reason else "",
                     extra={"job": name},
                 )
-        for name in [n for n in self._config_since if n not in desired.jobs]:
+        for name in [n for n in self._config_since if n not in scheduled]:
             del self._config_since[name]
         if self._task is None:
             self._task = asyncio.create_task(self._rounds(), name="pauses")

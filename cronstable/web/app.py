@@ -165,6 +165,22 @@ class Api:
             return refused(refusal)
         return web.json_response(answer)
 
+    async def pause_workflow(self, request: web.Request) -> web.StreamResponse:
+        name, by = request.match_info["name"], self.token_name(request)
+        try:
+            answer = await pauses.pause(self.daemon, name, await request.read(), by, workflow=True)
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer)
+
+    async def resume_workflow(self, request: web.Request) -> web.StreamResponse:
+        name, by = request.match_info["name"], self.token_name(request)
+        try:
+            answer = await pauses.resume(self.daemon, name, by, workflow=True)
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer)
+
     async def backfill(self, request: web.Request) -> web.StreamResponse:
         name, by = request.match_info["name"], self.token_name(request)
         try:
@@ -185,6 +201,23 @@ class Api:
 
     async def runs(self, request: web.Request) -> web.StreamResponse:
         return _answer(lambda: calls.runs(self.daemon, request.match_info["name"]))
+
+    async def workflows(self, request: web.Request) -> web.StreamResponse:
+        return _answer(lambda: calls.workflows(self.daemon))
+
+    async def workflow_runs(self, request: web.Request) -> web.StreamResponse:
+        return _answer(lambda: calls.workflow_runs(self.daemon, request.match_info["name"]))
+
+    async def start_workflow(self, request: web.Request) -> web.StreamResponse:
+        try:
+            answer = await calls.start_workflow(self.daemon, request.match_info["name"])
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer, status=202)
+
+    async def cancel_workflow(self, request: web.Request) -> web.StreamResponse:
+        name, run = request.match_info["name"], request.match_info["id"]
+        return _answer(lambda: calls.cancel_workflow(self.daemon, name, run))
 
     async def openapi(self, request: web.Request) -> web.StreamResponse:
         from cronstable.web.openapi import document

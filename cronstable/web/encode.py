@@ -19,6 +19,8 @@ from cronstable.ports import (
     ClusterView,
     EventData,
     FinishedRun,
+    FlowRuns,
+    FlowRunView,
     Forecast,
     JobForecast,
     JobPauses,
@@ -32,6 +34,8 @@ from cronstable.ports import (
     StateView,
     Status,
     StoreView,
+    TaskRunView,
+    WorkflowStatus,
     utc_text,
 )
 from cronstable.reconcile.plan import PlannedRevision
@@ -265,9 +269,81 @@ def status(view: Status) -> Json:
         "applied": revision(view.applied),
         "lastRejected": revision(view.last_rejected),
         "jobs": [job_status(job) for job in view.jobs],
+        "workflows": [workflow_status(flow) for flow in view.workflows],
         "state": state(view.state),
         "stores": stores(view.stores),
         "pools": [pool(p, queue=False) for p in view.pools],
+    }
+
+
+def task_run(task: TaskRunView) -> Json:
+    """One task of a workflow run."""
+    return {
+        "task": task.task,
+        "name": task.name,
+        "state": task.state,
+        "dependsOn": list(task.depends_on),
+        "runWhen": task.run_when,
+        "level": task.level,
+        "attempts": task.attempts,
+        "runId": task.run_id,
+        "pid": task.pid,
+        "startedAt": _time(task.started_at),
+        "finishedAt": _time(task.finished_at),
+        "exitCode": task.exit_code,
+        "failReason": task.fail_reason,
+        "retryAt": _time(task.retry_at),
+        "queuedIn": task.queued,
+    }
+
+
+def flow_run(run: FlowRunView) -> Json:
+    """A workflow run with each task's state (``/workflows``, ``/status``)."""
+    return {
+        "id": run.id,
+        "workflow": run.workflow,
+        "scheduledTime": utc_text(run.scheduled_time),
+        "startedAt": utc_text(run.started_at),
+        "manual": run.kind == "manual",
+        "kind": run.kind,
+        "outcome": run.outcome if run.outcome is not None else "running",
+        "finishedAt": _time(run.finished_at),
+        "duration": _seconds(run.duration),
+        "cancelled": run.cancelled,
+        "digest": run.digest,
+        "tasks": [task_run(task) for task in run.tasks],
+    }
+
+
+def flow_runs(runs: FlowRuns) -> list[Json]:
+    """Runs going first (outcome ``running``), then finished ones newest first."""
+    return [flow_run(run) for run in (*runs.running, *runs.finished)]
+
+
+def workflow_status(flow: WorkflowStatus) -> Json:
+    return {
+        "name": flow.name,
+        "schedule": flow.schedule,
+        "timezone": flow.timezone,
+        "enabled": flow.enabled,
+        "concurrencyPolicy": flow.concurrency_policy,
+        "nextFire": _time(flow.next_fire),
+        "nextStart": _time(flow.next_start),
+        "jitter": flow.jitter,
+        "paused": flow.pauses.paused,
+        "pause": job_pauses(flow.pauses),
+        "tasks": [
+            {
+                "task": task.task,
+                "name": task.name,
+                "dependsOn": list(task.depends_on),
+                "runWhen": task.run_when,
+                "level": task.level,
+            }
+            for task in flow.tasks
+        ],
+        "running": [flow_run(run) for run in flow.running],
+        "lastRun": None if flow.last_run is None else flow_run(flow.last_run),
     }
 
 

@@ -13,7 +13,7 @@ _DESCRIPTIONS = {
     400: "A query parameter or the body is not what the route takes",
     401: "No token (or webhook signature), or one that is not valid",
     403: "The token lacks the route's scope, or a page of another origin sent the request",
-    404: "No such job (or no webhook configured)",
+    404: "No such job or workflow (or run, or no webhook configured)",
     408: "The body did not arrive in time",
     409: "The job's state refuses it (concurrencyPolicy refused the start; no API pause to lift)",
     413: "The body is too large",
@@ -37,6 +37,7 @@ _BODIES: dict[str, dict[str, Any]] = {
     },
 }
 """The JSON body of each route that takes one, by handler."""
+_BODIES["pause_workflow"] = _BODIES["pause"]
 _BODIES["backfill"] = {
     "type": "object",
     "additionalProperties": False,
@@ -68,12 +69,24 @@ def document() -> dict[str, Any]:
             operation["security"] = [{"bearer": [route.scope]}]
         parameters: list[dict[str, Any]] = []
         if "{name}" in route.path:
+            what = "workflow" if route.path.startswith("/workflows/") else "job"
             parameters.append(
                 {
                     "name": "name",
                     "in": "path",
                     "required": True,
-                    "description": "The job's name, percent-encoded as one path segment.",
+                    "description": f"The {what}'s name, percent-encoded as one path segment.",
+                    "schema": {"type": "string"},
+                }
+            )
+        if "{id}" in route.path:
+            parameters.append(
+                {
+                    "name": "id",
+                    "in": "path",
+                    "required": True,
+                    "description": "The workflow run's id (<workflow>@<scheduled UTC>), "
+                    "percent-encoded.",
                     "schema": {"type": "string"},
                 }
             )

@@ -1,6 +1,6 @@
-"""``POST /jobs/{name}/pause`` and ``POST /jobs/{name}/resume``, in the style of
-:mod:`cronstable.web.calls`: each function returns the answer's JSON or raises
-:class:`~cronstable.web.calls.Refused`.
+"""``POST /jobs/{name}/pause`` and ``POST /jobs/{name}/resume`` (and the same under
+``/workflows/{name}``), in the style of :mod:`cronstable.web.calls`: each function
+returns the answer's JSON or raises :class:`~cronstable.web.calls.Refused`.
 
 A pause's body is JSON: ``{"reason": TEXT, "until": TIME}``, ``reason`` required (at
 most :data:`MAX_REASON` characters), ``until`` optional (ISO 8601 with an offset or
@@ -16,7 +16,7 @@ from typing import Any
 
 from cronstable.ports import PauseRefused
 from cronstable.web import encode
-from cronstable.web.calls import Json, Refused, no_such_job, shown
+from cronstable.web.calls import Json, Refused, no_such_job, no_such_workflow, shown
 from cronstable.web.view import DaemonApi
 
 MAX_REASON = 1000
@@ -67,42 +67,63 @@ def pause_request(body: bytes) -> tuple[str, datetime | None]:
     return reason.strip(), None if until is None else moment(until, "until")
 
 
-async def pause(daemon: DaemonApi, name: str, body: bytes, by: str | None) -> Json:
-    """``POST /jobs/{name}/pause``; ``by``: the name of the token that asks."""
-    if not daemon.has_job(name):
-        raise no_such_job(name)
+def _known(daemon: DaemonApi, name: str, workflow: bool) -> Refused | None:
+    """The 404 for a name that is no job (or no workflow); None when it is one."""
+    if workflow:
+        return None if daemon.has_workflow(name) else no_such_workflow(name)
+    return None if daemon.has_job(name) else no_such_job(name)
+
+
+async def pause(
+    daemon: DaemonApi, name: str, body: bytes, by: str | None, *, workflow: bool = False
+) -> Json:
+    """``POST /jobs/{name}/pause`` (``workflow``: ``POST /workflows/{name}/pause``);
+    ``by``: the name of the token that asks."""
+    what = "workflow" if workflow else "job"
+    unknown = _known(daemon, name, workflow)
+    if unknown is not None:
+        raise unknown
     reason, until = pause_request(body)
     try:
-        held, durable, pauses = await daemon.pause(name, reason=reason, by=by, until=until)
+        held, durable, pauses = await daemon.pause(
+            name, reason=reason, by=by, until=until, workflow=workflow
+        )
     except KeyError:
-        raise no_such_job(name) from None
+        raise no_such_workflow(name) if workflow else no_such_job(name) from None
     except ValueError as exc:
         raise Refused(400, str(exc)) from None
     except PauseRefused as exc:
-        raise Refused(503, f"job {name!r} not paused: {exc}", job=name) from None
+        raise Refused(503, f"{what} {name!r} not paused: {exc}", **{what: name}) from None
     return {
-        "job": name,
+        what: name,
         "pause": encode.pause(held),
         "durable": durable,
         "pauses": encode.job_pauses(pauses),
     }
 
 
-async def resume(daemon: DaemonApi, name: str, by: str | None) -> Json:
-    """``POST /jobs/{name}/resume``; ``by``: the name of the token that asks."""
-    if not daemon.has_job(name):
-        raise no_such_job(name)
+async def resume(daemon: DaemonApi, name: str, by: str | None, *, workflow: bool = False) -> Json:
+    """``POST /jobs/{name}/resume`` (``workflow``: ``POST /workflows/{name}/resume``);
+    ``by``: the name of the token that asks."""
+    what = "workflow" if workflow else "job"
+    unknown = _known(daemon, name, workflow)
+    if unknown is not None:
+        raise unknown
     try:
-        lifted, pauses = await daemon.resume(name, by=by)
+        lifted, pauses = await daemon.resume(name, by=by, workflow=workflow)
     except KeyError:
-        raise no_such_job(name) from None
+        raise no_such_workflow(name) if workflow else no_such_job(name) from None
+    except ValueError as exc:
+        raise Refused(400, str(exc)) from None
     except PauseRefused as exc:
-        raise Refused(503, f"job {name!r} not resumed: {exc}", job=name) from None
+        raise Refused(503, f"{what} {name!r} not resumed: {exc}", **{what: name}) from None
     if lifted is None:
         why = (
             "; the repository pauses it (suspend): remove that in a commit"
             if pauses.config is not None
             else ""
         )
-        raise Refused(409, f"job {name!r} has no pause asked through the API{why}", job=name)
-    return {"job": name, "resumed": encode.pause(lifted), "pauses": encode.job_pauses(pauses)}
+        raise Refused(
+            409, f"{what} {name!r} has no pause asked through the API{why}", **{what: name}
+        )
+    return {what: name, "resumed": encode.pause(lifted), "pauses": encode.job_pauses(pauses)}
