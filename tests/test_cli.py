@@ -200,6 +200,19 @@ def test_usage_errors_exit_2() -> None:
         ["job-set-id", str(EXAMPLE)],
         ["-c", str(EXAMPLE), "-v"],
         ["--third-party-licenses"],
+        # client commands, against a port nothing listens on (refused at once)
+        ["pause", "job", "--reason", "r", "--url", "http://127.0.0.1:9"],
+        ["resume", "job", "--url", "http://127.0.0.1:9"],
+        [
+            "backfill",
+            "job",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-01-02",
+            "--url",
+            "http://127.0.0.1:9",
+        ],
     ],
     ids=lambda a: " ".join(a[:1]),
 )

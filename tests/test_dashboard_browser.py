@@ -29,6 +29,7 @@ jobs:
   - name: every minute
     command: "true"
     schedule: "* * * * *"
+    suspend: {reason: on hold for the audit}
 """
 TOKEN = "d4shb0ard-token"
 
@@ -73,6 +74,13 @@ async def test_the_dashboard_starts_a_job_and_shows_its_outcome(
             assert await page.evaluate("sessionStorage.getItem('cronstable-token')") == TOKEN
             await page.wait_for("document.querySelectorAll('#jobs tbody tr').length === 3")
             await page.wait_for("document.getElementById('live').textContent === 'live'")
+            # a pause shows who paused and why (the repository's suspend here)
+            held = await page.evaluate(
+                'document.querySelector(\'tr[data-job="every minute"] [data-pause="config"]\')'
+                ".textContent"
+            )
+            assert held.startswith("paused by the repository (suspend) since ")
+            assert held.endswith(": on hold for the audit")
             revision = await page.evaluate("document.getElementById('revision').textContent")
             assert revision.startswith("revision sha256:")
             for job in ("greet", "broken"):

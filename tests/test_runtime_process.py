@@ -170,7 +170,28 @@ async def test_environment_layers_and_cronstable_variables() -> None:
         "CRONSTABLE_JOB_NAME": "env-job",
         "CRONSTABLE_SCHEDULED_TIME": "2026-03-08T07:00:00+00:00",
         "CRONSTABLE_ATTEMPT": "2",
+        "CRONSTABLE_RUN_ID": "env-job@2026-03-08T07:00:00Z#2",
     }
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("zone", "shown"),
+    [
+        # the day US clocks spring forward: 07:00 UTC is 03:00 EDT (after the change)
+        ("America/New_York", "2026-03-08T03:00:00-04:00"),
+        ("Asia/Kolkata", "2026-03-08T12:30:00+05:30"),
+        ("UTC", "2026-03-08T07:00:00+00:00"),
+    ],
+)
+async def test_the_scheduled_time_is_shown_in_the_jobs_zone(zone: str, shown: str) -> None:
+    job = make_job(
+        'echo "$CRONSTABLE_SCHEDULED_TIME $CRONSTABLE_RUN_ID"', captureStdout=True, timezone=zone
+    )
+    result = await run(job, scheduled_time=SCHEDULED, attempt=3)
+    assert result.stdout == f"{shown} job@2026-03-08T07:00:00Z#3"
+    # the text is the same instant as the fire
+    assert datetime.fromisoformat(shown) == SCHEDULED
 
 
 @pytest.mark.asyncio

@@ -6,8 +6,9 @@ import asyncio or aiohttp; ``run`` (the daemon) and ``state`` (the store's
 clients are asynchronous) do.
 
 Exit codes: 0 success (valid), 1 invalid configuration, 2 usage error; the
-commands that ask a daemon (status, start, cancel, runs, reload) add 3 (the
-daemon cannot be reached or failed) and 4 (unauthorized), see ``cli/client.py``.
+commands that ask a daemon (status, start, cancel, runs, reload, pause, resume,
+backfill) add 3 (the daemon cannot be reached or failed) and 4 (unauthorized), see
+``cli/client.py``.
 """
 
 from __future__ import annotations
@@ -138,6 +139,22 @@ def _workers(text: str) -> int:
     if not 1 <= value <= 1024:
         raise argparse.ArgumentTypeError("the executor workers must be from 1 to 1024")
     return value
+
+
+def _moment(text: str) -> str:
+    """An argparse type: an ISO 8601 time (UTC without an offset), as ISO text with one."""
+    from datetime import UTC, datetime
+
+    given = text.strip()
+    try:
+        moment = datetime.fromisoformat(given[:-1] + "+00:00" if given[-1:] in "zZ" else given)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 time (like 2026-05-01T09:00:00+02:00)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.isoformat()
 
 
 _settle_seconds = _seconds("settle time", 60)
@@ -363,6 +380,67 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cancel", parents=[client], help="stop a job's running runs")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--run", metavar="ID", default=None, help="stop only this run")
+    p = sub.add_parser(
+        "pause",
+        parents=[client],
+        help="pause a job: its fires are skipped until resumed (or --until)",
+        description="Pause JOB through the daemon's API (POST /jobs/{name}/pause, scope "
+        "trigger): its scheduled fires are skipped and counted as paused, never caught up; "
+        "a start on request still runs. The pause is kept in the state store (every node "
+        "sharing it holds it) and is apart from the repository's suspend.",
+    )
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--reason", required=True, help="why (shown in /status and reports)")
+    p.add_argument(
+        "--until",
+        type=_moment,
+        default=None,
+        metavar="TIME",
+        help="ISO 8601 time the pause ends by itself (UTC without an offset)",
+    )
+    p = sub.add_parser(
+        "resume",
+        parents=[client],
+        help="lift a job's pause asked through the API (not the repository's suspend)",
+    )
+    p.add_argument("job", metavar="JOB")
+    p = sub.add_parser(
+        "backfill",
+        parents=[client],
+        help="run every past fire of a job in a range, one after another",
+        description="Run every fire of JOB's schedule at or after --from and before --to "
+        "(POST /jobs/{name}/backfill, scope trigger), one after another, each with "
+        "CRONSTABLE_SCHEDULED_TIME set to its fire, then follow the progress. A range of "
+        "more than --max fires is refused; a paused job is refused without --ignore-pause. "
+        "Exit 1 also when a run did not succeed or the backfill stopped early.",
+    )
+    p.add_argument("job", metavar="JOB")
+    p.add_argument(
+        "--from",
+        dest="start",
+        type=_moment,
+        required=True,
+        metavar="T1",
+        help="the first fire at or after this ISO 8601 time (UTC without an offset)",
+    )
+    p.add_argument(
+        "--to",
+        dest="end",
+        type=_moment,
+        required=True,
+        metavar="T2",
+        help="fires before this time, at the latest now (UTC without an offset)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="list the fires, run nothing")
+    p.add_argument(
+        "--max",
+        type=int,
+        default=100,
+        metavar="N",
+        help="refuse a range holding more than N fires (default 100)",
+    )
+    p.add_argument("--ignore-pause", action="store_true", help="backfill a paused job all the same")
+    p.add_argument("--no-wait", action="store_true", help="start it and exit, without following it")
     p = sub.add_parser("runs", parents=[client], help="list a job's recent runs")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--output", action="store_true", help="also print each run's captured output")
@@ -578,9 +656,14 @@ def run_cli(argv: list[str]) -> int:
         from cronstable.cli.diff import cmd_diff
 
         return cmd_diff(args.old, args.new, args.format, args.at, limits_from(args))
-    if command in ("status", "start", "cancel", "runs", "reload"):
+    if command in ("status", "start", "cancel", "runs", "reload", "pause", "resume"):
         from cronstable.cli.client import cmd_client
 
+        body = None
+        if command == "pause":
+            body = {"reason": args.reason}
+            if args.until is not None:
+                body["until"] = args.until
         return cmd_client(
             command,
             url=args.url,
@@ -591,6 +674,25 @@ def run_cli(argv: list[str]) -> int:
             job=getattr(args, "job", None),
             run=getattr(args, "run", None),
             show_output=getattr(args, "output", False),
+            body=body,
+        )
+    if command == "backfill":
+        from cronstable.cli.backfill import cmd_backfill
+
+        request: dict[str, object] = {"from": args.start, "to": args.end, "max": args.max}
+        if args.dry_run:
+            request["dryRun"] = True
+        if args.ignore_pause:
+            request["ignorePause"] = True
+        return cmd_backfill(
+            args.job,
+            request,
+            url=args.url,
+            token_file=args.token_file,
+            as_json=args.json,
+            timeout=args.timeout,
+            cafile=args.cacert,
+            wait=not args.no_wait,
         )
     if command == "lock":
         from cronstable.channel.commands import cmd_lock

@@ -77,6 +77,7 @@ def state_from_published(data: Any, label: str) -> DesiredState:
                 line=0,
                 digest=str(entry["digest"]),
             )
+        workflows = _published_workflows(data.get("workflows") or {})
         pools: dict[str, Pool] = {}
         for name, entry in (data.get("pools") or {}).items():  # none from an older daemon
             pool = PoolConfig.model_validate(entry["config"])
@@ -88,6 +89,7 @@ def state_from_published(data: Any, label: str) -> DesiredState:
         logging = sections.get("logging")
         return DesiredState(
             jobs=jobs,
+            workflows=workflows,
             web=None if web is None else WebConfig.model_validate(web),
             logging=None if logging is None else LoggingConfig.model_validate(logging),
             job_set_id=escape(str(data["jobSetId"])),
@@ -97,6 +99,65 @@ def state_from_published(data: Any, label: str) -> DesiredState:
     except (KeyError, TypeError, AttributeError, ValueError, ScheduleError) as exc:
         reason = f"{exc.error_count()} invalid values" if isinstance(exc, ValidationError) else exc
         raise _fail(label, f"GET /config gave an unexpected configuration ({reason})") from exc
+
+
+def _published_workflows(data: Any) -> dict[str, Any]:
+    """The workflows of ``GET /config``'s answer (raises as state_from_published catches)."""
+    from cronstable.config.desired import Job, Workflow, workflow_job
+    from cronstable.config.loader import job_zone
+    from cronstable.config.models import TaskConfig, WorkflowSettings
+    from cronstable.schedule import parse_schedule
+    from cronstable.workflows.dag import Dag
+
+    workflows: dict[str, Workflow] = {}
+    for name, entry in dict(data).items():
+        canonical = dict(entry["config"])
+        published_tasks = canonical.pop("tasks")
+        settings = WorkflowSettings.model_validate(canonical)
+        if settings.name != name:
+            raise ValueError(f"the workflow filed as {name!r} is named {settings.name!r}")
+        schedule = parse_schedule(canonical["schedule"], name)
+        zone = job_zone(settings, schedule.zone)
+        tasks: dict[str, Job] = {}
+        for task in published_tasks:
+            own = dict(task["config"])
+            environment = own.pop("environment", None) or {}
+            config = TaskConfig.model_validate(own)
+            tasks[config.name] = Job(
+                config=config.model_copy(update={"name": f"{name}.{config.name}"}),
+                schedule=schedule,
+                timezone=zone,
+                environment={str(k): str(v) for k, v in environment.items()},
+                file="",
+                line=0,
+                digest=str(task["digest"]),
+                workflow=name,
+            )
+        dag = Dag.of(
+            {
+                t: list(job.config.depends_on)
+                for t, job in tasks.items()
+                if isinstance(job.config, TaskConfig)
+            },
+            {
+                t: job.config.run_when
+                for t, job in tasks.items()
+                if isinstance(job.config, TaskConfig)
+            },
+        )
+        digest = str(entry["digest"])
+        workflows[name] = Workflow(
+            config=settings,
+            schedule=schedule,
+            timezone=zone,
+            tasks=tasks,
+            dag=dag,
+            file="",
+            line=0,
+            digest=digest,
+            job=workflow_job(settings, schedule, zone, dag, digest=digest),
+        )
+    return workflows
 
 
 def republish(state: DesiredState) -> DesiredState:

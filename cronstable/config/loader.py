@@ -31,9 +31,9 @@ import functools
 import gc
 import hashlib
 import posixpath
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, tzinfo
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
@@ -44,21 +44,27 @@ from yaml.nodes import Node
 
 from cronstable.config import yamlread
 from cronstable.config.crontab import Crontab, base_defaults, is_crontab_name, parse_crontab
-from cronstable.config.desired import DesiredState, Job, Pool
+from cronstable.config.desired import DesiredState, Job, Pool, Workflow, workflow_job
 from cronstable.config.envfile import EnvFileError, parse_env_file
 from cronstable.config.errors_map import clean_loc, describe, known_keys, suggest
-from cronstable.config.fingerprint import job_digest, job_set_id, pool_digest
+from cronstable.config.fingerprint import job_digest, job_set_id, pool_digest, workflow_digest
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.config.models import (
+    WORKFLOW_DEFAULT_KEYS,
+    WORKFLOW_ONLY_KEYS,
     ClusterConfig,
     ConfigFile,
     JobConfig,
     JobDefaults,
+    JobSettings,
     LoggingConfig,
     PoolConfig,
+    RunSettings,
     SecretSource,
     StateConfig,
+    TaskConfig,
     WebConfig,
+    WorkflowSettings,
     report_moments,
     schedule_source,
     secret_paths,
@@ -69,6 +75,7 @@ from cronstable.errors import ConfigError, KeyPath, Problem
 from cronstable.platform import local_timezone
 from cronstable.redact import redact
 from cronstable.schedule import parse_schedule
+from cronstable.workflows.dag import Dag, find_cycles
 
 TOP_LEVEL_KEYS = known_keys(ConfigFile)
 
@@ -91,9 +98,20 @@ class _JobEntry:
 
 
 @dataclass(slots=True)
+class _FlowEntry:
+    """A workflow as written: its mapping and the defaults layers that reach it."""
+
+    file: str
+    index: int
+    raw: dict[str, Any]
+    defaults: list[_Layer]
+
+
+@dataclass(slots=True)
 class _FileResult:
     defaults_layers: list[_Layer] = field(default_factory=list)
     jobs: list[_JobEntry] = field(default_factory=list)
+    workflows: list[_FlowEntry] = field(default_factory=list)
 
 
 _Batch = tuple[dict[int, Job], tuple[tuple[str, bytes], ...]]
@@ -195,8 +213,9 @@ def _written_keys(entry: _JobEntry) -> set[str]:
 
 @functools.cache
 def _job_secret_paths() -> tuple[tuple[tuple[str, ...], KeyPath], ...]:
-    """Where a job's settings hold secrets (walked once per process, not once per job)."""
-    return secret_paths(JobConfig)
+    """Where a job's or a task's settings hold secrets (JobSettings: what both share;
+    walked once per process, not once per job)."""
+    return secret_paths(JobSettings)
 
 
 def _attribute(layers: list[_Layer], loc: KeyPath) -> tuple[_Layer, KeyPath] | None:
@@ -272,6 +291,9 @@ class _Loader:
         self._crontabs: dict[str, Crontab] = {}
         self._stack: list[str] = []
         self._reached: dict[str, list[str]] = {}
+        self._entry_files: list[str] = []
+        self._included: dict[str, list[str]] = {}
+        """The files each file includes, in order (for its workflows)."""
         self._sections: dict[str, tuple[str, Any]] = {}
         self.web: WebConfig | None = None
         self.logging: LoggingConfig | None = None
@@ -280,6 +302,8 @@ class _Loader:
         self.pools: dict[str, Pool] = {}
         self._pool_seen: dict[str, tuple[str, int]] = {}
         """Where each pool name was first written: (file, index in its ``pools``)."""
+        self._task_entries: list[tuple[_JobEntry, Job]] = []
+        """Each built task with its entry (its ``pool`` is checked with the jobs')."""
 
     # ------------------------------------------------------------ problems
 
@@ -472,6 +496,7 @@ class _Loader:
         else:
             files = [entry]
         jobs: list[_JobEntry] = []
+        self._entry_files = list(files)
         for path in files:
             jobs.extend(self.process(path, "loaded directly"))
         return jobs
@@ -529,7 +554,33 @@ class _Loader:
                 )
         elif jobs is not None:
             self.problem(path, ("jobs",), "expected a list of jobs")
+        flows = doc.get("workflows")
+        if isinstance(flows, list):
+            for index, raw in enumerate(flows):
+                if not isinstance(raw, dict):
+                    self.problem(path, ("workflows", index), "a workflow must be a mapping")
+                    continue
+                result.workflows.append(_FlowEntry(path, index, raw, list(result.defaults_layers)))
+        elif flows is not None:
+            self.problem(path, ("workflows",), "expected a list of workflows")
         return result.jobs
+
+    def workflow_entries(self) -> list[_FlowEntry]:
+        """The workflows of every file :meth:`load_entry` loaded (includes first), in the
+        order jobs are: a file included twice gives its workflows twice."""
+        found: list[_FlowEntry] = []
+        for path in self._entry_files:
+            found.extend(self._flows_of(path, set()))
+        return found
+
+    def _flows_of(self, path: str, stack: set[str]) -> list[_FlowEntry]:
+        result = self._results.get(path)
+        if result is None or path in stack:
+            return []
+        found: list[_FlowEntry] = []
+        for included in self._included.get(path, []):
+            found.extend(self._flows_of(included, stack | {path}))
+        return found + result.workflows
 
     def _includes(self, path: str, doc: dict[str, Any], result: _FileResult) -> None:
         includes = doc.get("include")
@@ -563,6 +614,7 @@ class _Loader:
                     self.problem(path, ("include", index), f"cannot include {name!r}: {exc}")
                     continue
             for included in targets:
+                self._included.setdefault(path, []).append(included)
                 result.jobs.extend(self.process(included, how, (path, ("include", index))))
                 included_result = self._results.get(included)
                 if included_result is not None:
@@ -644,23 +696,27 @@ class _Loader:
             self._section_positions(path, ("pools", config.name), raw)
 
     def pool_refs(self, entries: list[_JobEntry], jobs: Mapping[str, Job]) -> None:
-        """Every ``pool`` a job names is a pool of the revision; a pool with ``scope:
-        cluster`` has the cluster section's store to keep its slots in."""
+        """Every ``pool`` a job or a task names is a pool of the revision; a pool with
+        ``scope: cluster`` has the cluster section's store to keep its slots in."""
         known = set(self.pools) | set(self._pool_seen)  # a broken pool is reported as such
+        named_by: list[tuple[_JobEntry, Job]] = []
         for entry in entries:
             name = entry.raw.get("name")
             job = jobs.get(name) if isinstance(name, str) else None
-            if job is None or job.file != entry.file or job.config.pool is None:
-                continue
+            if job is not None and job.file == entry.file:
+                named_by.append((entry, job))
+        for entry, job in [*named_by, *self._task_entries]:
             named = job.config.pool
-            if named not in known:
-                hint = suggest(named, sorted(known)) if known else " (no pools are defined)"
-                self._locate(
-                    entry,
-                    ("pool",),
-                    f"job {job.name!r}: unknown pool {named!r}{hint}",
-                    self.problems,
-                )
+            if named is None or named in known:
+                continue
+            what = "job" if job.workflow is None else "task"
+            hint = suggest(named, sorted(known)) if known else " (no pools are defined)"
+            self._locate(
+                entry,
+                ("pool",),
+                f"{what} {job.name!r}: unknown pool {named!r}{hint}",
+                self.problems,
+            )
         if self.cluster is None:
             for pool in self.pools.values():
                 if pool.scope == "cluster":
@@ -672,7 +728,7 @@ class _Loader:
                         "add a cluster section (etcd or filesystem)",
                     )
 
-    def store_needs(self, jobs: Mapping[str, Job]) -> None:
+    def store_needs(self, jobs: Iterable[Job]) -> None:
         """What needs a shared store has one: ``state.backend: etcd`` the etcd of the
         ``cluster`` section, ``concurrencyScope: cluster`` a ``cluster`` section."""
         state = self._sections.get("state")
@@ -692,7 +748,7 @@ class _Loader:
                     ),
                 )
         if self.cluster is None:
-            for job in jobs.values():
+            for job in jobs:
                 if job.config.concurrency_scope == "cluster":
                     self.problems.append(
                         Problem(
@@ -748,7 +804,7 @@ class _Loader:
                     self._report_warnings(job.config, entry)
         return jobs
 
-    def _report_warnings(self, config: JobConfig, entry: _JobEntry) -> None:
+    def _report_warnings(self, config: RunSettings, entry: _JobEntry) -> None:
         """Warn about a reporter given some but not all of its required keys (it stays off);
         an error for mail with from and to but no smtpHost."""
         written = _written_keys(entry)
@@ -785,7 +841,7 @@ class _Loader:
         line, column = position if position else (None, None)
         into.append(Problem(self.shown(layer.file), line, column, where, message))
 
-    def _secret_warnings(self, config: JobConfig, entry: _JobEntry) -> None:
+    def _secret_warnings(self, config: RunSettings, entry: _JobEntry) -> None:
         """Warn about a secret given more than one source: only the first set one is used."""
         written = _written_keys(entry)
         for attributes, key in _job_secret_paths():
@@ -936,7 +992,7 @@ class _Loader:
         return job, env_files
 
     def _environment(
-        self, config: JobConfig, entry: _JobEntry
+        self, config: RunSettings, entry: _JobEntry
     ) -> tuple[dict[str, str], tuple[str, ...]] | None:
         """The job's environment (env_file, then environment entries) and the env file read."""
         environment: dict[str, str] = {}
@@ -963,6 +1019,282 @@ class _Loader:
         for var in config.environment:
             environment[var.key] = var.value
         return environment, env_files
+
+    # ------------------------------------------------------------ workflows
+
+    def build_workflows(
+        self, entries: list[_FlowEntry], jobs: Mapping[str, Job]
+    ) -> dict[str, Workflow]:
+        """Each workflow with its tasks; a workflow with any problem is left out (its
+        problems are recorded)."""
+        unique: list[_FlowEntry] = []
+        first_seen: dict[str, _FlowEntry] = {}
+        seen: set[tuple[str, int]] = set()
+        for entry in entries:
+            name = entry.raw.get("name")
+            if (entry.file, entry.index) in seen:
+                if isinstance(name, str) and first_seen.get(name) is entry:
+                    reached = " and ".join(self._reached.get(entry.file, []))
+                    self.problem(
+                        entry.file,
+                        ("workflows", entry.index, "name"),
+                        f"workflow {name!r} is defined twice: {self.shown(entry.file)} is "
+                        f"{reached}",
+                    )
+                continue
+            seen.add((entry.file, entry.index))
+            if isinstance(name, str):
+                first = first_seen.get(name)
+                if first is not None:
+                    self.problem(
+                        entry.file,
+                        ("workflows", entry.index, "name"),
+                        f"workflow {name!r} is defined twice; the first is at "
+                        f"{self._where(first.file, ('workflows', first.index))}",
+                    )
+                    continue
+                first_seen[name] = entry
+                job = jobs.get(name)
+                if job is not None:
+                    self.problem(
+                        entry.file,
+                        ("workflows", entry.index, "name"),
+                        f"workflow {name!r} has the name of a job, at {self.shown(job.file)}:"
+                        f"{job.line}: a name is a job's or a workflow's",
+                    )
+                    continue
+            unique.append(entry)
+        workflows: dict[str, Workflow] = {}
+        for entry in unique:
+            flow = self._build_workflow(entry, jobs)
+            if flow is not None:
+                workflows[flow.name] = flow
+        return workflows
+
+    def _where(self, file: str, key: KeyPath) -> str:
+        position = self.position(file, key)
+        return self.shown(file) + (f":{position[0]}" if position else "")
+
+    def _build_workflow(self, entry: _FlowEntry, jobs: Mapping[str, Job]) -> Workflow | None:
+        before = len(self.problems)
+        prefix: KeyPath = ("workflows", entry.index)
+        own = _Layer(entry.file, prefix, {k: v for k, v in entry.raw.items() if k != "tasks"})
+        layers = [*(_workflow_defaults(layer) for layer in entry.defaults), own]
+        merged: dict[str, Any] = {}
+        for layer in layers:
+            merged = merge(merged, layer.data)
+        settings: WorkflowSettings | None = None
+        try:
+            settings = WorkflowSettings.model_validate(merged)
+        except ValidationError as exc:
+            self.validation_problems(exc, WorkflowSettings, layers)
+        raw_tasks = entry.raw.get("tasks")
+        if raw_tasks is None or raw_tasks == []:
+            self.problem(entry.file, prefix, "a workflow needs tasks: at least one", at=prefix)
+            return None
+        if not isinstance(raw_tasks, list):
+            self.problem(entry.file, (*prefix, "tasks"), "expected a list of tasks")
+            return None
+        name = settings.name if settings is not None else str(entry.raw.get("name", "?"))
+        tasks = self._build_tasks(entry, name, raw_tasks, jobs)
+        if settings is None or tasks is None or len(self.problems) != before:
+            return None
+        schedule = parse_schedule(schedule_source(settings.schedule), settings.name)
+        if schedule.zone is not None and "timezone" in entry.raw:
+            self.problem(
+                entry.file,
+                (*prefix, "schedule"),
+                f"the schedule's CRON_TZ={schedule.zone} prefix and the workflow's own "
+                "timezone both set the zone; keep one",
+            )
+            return None
+        zone = job_zone(settings, schedule.zone)
+        built = {
+            task: replace(job, schedule=schedule, timezone=zone) for task, job in tasks.items()
+        }
+        dag = Dag.of(
+            {task: job_task_deps(job) for task, job in built.items()},
+            {task: job_run_when(job) for task, job in built.items()},
+        )
+        position = self.position(entry.file, prefix)
+        line = position[0] if position else 0
+        digest = workflow_digest(
+            settings, schedule, {task: job.digest for task, job in built.items()}
+        )
+        return Workflow(
+            config=settings,
+            schedule=schedule,
+            timezone=zone,
+            tasks=built,
+            dag=dag,
+            file=entry.file,
+            line=line,
+            digest=digest,
+            job=workflow_job(
+                settings, schedule, zone, dag, digest=digest, file=entry.file, line=line
+            ),
+        )
+
+    def _build_tasks(
+        self, entry: _FlowEntry, workflow: str, raw_tasks: list[Any], jobs: Mapping[str, Job]
+    ) -> dict[str, Job] | None:
+        """The workflow's tasks by name (each named ``WORKFLOW.TASK``); None after a problem."""
+        before = len(self.problems)
+        prefix: KeyPath = ("workflows", entry.index, "tasks")
+        built: dict[str, Job] = {}
+        raws: dict[str, tuple[int, dict[str, Any]]] = {}
+        for index, raw in enumerate(raw_tasks):
+            where: KeyPath = (*prefix, index)
+            if not isinstance(raw, dict):
+                self.problem(entry.file, where, "a task must be a mapping")
+                continue
+            task_name = raw.get("name")
+            if isinstance(task_name, str) and task_name in raws:
+                first = raws[task_name][0]
+                self.problem(
+                    entry.file,
+                    (*where, "name"),
+                    f"task {task_name!r} is defined twice in workflow {workflow!r}; the first "
+                    f"is at {self._where(entry.file, (*prefix, first))}",
+                )
+                continue
+            if "schedule" in raw:
+                self.problem(
+                    entry.file,
+                    (*where, "schedule"),
+                    "a task has no schedule of its own: its workflow's runs start it "
+                    "(move the schedule to the workflow, or make this a job)",
+                )
+                continue
+            if isinstance(task_name, str):
+                raws[task_name] = (index, raw)
+            own = [k for k in WORKFLOW_ONLY_KEYS if k in raw]
+            if own:
+                self.problem(
+                    entry.file,
+                    (*where, own[0]),
+                    f"a task has no {own[0]} of its own: it belongs to what is scheduled "
+                    f"(set it on workflow {workflow!r}, or make this a job)",
+                )
+                continue
+            layers = [
+                *(_task_defaults(layer) for layer in entry.defaults),
+                _Layer(entry.file, where, raw),
+            ]
+            job_entry = _JobEntry(entry.file, index, raw, layers)
+            task = self._build_task(job_entry, workflow, where)
+            if task is None:
+                continue
+            clash = jobs.get(task.name)
+            if clash is not None:
+                self.problem(
+                    entry.file,
+                    (*where, "name"),
+                    f"task {task.name!r} has the name of a job, at {self.shown(clash.file)}:"
+                    f"{clash.line}: rename one of them",
+                )
+                continue
+            built[str(task.task)] = task
+            self._task_entries.append((job_entry, task))
+            self._secret_warnings(task.config, job_entry)
+            self._report_warnings(task.config, job_entry)
+        known = list(raws)
+        for task_name, (index, raw) in raws.items():
+            where = (*prefix, index)
+            job = built.get(task_name)
+            if job is None:
+                continue
+            deps = job_task_deps(job)
+            written = raw.get("dependsOn")
+            for position, dep in enumerate(deps):
+                if dep not in raws:
+                    at: KeyPath = (
+                        (*where, "dependsOn", position)
+                        if isinstance(written, list)
+                        else (*where, "dependsOn")
+                    )
+                    hint = suggest(dep, known) or f" (its tasks: {', '.join(known)})"
+                    self.problem(
+                        entry.file,
+                        at,
+                        f"dependsOn names {dep!r}, which is no task of workflow {workflow!r}{hint}",
+                    )
+            if "runWhen" in raw and not deps:
+                self.problem(
+                    entry.file,
+                    (*where, "runWhen"),
+                    "runWhen decides on the tasks named in dependsOn, and this task has none",
+                )
+        if len(self.problems) != before:
+            return None
+        for cycle in find_cycles({task: job_task_deps(job) for task, job in built.items()}):
+            index = raws[cycle[0]][0]
+            self.problem(
+                entry.file,
+                (*prefix, index, "dependsOn"),
+                f"a dependency cycle: {' → '.join(cycle)}",
+            )
+        return None if len(self.problems) != before else built
+
+    def _build_task(self, entry: _JobEntry, workflow: str, where: KeyPath) -> Job | None:
+        merged: dict[str, Any] = {}
+        for layer in entry.layers:
+            merged = merge(merged, layer.data)
+        try:
+            config = TaskConfig.model_validate(merged)
+        except ValidationError as exc:
+            self.validation_problems(exc, TaskConfig, entry.layers)
+            return None
+        full = config.model_copy(update={"name": f"{workflow}.{config.name}"})
+        resolved = self._environment(full, entry)
+        if resolved is None:
+            return None
+        environment, _ = resolved
+        position = self.position(entry.file, where)
+        return Job(
+            config=full,
+            schedule=_NO_SCHEDULE,
+            timezone=UTC,
+            environment=environment,
+            file=entry.file,
+            line=position[0] if position else 0,
+            digest=job_digest(full, None, environment),
+            workflow=workflow,
+        )
+
+
+def job_task_deps(job: Job) -> list[str]:
+    """A task's dependsOn (empty for a job)."""
+    config = job.config
+    return list(config.depends_on) if isinstance(config, TaskConfig) else []
+
+
+def job_run_when(job: Job) -> Any:
+    config = job.config
+    return config.run_when if isinstance(config, TaskConfig) else "allSucceeded"
+
+
+_NO_SCHEDULE = parse_schedule("@reboot")
+"""A task's schedule until its workflow's is known (replaced before anyone sees it)."""
+
+
+def _task_defaults(layer: _Layer) -> _Layer:
+    """The part of a ``defaults`` layer that reaches a workflow's tasks: all of it but
+    WORKFLOW_ONLY_KEYS (they reach the workflow)."""
+    if not any(k in layer.data for k in WORKFLOW_ONLY_KEYS):
+        return layer
+    data = {k: v for k, v in layer.data.items() if k not in WORKFLOW_ONLY_KEYS}
+    return _Layer(layer.file, layer.prefix, data)
+
+
+def _workflow_defaults(layer: _Layer) -> _Layer:
+    """The part of a ``defaults`` layer that reaches workflows (WORKFLOW_DEFAULT_KEYS;
+    onFailure without retry)."""
+    data = {k: v for k, v in layer.data.items() if k in WORKFLOW_DEFAULT_KEYS}
+    failure = data.get("onFailure")
+    if isinstance(failure, dict) and "retry" in failure:
+        data["onFailure"] = {k: v for k, v in failure.items() if k != "retry"}
+    return _Layer(layer.file, layer.prefix, data)
 
 
 _PLAIN_SECRET_HINT = (
@@ -1025,14 +1357,18 @@ def load(
     """
     loader = _Loader(tree, cache, display_root, limits)
     jobs: dict[str, Job] = {}
+    workflows: dict[str, Workflow] = {}
     finished = False
     try:
         with _gc_paused():
             entries = loader.load_entry(entry)
             jobs = loader.build_jobs(entries)
+            workflows = loader.build_workflows(loader.workflow_entries(), jobs)
             loader.crontab_warnings(entries, jobs)
             loader.pool_refs(entries, jobs)
-            loader.store_needs(jobs)
+            loader.store_needs(
+                [*jobs.values(), *(t for flow in workflows.values() for t in flow.tasks.values())]
+            )
         finished = True
     except _Abort:
         pass
@@ -1050,8 +1386,13 @@ def load(
         state=loader.state,
         pools=loader.pools,
         job_set_id=job_set_id(
-            [*(job.digest for job in jobs.values()), *(p.digest for p in loader.pools.values())]
+            [
+                *(job.digest for job in jobs.values()),
+                *(f.digest for f in workflows.values()),
+                *(p.digest for p in loader.pools.values()),
+            ]
         ),
+        workflows=workflows,
         files=tuple(loader.read_order),
         directories=tuple(dict.fromkeys(loader.listed)),
         warnings=tuple(dict.fromkeys(_hidden(loader.warnings, secrets))),
@@ -1060,7 +1401,7 @@ def load(
     )
 
 
-def job_zone(config: JobConfig, prefix: str | None = None) -> tzinfo:
+def job_zone(config: JobSettings | WorkflowSettings, prefix: str | None = None) -> tzinfo:
     """The zone a job's schedule is read in: the schedule's ``CRON_TZ=`` prefix, else
     its timezone, UTC with utc, else local."""
     if prefix is not None:

@@ -26,10 +26,12 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    SerializerFunctionWrapHandler,
     Tag,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -40,11 +42,13 @@ from cronstable.config.types import (
     Number,
     OptDuration,
     OptInt,
+    OptMoment,
     OptNumber,
     OptSize,
     OptText,
     Size,
     Text,
+    to_flag,
     to_list,
     to_text,
 )
@@ -462,6 +466,47 @@ class OnMissed(Model):
     """Send at most one report per reason per this many seconds (0: every one)."""
 
 
+class OnPaused(Model):
+    """Reports for a job paused for longer than ``alertAfter`` (a pause forgotten)."""
+
+    alert_after: OptDuration = Field(86400.0, alias="alertAfter", ge=0, examples=["4h", 3600])
+    """How long a pause (``suspend``, or one asked through the API) may last before it
+    is reported, once per pause (seconds, or a duration like ``4h``; default a day)."""
+    report: Report = _shared(Report())
+    rate_limit: Number = _rate_limit(0)
+    """Send at most one report per this many seconds (0: every one)."""
+
+
+class Suspend(Model):
+    """A pause written in the repository: fires are skipped (counted as ``paused``) while
+    it holds; a start on request still runs."""
+
+    until: OptMoment = Field(None, examples=["2026-05-04T09:00:00+02:00"])
+    """When the pause ends by itself (ISO 8601 with an offset, or Z); unset: until a
+    revision removes it."""
+    reason: OptText = Field(None, examples=["the warehouse is being migrated (OPS-1234)"])
+    """Why the job is paused: shown in /status, the dashboard, the metric and reports."""
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A pause without end or reason is ``true``, as written (a diff shows it so)."""
+        if self.until is None and self.reason is None:
+            return True
+        return handler(self)
+
+
+def _suspend(value: Any) -> Any:
+    """``suspend: true`` is a pause without reason or end; ``false`` (or empty) none."""
+    if value is None or isinstance(value, dict | Suspend):
+        return value
+    return Suspend() if to_flag(value) else None
+
+
+SuspendSpec = Annotated[
+    Suspend | None, BeforeValidator(_suspend, json_schema_input_type=bool | Suspend | None)
+]
+
+
 class FailsWhen(Model):
     """What makes a run a failure: any condition that is set and holds."""
 
@@ -515,6 +560,19 @@ class Monitor(Model):
     max_cpu_seconds: OptNumber = Field(None, alias="maxCpuSeconds", gt=0, examples=[600])
     """User + system CPU seconds allowed to the job's process and the descendants it waited
     for."""
+
+
+def known_zone(zone: str | None) -> str | None:
+    """``zone`` when it names an IANA time zone (None stays None)."""
+    if zone is None:
+        return None
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # a tzdata directory is an OSError
+        raise PydanticCustomError(
+            "timezone", "unknown time zone {zone}", {"zone": repr(zone)}
+        ) from None
+    return zone
 
 
 _USER_RE = re.compile(r"^(?:\d+|[A-Za-z_][A-Za-z0-9._-]{0,31}\$?)$")
@@ -595,6 +653,20 @@ class JobSettings(Model):
     starting_deadline_seconds: OptNumber = Field(None, alias="startingDeadlineSeconds", ge=0)
     """Fires missed by at most this many seconds (suspend, clock jump, restart) run once,
     late; unset: missed fires are skipped and logged."""
+    suspend: SuspendSpec = Field(
+        None, examples=[True, {"until": "2026-05-04T09:00:00Z", "reason": "migration"}]
+    )
+    """Pause the job: ``true``, or ``{until, reason}``. Its fires are skipped and counted
+    as ``paused`` (never caught up afterwards); a start on request still runs. A pause
+    asked through the API (``POST /jobs/{name}/pause``) is kept apart: removing this
+    key does not lift it."""
+    on_paused: OnPaused = Field(default_factory=_shared_factory(OnPaused()), alias="onPaused")
+    """Reports when the job has been paused for longer than ``alertAfter``."""
+    jitter: OptDuration = Field(None, ge=0, examples=["5m", 30])
+    """Delay each scheduled fire's start by an offset in [0, jitter) (seconds, or a
+    duration like ``90s`` or ``1h30m``), the same on every node: a hash of the job's name
+    and the fire's time, kept below the next fire. Never applied to retries, catch-ups,
+    backfills or starts on request; the run's scheduled time stays the fire's."""
     cluster_policy: Literal["EveryNode", "Leader", "PreferLeader"] = Field(
         "EveryNode", alias="clusterPolicy"
     )
@@ -617,15 +689,7 @@ class JobSettings(Model):
     @field_validator("timezone")
     @classmethod
     def _known_zone(cls, zone: str | None) -> str | None:
-        if zone is None:
-            return None
-        try:
-            ZoneInfo(zone)
-        except (ZoneInfoNotFoundError, ValueError, OSError):  # a tzdata directory is an OSError
-            raise PydanticCustomError(
-                "timezone", "unknown time zone {zone}", {"zone": repr(zone)}
-            ) from None
-        return zone
+        return known_zone(zone)
 
     @field_validator("stream_prefix")
     @classmethod
@@ -651,13 +715,14 @@ class JobSettings(Model):
 
 def report_moments(
     settings: JobSettings,
-) -> tuple[tuple[str, OnReport | OnFailure | OnMissed], ...]:
+) -> tuple[tuple[str, OnReport | OnFailure | OnMissed | OnPaused], ...]:
     """(YAML key, settings) of each report moment of a job."""
     return (
         ("onFailure", settings.on_failure),
         ("onPermanentFailure", settings.on_permanent_failure),
         ("onSuccess", settings.on_success),
         ("onMissed", settings.on_missed),
+        ("onPaused", settings.on_paused),
     )
 
 
@@ -720,8 +785,43 @@ def schedule_source(spec: str | ScheduleFields) -> str | dict[str, str]:
 _NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
 
 
-class JobConfig(JobSettings):
-    """One scheduled job."""
+def _check_name(name: str, what: str = "job") -> str:
+    if not name.strip():
+        raise PydanticCustomError("name", "a {what} name must not be empty", {"what": what})
+    if not _NAME_RE.match(name):
+        raise PydanticCustomError(
+            "name",
+            "a {what} name must be 1-200 characters without control characters",
+            {"what": what},
+        )
+    return name
+
+
+def _check_schedule(spec: str | ScheduleFields, info: ValidationInfo) -> str | ScheduleFields:
+    name = info.data.get("name")  # validated before schedule: H items hash it
+    try:
+        parse_schedule(schedule_source(spec), name if isinstance(name, str) else None)
+    except ScheduleError as exc:
+        shown = f"{spec!r}: " if isinstance(spec, str) else ""
+        raise PydanticCustomError(
+            "schedule", "{spec}{error}", {"spec": shown, "error": str(exc)}
+        ) from None
+    return spec
+
+
+SCHEDULE_EXAMPLES: list[Any] = [
+    "*/5 * * * *",
+    "0 3 * * mon-fri",
+    "*/10 * * * * * *",
+    "@daily",
+    "@every 90s",
+    "H H(0-5) * * *",
+    {"minute": "*/2"},
+]
+
+
+class RunSettings(JobSettings):
+    """What a job and a workflow's task both are: the job settings, a name and a command."""
 
     name: Text = Field(examples=["nightly-backup"])
     """Unique name of the job in the whole configuration."""
@@ -731,46 +831,175 @@ class JobConfig(JobSettings):
     """A string runs through `shell -c`; a list is executed directly."""
     stdin: OptText = Field(None, examples=["line one\nline two\n"])
     """Text fed to the command's standard input (a crontab's `%`); unset: /dev/null."""
-    schedule: ScheduleSpec = Field(
-        examples=[
-            "*/5 * * * *",
-            "0 3 * * mon-fri",
-            "*/10 * * * * * *",
-            "@daily",
-            "@every 90s",
-            "H H(0-5) * * *",
-            {"minute": "*/2"},
-        ]
-    )
-    """Cron expression (5 fields; 6 add a year; 7 are second..year), an @alias,
-    `@every 1h30m`, or a mapping; `H` items are hashed from the job's name, and a
-    `CRON_TZ=Zone ` prefix sets the zone."""
 
     @field_validator("name")
     @classmethod
     def _name_form(cls, name: str) -> str:
-        if not name.strip():
-            raise PydanticCustomError("name", "a job name must not be empty")
-        if not _NAME_RE.match(name):
-            raise PydanticCustomError(
-                "name", "a job name must be 1-200 characters without control characters"
-            )
-        return name
+        return _check_name(name)
+
+
+class JobConfig(RunSettings):
+    """One scheduled job."""
+
+    schedule: ScheduleSpec = Field(examples=SCHEDULE_EXAMPLES)
+    """Cron expression (5 fields; 6 add a year; 7 are second..year), an @alias,
+    `@every 1h30m`, or a mapping; `H` items are hashed from the job's name, and a
+    `CRON_TZ=Zone ` prefix sets the zone."""
 
     @field_validator("schedule")
     @classmethod
     def _schedule_parses(
         cls, spec: str | ScheduleFields, info: ValidationInfo
     ) -> str | ScheduleFields:
-        name = info.data.get("name")  # validated before schedule: H items hash it
-        try:
-            parse_schedule(schedule_source(spec), name if isinstance(name, str) else None)
-        except ScheduleError as exc:
-            shown = f"{spec!r}: " if isinstance(spec, str) else ""
+        return _check_schedule(spec, info)
+
+
+# ------------------------------------------------------------------ workflows
+
+RunWhenName = Literal["allSucceeded", "allDone", "anyFailed", "allFailed"]
+"""cronstable.workflows.dag.RunWhen, spelled out (the schema lists the values)."""
+
+
+WORKFLOW_ONLY_KEYS = ("suspend", "onPaused", "jitter")
+"""Job settings a task does not take: they belong to what is scheduled, its workflow
+(a file's ``defaults`` give them to the workflow, not to its tasks)."""
+
+
+def _without_workflow_keys(schema: dict[str, Any]) -> None:
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for name in WORKFLOW_ONLY_KEYS:
+            properties.pop(name, None)
+
+
+class TaskConfig(RunSettings):
+    """One task of a workflow: a job without a schedule of its own (every job setting
+    applies but ``suspend``, ``onPaused`` and ``jitter``, which are the workflow's, and
+    the file's defaults reach it as they reach jobs), started by its workflow's runs once
+    its dependencies allow. Its name everywhere a job name appears (logs, metrics, the
+    API, durable state) is ``WORKFLOW.TASK``."""
+
+    model_config = ConfigDict(json_schema_extra=_without_workflow_keys)
+
+    name: Text = Field(examples=["extract"])
+    """The task's name, unique in its workflow, without a ``.``."""
+    depends_on: TextList = Field(
+        default_factory=list, alias="dependsOn", examples=[["extract"], ["transform-a", "b"]]
+    )
+    """Tasks of the same workflow this one waits for; none: it starts when the run does."""
+    run_when: RunWhenName = Field(
+        "allSucceeded", alias="runWhen", examples=["allSucceeded", "allDone", "anyFailed"]
+    )
+    """When the task runs once every dependency is done: ``allSucceeded`` (all of them
+    succeeded), ``allDone`` (whatever they ended as), ``anyFailed`` (one failed, after its
+    retries), ``allFailed`` (each failed). A task whose condition can no longer hold is
+    ``skipped``, and its dependents decide on that. Needs dependsOn."""
+
+    @field_validator("name")
+    @classmethod
+    def _name_form(cls, name: str) -> str:
+        _check_name(name, "task")
+        if "." in name:
             raise PydanticCustomError(
-                "schedule", "{spec}{error}", {"spec": shown, "error": str(exc)}
-            ) from None
-        return spec
+                "name",
+                "a task name cannot hold a '.': the task is known as WORKFLOW.TASK",
+            )
+        return name
+
+
+class WorkflowSettings(Model):
+    """A workflow's own settings (its tasks aside)."""
+
+    name: Text = Field(examples=["nightly-etl"])
+    """Unique name of the workflow: no job or other workflow has it."""
+    schedule: ScheduleSpec = Field(examples=SCHEDULE_EXAMPLES)
+    """When a run starts: every schedule form a job takes (cron expression, @alias,
+    @reboot, `@every`, a mapping, `H` hashed from the workflow's name, `CRON_TZ=`)."""
+    utc: Flag = True
+    """Read the schedule in UTC (true) or in the daemon's local time zone (false)."""
+    timezone: Annotated[OptText, AfterValidator(known_zone)] = Field(
+        None, examples=["Europe/Lisbon"]
+    )
+    """IANA time zone of the schedule; overrides utc."""
+    enabled: Flag = True
+    """A disabled workflow stays in the configuration but never fires."""
+    starting_deadline_seconds: OptNumber = Field(None, alias="startingDeadlineSeconds", ge=0)
+    """Fires missed by at most this many seconds (suspend, clock jump, restart) start a
+    run once, late; unset: missed fires are skipped and logged."""
+    cluster_policy: Literal["EveryNode", "Leader", "PreferLeader"] = Field(
+        "EveryNode", alias="clusterPolicy"
+    )
+    """Which nodes of a cluster start the workflow's runs (a run's tasks run where the
+    run started)."""
+    concurrency_policy: Literal["Allow", "Forbid", "Replace"] = Field(
+        "Allow", alias="concurrencyPolicy"
+    )
+    """What a fire does while a run is still going: start another (Allow), skip (Forbid),
+    or cancel the old run and start anew (Replace)."""
+    on_failure: OnReport = Field(default_factory=_shared_factory(OnReport()), alias="onFailure")
+    """Reports once a run ended failed (a task failed: after its retries)."""
+    on_success: OnReport = Field(default_factory=_shared_factory(OnReport()), alias="onSuccess")
+    """Reports once a run ended succeeded (every task that ran succeeded)."""
+    on_missed: OnMissed = Field(default_factory=_shared_factory(OnMissed()), alias="onMissed")
+    """Reports for a fire that started no run (skipped by Forbid, found too late)."""
+    statsd: Statsd | None = None
+    """Send start/stop/success/duration of every run of the workflow to statsd (its tasks
+    send their own with a statsd of their own)."""
+    suspend: SuspendSpec = Field(
+        None, examples=[True, {"until": "2026-05-04T09:00:00Z", "reason": "migration"}]
+    )
+    """Pause the workflow: ``true``, or ``{until, reason}``. Its fires start no run and
+    are counted as ``paused`` (never caught up afterwards); a start on request still
+    runs, and runs going finish. A pause asked through the API (``POST
+    /workflows/{name}/pause``) is kept apart: removing this key does not lift it."""
+    on_paused: OnPaused = Field(default_factory=_shared_factory(OnPaused()), alias="onPaused")
+    """Reports when the workflow has been paused for longer than ``alertAfter``."""
+    jitter: OptDuration = Field(None, ge=0, examples=["5m", 30])
+    """Delay each scheduled fire's start by an offset in [0, jitter) (seconds, or a
+    duration like ``90s``), the same on every node: a hash of the workflow's name and the
+    fire's time, kept below the next fire. Never applied to catch-ups or starts on
+    request; the run's scheduled time (its tasks' ``CRONSTABLE_SCHEDULED_TIME``) stays
+    the fire's."""
+
+    @field_validator("name")
+    @classmethod
+    def _name_form(cls, name: str) -> str:
+        return _check_name(name, "workflow")
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule_parses(
+        cls, spec: str | ScheduleFields, info: ValidationInfo
+    ) -> str | ScheduleFields:
+        return _check_schedule(spec, info)
+
+
+WORKFLOW_DEFAULT_KEYS = (
+    "utc",
+    "timezone",
+    "enabled",
+    "startingDeadlineSeconds",
+    "clusterPolicy",
+    "concurrencyPolicy",
+    "onFailure",
+    "onSuccess",
+    "onMissed",
+    "suspend",
+    "onPaused",
+    "jitter",
+)
+"""The keys of a file's ``defaults`` that reach its workflows too (``onFailure`` without
+its ``retry``: a workflow's retries are its tasks')."""
+
+
+class WorkflowConfig(WorkflowSettings):
+    """Jobs that depend on jobs: tasks started in the order their ``dependsOn`` allow, in
+    parallel where it allows, each run of the workflow on the schedule's fires."""
+
+    tasks: Annotated[
+        list[TaskConfig], BeforeValidator(to_list, json_schema_input_type=list[TaskConfig] | None)
+    ] = Field(min_length=1)
+    """The workflow's tasks (at least one)."""
 
 
 # ------------------------------------------------------------- other sections
@@ -1270,8 +1499,16 @@ class ConfigFile(Model):
         list[JobConfig], BeforeValidator(to_list, json_schema_input_type=list[JobConfig] | None)
     ] = Field(default_factory=list)
     """The jobs defined in this file."""
+    workflows: Annotated[
+        list[WorkflowConfig],
+        BeforeValidator(to_list, json_schema_input_type=list[WorkflowConfig] | None),
+    ] = Field(default_factory=list)
+    """The workflows defined in this file (jobs that depend on jobs)."""
     defaults: JobDefaults = _shared(JobDefaults())
-    """Settings for every job of this file; included files' defaults come first."""
+    """Settings for every job and workflow task of this file (and, of them, utc, timezone,
+    enabled, startingDeadlineSeconds, clusterPolicy, concurrencyPolicy, onFailure's
+    reports, onSuccess and onMissed for its workflows too); included files' defaults come
+    first."""
     include: Annotated[list[str] | str, BeforeValidator(_text_list)] = Field(
         default_factory=list, examples=[["_defaults.yaml"], "_defaults.yaml"]
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
@@ -187,4 +188,39 @@ Size = Annotated[int, BeforeValidator(to_size, json_schema_input_type=int | str)
 OptSize = Annotated[
     int | None,
     BeforeValidator(_optional(to_size), json_schema_input_type=int | str | None),
+]
+
+
+def to_moment(value: Any) -> datetime:
+    """An aware datetime: ISO 8601 with an offset or ``Z`` (``2026-05-01T09:00:00+02:00``);
+    a time without one is refused, since the zone it meant cannot be known."""
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in "zZ" else text)
+        except ValueError:
+            raise PydanticCustomError(
+                "moment",
+                "expected a date and time in ISO 8601 with an offset "
+                "(like 2026-05-01T09:00:00+02:00 or 2026-05-01T07:00:00Z), got {got}",
+                {"got": repr(value)},
+            ) from None
+    else:
+        raise PydanticCustomError(
+            "moment", "expected a date and time, got {got}", {"got": _describe(value)}
+        )
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise PydanticCustomError(
+            "moment",
+            "{got} has no offset: write one (2026-05-01T09:00:00+02:00) or Z for UTC",
+            {"got": repr(value)},
+        )
+    return moment
+
+
+OptMoment = Annotated[
+    datetime | None,
+    BeforeValidator(_optional(to_moment), json_schema_input_type=str | None),
 ]

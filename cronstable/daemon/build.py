@@ -40,7 +40,7 @@ from cronstable.runtime.clock import Clock, SystemClock
 from cronstable.runtime.control import DaemonControl, RunRecordsSection
 from cronstable.runtime.daemon import Closer, Daemon, JobsSection, ProcessSpawner, request_reload
 from cronstable.runtime.events import EventHub
-from cronstable.runtime.history import RunHistory
+from cronstable.runtime.history import FlowHistory, RunHistory
 from cronstable.runtime.output import OutputMirror
 from cronstable.runtime.pool_section import PoolsSection
 from cronstable.runtime.pools import Pools
@@ -49,6 +49,7 @@ from cronstable.runtime.scheduler import Scheduler
 from cronstable.runtime.sdnotify import ServiceNotifier
 from cronstable.sources.base import Source
 from cronstable.state.keeper import StateKeeper
+from cronstable.state.pauses import PauseBook, PauseGate
 from cronstable.state.section import StateSection
 from cronstable.store_link import StoreLinks
 from cronstable.web.section import WebSection
@@ -96,6 +97,7 @@ def build_daemon(
     source.error_hook = metrics.source_error
     mirror = OutputMirror()
     history = RunHistory()
+    flow_history = FlowHistory()
     events = EventHub()
     status = ReconcileStatus(observers=[events.revision])
     pools = EtcdPools()  # one pool of connections per etcd: leadership, slots, state share it
@@ -110,8 +112,13 @@ def build_daemon(
         node.name, registry, pools=pools, on_change=lambda: scheduler_of().wake()
     )  # the gate: may this node start this job now (clusterPolicy)?
     keeper = StateKeeper(
-        node.name, scheduler_of, history, cluster_wide=cluster.one_run, gated=cluster.gated
-    )  # a launch guard, the state hooks and a run listener: durable state
+        node.name,
+        scheduler_of,
+        history,
+        cluster_wide=cluster.one_run,
+        gated=cluster.gated,
+        flow_history=flow_history,
+    )  # a launch guard, the state hooks, a run and a workflow listener: durable state
     slots = SlotGuard(
         node.name,
         replace_runs=lambda job, why: scheduler_of().replace_runs(job, why),
@@ -146,21 +153,33 @@ def build_daemon(
     reports = ReportDispatcher(registry, revision=status.applied_revision)
     clock = clock or SystemClock()
     job_pools = Pools(clock, shared=pool_slots)  # the slots launches of jobs with `pool` wait for
+    pauses = PauseBook(
+        node.name,
+        lambda: keeper.store,
+        lambda: scheduler_of().jobs,
+        clock.now,
+        on_alert=reports.pause_exceeded,
+        registry=registry,
+        workflows=lambda: scheduler_of().workflows,
+    )  # suspend and the API's pauses, kept in the state store; the gate asks it
     scheduler = Scheduler(
         clock,
         spawner,
-        gate=cluster,
+        gate=PauseGate(cluster, pauses),  # clusterPolicy first, then a pause
         # a held slot refuses before any state record is written; the leadership's
         # @reboot ran-set is written last, once nothing else refuses
         guards=(slots, keeper, reboot),
         hooks=keeper,
         run_listeners=(history, run_metrics, events, statsd, keeper),
         report_listeners=(reports,),
+        flow_listeners=(flow_history, run_metrics, statsd, keeper),
         pools=job_pools,
     )
     scheduler_of.set(scheduler)
 
-    state = StateSection(keeper, node.state_dir or default_state_dir(), registry, pools=pools)
+    state = StateSection(
+        keeper, node.state_dir or default_state_dir(), registry, pools=pools, pauses=pauses
+    )
     slot_section = SlotSection(slots, registry, pools=pools)
     pool_slot_section = PoolSlotSection(pool_slots, registry, pools=pools)
     lock_section = LockSlotSection(lock_slots, registry, pools=pools)
@@ -188,7 +207,9 @@ def build_daemon(
         state=keeper.view,
         stores=stores.view,
         start_check=slots.refusal,
+        flow_history=flow_history,
         limits=node.limits,
+        pauses=pauses,
     )  # what the web reads of the daemon, and the few things it may ask
     control_of.set(control)
     web = WebSection(control, registry)
@@ -203,12 +224,13 @@ def build_daemon(
         PoolsSection(job_pools, registry),
         # early: what the later commits log goes through the revision's handlers
         LoggingSection(node.log_overrides),
-        RunRecordsSection(history, run_metrics),  # drops what removed jobs left
+        RunRecordsSection(history, run_metrics, flow_history),  # drops what removed jobs left
         reports,
         # cluster before state: the restore asks the gate which jobs the leadership
         # places (their fires are not this node's to resume)
         cluster,
         state,
+        pauses,  # after state: it reads the store the state section committed
         slot_section,
         pool_slot_section,
         lock_section,
@@ -220,10 +242,12 @@ def build_daemon(
 
     # closed in this order once the runs drained (a failure is logged, the rest closed)
     closing: list[Closer] = [
+        ("backfills", control.backfills.close),  # no run of one starts any more
         ("statsd listener", statsd.close),  # first: the stop metrics of the last runs
         ("run channels", channels.close),  # every run ended: what is left of their sockets
         ("reporting section", reports.close),  # the reports in flight, each in its timeout
         ("cluster section", cluster.close),
+        ("pauses", pauses.close),
         ("state section", state.close),  # what is queued is written (bounded)
         ("cluster-slots section", slot_section.close),
         ("pools", job_pools.close),  # the pumps of the cluster pools, before their store

@@ -10,6 +10,10 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 * :mod:`.launch`: a run about to start (:class:`Launch`) and who has a say in it
   (:class:`ClusterGate`, :class:`LaunchGuard`, :class:`StateHooks`), a :class:`Run`;
 * :mod:`.listeners`: who hears of runs (:class:`RunListener`, :class:`ReportListener`);
+* :mod:`.flows`: workflow runs (:class:`FlowRunView`, :class:`TaskRunView`) and who hears
+  of them (:class:`FlowListener`);
+* :mod:`.pauses`: a job held back (:class:`Pause`, :class:`JobPauses`) and what may
+  be asked of the pauses (:class:`PauseControl`);
 * :mod:`.restore`: what a previous daemon's records are put back into
   (:class:`Restorable`, :class:`History`);
 * :mod:`.channel`: a run's channel to its daemon (:class:`RunChannel`, :class:`RunGrant`),
@@ -22,7 +26,16 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 from __future__ import annotations
 
 from cronstable.ports.channel import RunChannel, RunGrant, RunOwner
+from cronstable.ports.flows import (
+    FlowKind,
+    FlowListener,
+    FlowRecords,
+    FlowRunView,
+    TaskRunView,
+    flow_run_id,
+)
 from cronstable.ports.launch import (
+    BackfillRefused,
     ClusterGate,
     Launch,
     LaunchGuard,
@@ -33,6 +46,7 @@ from cronstable.ports.launch import (
     StateHooks,
 )
 from cronstable.ports.listeners import ReportListener, RunListener
+from cronstable.ports.pauses import JobPauses, Pause, PauseControl, PauseRefused, PauseSource
 from cronstable.ports.restore import History, Restorable, WallClock
 from cronstable.ports.runs import (
     FAILURES,
@@ -55,11 +69,13 @@ from cronstable.ports.runs import (
 from cronstable.ports.section import Section
 from cronstable.ports.views import (
     AppliedConfig,
+    BackfillView,
     ClusterMember,
     ClusterView,
     Election,
     EventData,
     FireBand,
+    FlowRuns,
     Forecast,
     JobForecast,
     JobRuns,
@@ -73,6 +89,8 @@ from cronstable.ports.views import (
     StateView,
     Status,
     StoreView,
+    TaskDefinition,
+    WorkflowStatus,
 )
 
 __all__ = [
@@ -81,6 +99,8 @@ __all__ = [
     "RUN_OUTCOMES",
     "SPAWN_FAILED_RETURNCODE",
     "AppliedConfig",
+    "BackfillRefused",
+    "BackfillView",
     "ClusterGate",
     "ClusterMember",
     "ClusterView",
@@ -88,11 +108,17 @@ __all__ = [
     "EventData",
     "FinishedRun",
     "FireBand",
+    "FlowKind",
+    "FlowListener",
+    "FlowRecords",
+    "FlowRunView",
+    "FlowRuns",
     "Forecast",
     "History",
     "JobForecast",
     "JobRuns",
     "JobState",
+    "JobPauses",
     "JobStatus",
     "PendingRetry",
     "Launch",
@@ -103,6 +129,10 @@ __all__ = [
     "QueuedView",
     "MissedReason",
     "Moment",
+    "Pause",
+    "PauseControl",
+    "PauseRefused",
+    "PauseSource",
     "ReportListener",
     "Restorable",
     "RevisionView",
@@ -122,7 +152,11 @@ __all__ = [
     "StateView",
     "Status",
     "StoreView",
+    "TaskDefinition",
+    "TaskRunView",
     "WallClock",
+    "WorkflowStatus",
+    "flow_run_id",
     "report_moments",
     "run_id",
     "run_outcome",

@@ -1,6 +1,6 @@
 """A run about to start, and who has a say in it.
 
-The scheduler launches a run for one of four reasons (:data:`LaunchKind`); each
+The scheduler launches a run for one of five reasons (:data:`LaunchKind`); each
 :class:`Launch` is asked of the :class:`ClusterGate` (scheduled fires and
 retries: may this node start this job now?) and then of every
 :class:`LaunchGuard` in order (durable state, cluster slots).  Durable state
@@ -17,9 +17,10 @@ from typing import Literal, Protocol
 from cronstable.config.desired import Job
 from cronstable.ports.runs import RunResult, run_id
 
-LaunchKind = Literal["fire", "retry", "reboot", "manual"]
+LaunchKind = Literal["fire", "retry", "reboot", "manual", "task", "backfill"]
 """What starts a run: a scheduled fire (catch-ups included), a retry, an @reboot job at
-start, or a start on request."""
+start, a start on request, a workflow run starting one of its tasks (a first attempt
+or a retry: the workflow run's own record says which), or one fire of a backfill."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,15 @@ class Launch:
     @property
     def id(self) -> str:
         return run_id(self.job.name, self.scheduled, self.attempt)
+
+
+class BackfillRefused(Exception):
+    """A backfill that cannot start, saying why; ``conflict`` when the job's state is the
+    reason (a backfill going, a pause, a stop), else the request is wrong (the range)."""
+
+    def __init__(self, message: str, *, conflict: bool = False) -> None:
+        super().__init__(message)
+        self.conflict = conflict
 
 
 class Run(Protocol):

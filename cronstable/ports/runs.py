@@ -148,6 +148,12 @@ class RunStart:
     """Started through the API rather than by the schedule or a retry."""
     pool_wait: float | None = None
     """Seconds the run waited in its pool's queue; None for a job with no pool."""
+    planned_start: datetime | None = None
+    """When a scheduled fire was to start: its fire delayed by the job's ``jitter`` (the
+    fire itself without one); None for a run that starts when asked (a retry, a start on
+    request, a backfill, an @reboot run)."""
+    backfill: bool = False
+    """One fire of a backfill (``scheduled_time`` is that fire)."""
 
 
 @dataclass(frozen=True, slots=True)

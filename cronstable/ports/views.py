@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from cronstable.ports.flows import FlowRunView
+from cronstable.ports.pauses import JobPauses
 from cronstable.ports.runs import FinishedRun, RunOutcome, RunStart
 
 
@@ -32,6 +34,32 @@ class RevisionView:
 
 
 @dataclass(frozen=True, slots=True)
+class BackfillView:
+    """A job's backfill: every fire of its schedule in [start, end), run one after
+    another (the last one asked of this daemon, while it runs and once it ended)."""
+
+    job: str
+    start: datetime
+    end: datetime
+    fires: tuple[datetime, ...]
+    """Every fire in the range, in order, in the job's zone."""
+    state: Literal["running", "done", "stopped"]
+    by: str | None
+    """The API token's name that asked."""
+    started_at: datetime
+    done: int
+    """Runs ended (or refused) so far."""
+    outcomes: Mapping[str, int]
+    """How they ended, by outcome (``not_started`` for one a guard refused)."""
+    current: datetime | None
+    """The fire running now."""
+    finished_at: datetime | None
+    stop_reason: str | None
+    """Why it stopped before its last fire (``stopped`` only)."""
+    ignore_pause: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class JobStatus:
     """One applied job: its schedule, the runs going and how the last one went."""
 
@@ -43,6 +71,54 @@ class JobStatus:
     running: tuple[RunStart, ...]
     last_run: FinishedRun | None
     retry_pending: bool
+    next_start: datetime | None = None
+    """When the next fire starts: ``next_fire`` delayed by the job's ``jitter``."""
+    jitter: float | None = None
+    """The job's ``jitter`` (seconds); None without one."""
+    pauses: JobPauses = JobPauses()
+    """The pauses holding it now, the repository's and the API's apart."""
+    backfill: BackfillView | None = None
+    """Its backfill running now, or the last one this daemon ran."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDefinition:
+    """One task of an applied workflow, as defined."""
+
+    task: str
+    name: str
+    """``WORKFLOW.TASK``."""
+    depends_on: tuple[str, ...]
+    run_when: str
+    level: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowStatus:
+    """One applied workflow: its schedule and tasks, the runs going and its last run."""
+
+    name: str
+    schedule: str
+    timezone: str
+    enabled: bool
+    concurrency_policy: str
+    next_fire: datetime | None
+    tasks: tuple[TaskDefinition, ...]
+    running: tuple[FlowRunView, ...]
+    last_run: FlowRunView | None
+    next_start: datetime | None = None
+    """When the next fire starts: ``next_fire`` delayed by the workflow's ``jitter``."""
+    jitter: float | None = None
+    pauses: JobPauses = JobPauses()
+    """The pauses holding the workflow now (its ``suspend`` and the API's apart)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlowRuns:
+    """A workflow's runs: the ones going, then the finished ones newest first."""
+
+    running: tuple[FlowRunView, ...]
+    finished: tuple[FlowRunView, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +235,7 @@ class Status:
     """None without a ``state`` section."""
     stores: Mapping[str, StoreView]
     """The stores the sections use, by name (``cluster``, ``slots``, ``state``)."""
+    workflows: tuple[WorkflowStatus, ...] = ()
     pools: tuple[PoolView, ...] = ()
     """Every pool, the applied ones first."""
 

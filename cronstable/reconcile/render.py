@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from cronstable.config.desired import Job, Pool
-from cronstable.reconcile.plan import FieldChange, JobChange, Plan, PoolChange
+from cronstable.config.desired import Job, Pool, Workflow
+from cronstable.config.models import JobConfig, WorkflowSettings
+from cronstable.reconcile.plan import FieldChange, JobChange, Plan, PoolChange, WorkflowChange
 from cronstable.schedule import uses_h
 
 FIRES_SHOWN = 3
 
 
-def next_fires(job: Job | None, at: datetime, count: int = FIRES_SHOWN) -> list[str]:
+def next_fires(job: Job | Workflow | None, at: datetime, count: int = FIRES_SHOWN) -> list[str]:
+    """A job's or a workflow's next fires (a task fires only with its workflow)."""
     if job is None:
         return []
     if not job.config.enabled:
@@ -36,9 +39,10 @@ def _schedule_line(change: JobChange) -> str:
     return schedule_shown(job)
 
 
-def schedule_shown(job: Job) -> str:
+def schedule_shown(job: Job | Workflow) -> str:
     """``H H * * *`` → ``H H * * * (resolved: 0 17 4 * * * *)``; other schedules as written."""
-    written = job.config.schedule
+    config = job.config
+    written = config.schedule if isinstance(config, JobConfig | WorkflowSettings) else None
     if not isinstance(written, str):
         return job.schedule.text
     if uses_h(written):
@@ -116,7 +120,34 @@ def plan_data(plan: Plan, at: datetime) -> dict[str, Any]:
         ],
         "at": at.isoformat(),
     }
+    if plan.has_workflows:
+        body["workflows"] = [_workflow_json(change, at) for change in plan.workflows]
     return body
+
+
+def _workflow_json(change: WorkflowChange, at: datetime) -> dict[str, Any]:
+    flow = change.new or change.old
+    assert flow is not None
+    entry: dict[str, Any] = {
+        "name": change.name,
+        "change": change.kind,
+        "schedule": schedule_shown(flow),
+    }
+    if change.kind == "changed":
+        entry["fields"] = [_field_json(f) for f in change.fields]
+        if change.schedule_changed:
+            entry["nextFires"] = {
+                "before": next_fires(change.old, at),
+                "after": next_fires(change.new, at),
+            }
+    elif change.kind == "added":
+        entry["nextFires"] = {"after": next_fires(change.new, at)}
+    entry["tasks"] = [
+        {"name": task.name, "change": task.kind}
+        | ({"fields": [_field_json(f) for f in task.fields]} if task.kind == "changed" else {})
+        for task in change.tasks
+    ]
+    return entry
 
 
 # ------------------------------------------------------------------------ text
@@ -130,6 +161,12 @@ def _headline(plan: Plan) -> str:
     s = plan.summary()
     parts = [f"{s['added']} added", f"{s['removed']} removed", f"{s['changed']} changed"]
     line = f"jobs: {', '.join(parts)}, {s['unchanged']} unchanged"
+    flows = s.get("workflows")
+    if flows is not None:
+        line += (
+            f"; workflows: {flows['added']} added, {flows['removed']} removed, "
+            f"{flows['changed']} changed, {flows['unchanged']} unchanged"
+        )
     if s["sections"]:
         line += f"; sections changed: {', '.join(s['sections'])}"
     return line
@@ -153,6 +190,8 @@ def to_text(plan: Plan, at: datetime, *, colour: bool = False) -> str:
         if change.schedule_changed:
             lines.append(paint("dim", f"    next before: {', '.join(next_fires(change.old, at))}"))
             lines.append(paint("dim", f"    next after:  {', '.join(next_fires(change.new, at))}"))
+    for flow in plan.workflows:
+        lines.extend(_workflow_text(flow, at, paint))
     for pool in plan.pools:
         lines.append(paint(pool.kind, f"{_SIGN[pool.kind]} pool {pool.name} ({_pool_shown(pool)})"))
         for f in pool.fields:
@@ -166,6 +205,37 @@ def to_text(plan: Plan, at: datetime, *, colour: bool = False) -> str:
         for f in section.fields:
             lines.append(f"    {f.path}: {_short(f.old)} -> {_short(f.new)}")
     return "\n".join(lines) + "\n"
+
+
+def _workflow_text(
+    change: WorkflowChange, at: datetime, paint: Callable[[str, str], str]
+) -> list[str]:
+    flow = change.new or change.old
+    assert flow is not None
+    sign = _SIGN[change.kind]
+    lines = [paint(change.kind, f"{sign} workflow {change.name} ({schedule_shown(flow)})")]
+    if change.kind == "added":
+        lines.append(paint("dim", f"    next: {', '.join(next_fires(change.new, at))}"))
+    for f in change.fields:
+        lines.append(f"    {f.path}: {_short(f.old)} -> {_short(f.new)}")
+    if change.schedule_changed:
+        lines.append(paint("dim", f"    next before: {', '.join(next_fires(change.old, at))}"))
+        lines.append(paint("dim", f"    next after:  {', '.join(next_fires(change.new, at))}"))
+    for task in change.tasks:
+        job = task.new or task.old
+        assert job is not None
+        after = ", ".join(f"{change.name}.{d}" for d in _depends_on(job))
+        lines.append(
+            paint(task.kind, f"    {_SIGN[task.kind]} task {task.name}")
+            + (f" (after {after})" if after and task.kind == "added" else "")
+        )
+        for f in task.fields:
+            lines.append(f"        {f.path}: {_short(f.old)} -> {_short(f.new)}")
+    return lines
+
+
+def _depends_on(job: Job) -> list[str]:
+    return list(getattr(job.config, "depends_on", ()))
 
 
 # -------------------------------------------------------------------- markdown
@@ -183,8 +253,9 @@ def to_markdown(plan: Plan, at: datetime) -> str:
         return "\n".join(out) + "\n"
     out.append(_headline(plan))
     out.append("")
-    out.append("| | job | schedule | next fires (from " + at.isoformat() + ") |")
-    out.append("|---|---|---|---|")
+    if plan.jobs or not plan.workflows:
+        out.append("| | job | schedule | next fires (from " + at.isoformat() + ") |")
+        out.append("|---|---|---|---|")
     for change in plan.jobs:
         fires = ", ".join(next_fires(change.new, at)) if change.new else "—"
         out.append(
@@ -207,6 +278,36 @@ def to_markdown(plan: Plan, at: datetime) -> str:
                 "",
                 f"Next fires before: {', '.join(next_fires(change.old, at))}  ",
                 f"Next fires after: {', '.join(next_fires(change.new, at))}",
+            ]
+        out += ["", "</details>"]
+    if plan.workflows:
+        out += [
+            "",
+            "| | workflow / task | schedule | next fires (from " + at.isoformat() + ") |",
+            "|---|---|---|---|",
+        ]
+    for flow in plan.workflows:
+        shown = flow.new or flow.old
+        assert shown is not None
+        fires = ", ".join(next_fires(flow.new, at)) if flow.new else "—"
+        out.append(f"| {_SIGN[flow.kind]} | `{flow.name}` | `{schedule_shown(shown)}` | {fires} |")
+        for task in flow.tasks:
+            out.append(f"| {_SIGN[task.kind]} | `{task.name}` | | |")
+    for flow in plan.workflows:
+        changed_tasks = [t for t in flow.tasks if t.kind == "changed"]
+        if not flow.fields and not changed_tasks:
+            continue
+        out += [
+            "",
+            f"<details><summary><code>{flow.name}</code>: workflow changed</summary>",
+            "",
+            "| setting | before | after |",
+            "|---|---|---|",
+        ]
+        out += [f"| `{f.path}` | {_md(f.old)} | {_md(f.new)} |" for f in flow.fields]
+        for task in changed_tasks:
+            out += [
+                f"| `{task.name}`: `{f.path}` | {_md(f.old)} | {_md(f.new)} |" for f in task.fields
             ]
         out += ["", "</details>"]
     if plan.pools:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from cronstable.config.desired import Job
 from cronstable.config.models import Statsd
-from cronstable.ports import RunOutcome, RunResult, RunStart
+from cronstable.ports import FlowRunView, RunOutcome, RunResult, RunStart
 
 logger = logging.getLogger(__name__)
 
@@ -190,6 +190,38 @@ class StatsdListener:
                 self._send(config, stop_datagram(config.prefix, result))
         except Exception:
             logger.exception("statsd: job %s: the stop metrics failed", run.job)
+
+    # a workflow's runs, with the workflow's own statsd settings (its tasks send theirs as
+    # jobs do): start at its start, stop, success and duration at its end
+
+    def flow_started(self, run: FlowRunView) -> None:
+        try:
+            job = self._job(run.workflow)
+            config = job.config.statsd if job is not None else None
+            if config is None or run.id in self._running:
+                return
+            self._running[run.id] = config
+            self._send(config, start_datagram(config.prefix))
+        except Exception:
+            logger.exception("statsd: workflow %s: the start metric failed", run.workflow)
+
+    def flow_changed(self, run: FlowRunView) -> None:
+        return None
+
+    def flow_finished(self, run: FlowRunView) -> None:
+        try:
+            config = self._running.pop(run.id, None)
+            if config is None:
+                return
+            duration = int(round((run.duration or 0.0) * 1000))
+            text = (
+                f"{config.prefix}.stop:1|g\n"
+                f"{config.prefix}.success:{1 if run.outcome == 'succeeded' else 0}|g\n"
+                f"{config.prefix}.duration:{duration}|ms|@0.1\n"
+            )
+            self._send(config, text.encode())
+        except Exception:
+            logger.exception("statsd: workflow %s: the stop metrics failed", run.workflow)
 
     def _send(self, config: Statsd, datagram: bytes) -> None:
         key = (config.host, config.port)

@@ -25,26 +25,37 @@ from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.metrics import DaemonMetrics
 from cronstable.ports import (
     AppliedConfig,
+    BackfillView,
     ClusterView,
+    FlowRuns,
+    FlowRunView,
     JobForecast,
+    JobPauses,
     JobRuns,
     JobState,
     JobStatus,
+    Pause,
+    PauseControl,
     PoolView,
     StateView,
     Status,
     StoreView,
+    TaskDefinition,
+    WorkflowStatus,
     utc_text,
 )
 from cronstable.published import published_config
 from cronstable.reconcile.apply import ReconcileStatus
 from cronstable.reconcile.plan import Plan, PlannedRevision, plan
+from cronstable.runtime.backfill import Backfills
 from cronstable.runtime.events import EventHub, Subscription
 from cronstable.runtime.forecast import forecast
-from cronstable.runtime.history import RunHistory
+from cronstable.runtime.history import FlowHistory, RunHistory
 from cronstable.runtime.run_metrics import RunMetrics
 from cronstable.runtime.scheduler import Scheduler, StartRefused
+from cronstable.runtime.table import FlowRun
 from cronstable.sources.base import Source, SourceError
+from cronstable.workflows.dag import levels
 
 __all__ = ["DaemonControl", "RunRecordsSection", "StartRefused"]
 
@@ -64,7 +75,10 @@ class DaemonControl:
         state: Callable[[], StateView | None] | None = None,
         stores: Callable[[], Mapping[str, StoreView]] | None = None,
         start_check: Callable[[Job], Awaitable[str | None]] | None = None,
+        flow_history: FlowHistory | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        pauses: PauseControl | None = None,
+        backfills: Backfills | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -75,6 +89,7 @@ class DaemonControl:
         """What the applier did: the revision running, the attempts."""
         self.scheduler = scheduler
         self.history = history
+        self.flow_history = flow_history if flow_history is not None else FlowHistory()
         self.metrics = metrics
         self._reload = reload
         self._now = now
@@ -93,11 +108,22 @@ class DaemonControl:
         """What a revision planned but not applied is loaded under (the applier's)."""
         self._planning = asyncio.Lock()
         """One revision planned at a time (each may fetch from the origin)."""
+        self.pause_control: Final = pauses
+        """The pauses (None: jobs cannot be paused through the API)."""
+        self.backfills: Final = (
+            backfills
+            if backfills is not None
+            else Backfills(scheduler, paused=lambda name: self._paused(name))
+        )
+        """The jobs' backfills (:mod:`~cronstable.runtime.backfill`)."""
 
     # ------------------------------------------------------------ reading
 
     def has_job(self, name: str) -> bool:
         return self.scheduler.has_job(name)
+
+    def has_workflow(self, name: str) -> bool:
+        return self.scheduler.flow_slot(name) is not None
 
     def ready(self) -> str | None:
         """None when ready; otherwise why not."""
@@ -142,6 +168,12 @@ class DaemonControl:
                 timezone=str(job.timezone),
                 enabled=job.config.enabled,
                 next_fire=self.scheduler.next_fire(name),
+                next_start=self.scheduler.next_start(name),
+                jitter=job.config.jitter or None,
+                pauses=self.pause_control.pauses(name)
+                if self.pause_control is not None
+                else JobPauses(),
+                backfill=self.backfills.view(name),
                 running=tuple(self.history.running(name)),
                 last_run=self.history.last(name),
                 retry_pending=self.scheduler.retry_pending(name),
@@ -158,7 +190,57 @@ class DaemonControl:
             jobs=jobs,
             state=self.state() if self.state is not None else None,
             stores=self._stores(),
+            workflows=self.workflows(),
             pools=self.pools(),
+        )
+
+    def workflows(self) -> tuple[WorkflowStatus, ...]:
+        """Every applied workflow, its tasks, runs going and last run (``GET /workflows``)."""
+        return tuple(self._workflow(name) for name in self.scheduler.workflows)
+
+    def _workflow(self, name: str) -> WorkflowStatus:
+        slot = self.scheduler.flow_slot(name)
+        if slot is None:
+            raise KeyError(name)
+        flow = slot.workflow
+        depth = levels(flow.dag)
+        return WorkflowStatus(
+            name=name,
+            schedule=flow.schedule.text,
+            timezone=str(flow.timezone),
+            enabled=flow.config.enabled,
+            concurrency_policy=flow.config.concurrency_policy,
+            next_fire=slot.next_fire,
+            next_start=slot.next_start,
+            jitter=flow.config.jitter or None,
+            pauses=self.pause_control.pauses(name, workflow=True)
+            if self.pause_control is not None
+            else JobPauses(),
+            tasks=tuple(
+                TaskDefinition(
+                    task=task,
+                    name=job.name,
+                    depends_on=flow.dag.depends_on[task],
+                    run_when=flow.dag.run_when[task],
+                    level=depth[task],
+                )
+                for task, job in flow.tasks.items()
+            ),
+            running=tuple(self._views(slot.runs)),
+            last_run=slot.last_run or self.flow_history.last(name),
+        )
+
+    def _views(self, runs: list[FlowRun]) -> list[FlowRunView]:
+        return [run.last_view or self.scheduler.flows.view(run) for run in runs]
+
+    def workflow_runs(self, name: str) -> FlowRuns:
+        """Runs going, then finished ones newest first; KeyError for an unknown workflow."""
+        slot = self.scheduler.flow_slot(name)
+        if slot is None:
+            raise KeyError(name)
+        return FlowRuns(
+            running=tuple(self._views(slot.runs)),
+            finished=tuple(reversed(self.flow_history.finished(name))),
         )
 
     def pools(self) -> tuple[PoolView, ...]:
@@ -275,6 +357,93 @@ class DaemonControl:
     def cancel(self, name: str, run: str | None = None) -> list[str]:
         return self.scheduler.cancel_runs(name, run)
 
+    async def start_workflow(self, name: str) -> tuple[str | None, str]:
+        """Start workflow ``name`` now: (run id, "") or (None, why it was refused).  KeyError."""
+        try:
+            return self.scheduler.start_flow(name, self._now()), ""
+        except StartRefused as exc:
+            return None, str(exc)
+
+    def cancel_workflow(self, name: str, run: str | None = None) -> list[str]:
+        """Cancel the runs going of workflow ``name`` (only ``run``); KeyError."""
+        return self.scheduler.cancel_flow(name, run)
+
+    async def pause(
+        self,
+        name: str,
+        *,
+        reason: str,
+        by: str | None,
+        until: datetime | None,
+        workflow: bool = False,
+    ) -> tuple[Pause, bool, JobPauses]:
+        """Pause job (with ``workflow``: workflow) ``name`` through the API: (the pause,
+        whether it is durable, the pauses holding it now).  KeyError; ValueError for an
+        ``until`` not in the future or a workflow's task (it pauses with its workflow);
+        :class:`~cronstable.ports.PauseRefused` when the store does not answer."""
+        control = self._pausable(name, workflow)
+        pause, durable = await control.pause(
+            name, reason=reason, by=by, until=until, workflow=workflow
+        )
+        return pause, durable, control.pauses(name, workflow=workflow)
+
+    def _pausable(self, name: str, workflow: bool) -> PauseControl:
+        """The pause control, for an applied job (or workflow) ``name``; KeyError, and
+        ValueError for a workflow's task."""
+        if self.pause_control is None:
+            raise KeyError(name)
+        if workflow:
+            if self.scheduler.flow_slot(name) is None:
+                raise KeyError(name)
+        elif name not in self.scheduler.jobs:
+            task = self.scheduler.job(name)
+            if task is not None and task.workflow is not None:
+                raise ValueError(
+                    f"{name!r} is a task: it pauses with its workflow {task.workflow!r} "
+                    "(POST /workflows/{name}/pause)"
+                )
+            raise KeyError(name)
+        return self.pause_control
+
+    def _paused(self, name: str) -> bool:
+        return self.pause_control is not None and self.pause_control.pauses(name).paused
+
+    def backfill_fires(
+        self, name: str, start: datetime, end: datetime, limit: int
+    ) -> list[datetime]:
+        """The fires a backfill of ``name`` over ``[start, end)`` would run (a dry run).
+        KeyError; :class:`~cronstable.ports.BackfillRefused`."""
+        return self.backfills.plan(name, start, end, limit)
+
+    def backfill(
+        self,
+        name: str,
+        start: datetime,
+        end: datetime,
+        *,
+        limit: int,
+        by: str | None,
+        ignore_pause: bool,
+    ) -> BackfillView:
+        """Start backfilling ``name``.  KeyError; BackfillRefused."""
+        return self.backfills.start(name, start, end, limit=limit, by=by, ignore_pause=ignore_pause)
+
+    def backfill_view(self, name: str) -> BackfillView | None:
+        """``name``'s backfill going, or its last one; KeyError for an unknown job."""
+        if not self.scheduler.has_job(name):
+            raise KeyError(name)
+        return self.backfills.view(name)
+
+    async def resume(
+        self, name: str, *, by: str | None, workflow: bool = False
+    ) -> tuple[Pause | None, JobPauses]:
+        """Lift job (or workflow) ``name``'s API pause: (the pause lifted or None, the
+        pauses still holding it: the repository's ``suspend`` is not lifted).  KeyError;
+        ValueError for a task; PauseRefused."""
+        control = self._pausable(name, workflow)
+        lifted = await control.resume(name, by=by, workflow=workflow)
+        return lifted, control.pauses(name, workflow=workflow)
+
     def reload(self) -> None:
         self._reload()
 
@@ -284,27 +453,49 @@ class DaemonControl:
             self.source.nudge(revision)
 
 
+Gone = tuple[list[str], list[str]]
+"""The jobs (workflows' tasks among them) and the workflows a revision removes."""
+
+
 class RunRecordsSection:
-    """Drops the history and metric series of removed jobs when a revision commits."""
+    """Drops the history and metric series of removed jobs, tasks and workflows when a
+    revision commits."""
 
     name = "run-records"
 
-    def __init__(self, history: RunHistory, metrics: RunMetrics) -> None:
+    def __init__(
+        self, history: RunHistory, metrics: RunMetrics, flow_history: FlowHistory | None = None
+    ) -> None:
         self.history = history
         self.metrics = metrics
+        self.flow_history = flow_history
 
     def affected(self, plan: Plan) -> bool:
-        return any(change.kind == "removed" for change in plan.jobs)
+        return any(change.kind == "removed" for change in plan.jobs) or any(
+            task.kind == "removed" for task in plan.task_changes()
+        )
 
-    async def prepare(self, desired: DesiredState) -> list[str]:
-        """The jobs running now that ``desired`` removes (before any section commits)."""
-        return [name for name in self.metrics.scheduler.jobs if name not in desired.jobs]
+    async def prepare(self, desired: DesiredState) -> Gone:
+        """What ``desired`` removes of what runs now (before any section commits)."""
+        scheduler = self.metrics.scheduler
+        tasks = desired.tasks()
+        running = [
+            *scheduler.jobs,
+            *(task.name for flow in scheduler.workflows.values() for task in flow.tasks.values()),
+        ]
+        jobs = [name for name in running if name not in desired.jobs and name not in tasks]
+        flows = [name for name in scheduler.workflows if name not in desired.workflows]
+        return jobs, flows
 
-    def commit(self, prepared: list[str], desired: DesiredState) -> None:
-        self.history.forget(prepared)
-        self.metrics.forget(prepared)
+    def commit(self, prepared: Gone, desired: DesiredState) -> None:
+        jobs, flows = prepared
+        self.history.forget(jobs)
+        self.metrics.forget(jobs)
+        self.metrics.forget_workflows(flows)
+        if self.flow_history is not None:
+            self.flow_history.forget(flows)
 
-    async def discard(self, prepared: list[str]) -> None:
+    async def discard(self, prepared: Gone) -> None:
         return None
 
     async def close(self) -> None:

@@ -75,7 +75,7 @@ def resolve_identities(state: DesiredState) -> dict[str, Identity | None]:
     """Each job's user/group as ids; raises ConfigError naming every job that cannot run."""
     identities: dict[str, Identity | None] = {}
     problems: list[Problem] = []
-    for name, job in state.jobs.items():
+    for name, job in {**state.jobs, **state.tasks()}.items():
         try:
             identities[name] = resolve_identity(job.config.user, job.config.group)
         except IdentityError as exc:
@@ -123,14 +123,14 @@ class JobsSection:
         self.spawner = spawner
 
     def affected(self, plan: Plan) -> bool:
-        return bool(plan.jobs)
+        return bool(plan.jobs) or bool(plan.workflows)
 
     async def prepare(self, desired: DesiredState) -> Any:
         return await asyncio.to_thread(resolve_identities, desired)
 
     def commit(self, prepared: Any, desired: DesiredState) -> None:
         self.spawner.identities = prepared
-        self.scheduler.replace_jobs(desired.jobs)
+        self.scheduler.replace_jobs(desired.jobs, desired.workflows)
 
     async def discard(self, prepared: Any) -> None:
         return None

@@ -1,4 +1,5 @@
-"""The run history: the runs going now and the last finished ones of every job.
+"""The run history: the runs going now and the last finished ones of every job, and the
+last finished runs of every workflow (:class:`FlowHistory`).
 
 :class:`RunHistory` is a :class:`~cronstable.ports.RunListener`: it keeps the runs
 going now and the last :data:`HISTORY_PER_JOB` finished runs of each job, with at
@@ -13,7 +14,7 @@ import dataclasses
 from collections import deque
 from collections.abc import Iterable
 
-from cronstable.ports import FinishedRun, RunOutcome, RunResult, RunStart
+from cronstable.ports import FinishedRun, FlowRunView, RunOutcome, RunResult, RunStart
 
 HISTORY_PER_JOB = 20
 OUTPUT_TAIL = 64 * 1024
@@ -81,3 +82,42 @@ class RunHistory:
 
 def _without_output(run: FinishedRun) -> FinishedRun:
     return dataclasses.replace(run, stdout=None, stderr=None)
+
+
+FLOW_RUNS_PER_WORKFLOW = 20
+
+
+class FlowHistory:
+    """The last finished runs of every workflow (a :class:`~cronstable.ports.FlowListener`;
+    the runs going are the scheduler's)."""
+
+    def __init__(self, per_workflow: int = FLOW_RUNS_PER_WORKFLOW) -> None:
+        self.per_workflow = per_workflow
+        self._finished: dict[str, deque[FlowRunView]] = {}
+
+    def flow_started(self, run: FlowRunView) -> None:
+        return None
+
+    def flow_changed(self, run: FlowRunView) -> None:
+        return None
+
+    def flow_finished(self, run: FlowRunView) -> None:
+        self._finished.setdefault(run.workflow, deque(maxlen=self.per_workflow)).append(run)
+
+    def finished(self, workflow: str) -> list[FlowRunView]:
+        """Newest last."""
+        return list(self._finished.get(workflow, ()))
+
+    def last(self, workflow: str) -> FlowRunView | None:
+        runs = self._finished.get(workflow)
+        return runs[-1] if runs else None
+
+    def restore(self, workflow: str, runs: Iterable[FlowRunView]) -> None:
+        """Put back the finished runs a previous daemon kept (oldest first)."""
+        kept = deque(runs, maxlen=self.per_workflow)
+        kept.extend(self._finished.get(workflow, ()))
+        self._finished[workflow] = kept
+
+    def forget(self, workflows: Iterable[str]) -> None:
+        for workflow in workflows:
+            self._finished.pop(workflow, None)

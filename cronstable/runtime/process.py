@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from cronstable.config.desired import Job
-from cronstable.config.models import JobConfig
+from cronstable.config.models import RunSettings
 from cronstable.platform import pipe_holders
 from cronstable.ports import (
     SPAWN_FAILED_RETURNCODE,
@@ -67,7 +67,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def command_argv(config: JobConfig) -> list[str]:
+def command_argv(config: RunSettings) -> list[str]:
     """What is executed: a list as is, a string as ``[shell, "-c", command]``."""
     if isinstance(config.command, str):
         return [config.shell, "-c", config.command]
@@ -77,13 +77,24 @@ def command_argv(config: JobConfig) -> list[str]:
 def job_environment(
     job: Job, scheduled_time: datetime, attempt: int, base: Mapping[str, str]
 ) -> dict[str, str]:
-    """The base (daemon's) environment, then the job's, then the ``CRONSTABLE_*`` variables."""
+    """The base (daemon's) environment, then the job's, then the ``CRONSTABLE_*`` variables:
+    the job's name, the time the run stands for (:func:`scheduled_text`), the attempt and
+    the run's id (:func:`cronstable.ports.run_id`, as the API and the logs name it)."""
     env = dict(base)
     env.update(job.environment)
     env["CRONSTABLE_JOB_NAME"] = job.name
-    env["CRONSTABLE_SCHEDULED_TIME"] = as_utc(scheduled_time).isoformat()
+    env["CRONSTABLE_SCHEDULED_TIME"] = scheduled_text(job, scheduled_time)
     env["CRONSTABLE_ATTEMPT"] = str(attempt)
+    env["CRONSTABLE_RUN_ID"] = run_id(job.name, as_utc(scheduled_time), attempt)
     return env
+
+
+def scheduled_text(job: Job, scheduled_time: datetime) -> str:
+    """The time a run stands for, ISO 8601 with the offset of the job's zone
+    (``2026-03-08T03:00:00-04:00`` for a job in America/New_York): its fire (a catch-up's
+    missed fire, a retry's failed fire, a backfill's fire in the range), or the start of a
+    run started on request."""
+    return as_utc(scheduled_time).astimezone(job.timezone).isoformat()
 
 
 def as_utc(moment: datetime) -> datetime:
@@ -104,7 +115,7 @@ def _describe_returncode(returncode: int) -> str:
 
 
 def fail_reason(
-    config: JobConfig,
+    config: RunSettings,
     returncode: int | None,
     stdout_produced: bool,
     stderr_produced: bool,
@@ -126,7 +137,7 @@ def fail_reason(
     return None
 
 
-def monitor_reason(config: JobConfig, usage: Usage | None) -> str | None:
+def monitor_reason(config: RunSettings, usage: Usage | None) -> str | None:
     """The ``monitor`` limit ``usage`` went over (maxRss first), or None."""
     limits = config.monitor
     if limits is None or usage is None:

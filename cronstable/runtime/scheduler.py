@@ -47,6 +47,13 @@
   :mod:`~cronstable.runtime.restore` (what a previous daemon's records put back).
 * **@reboot** jobs run once when :meth:`Scheduler.run` starts, never again in
   that daemon's life (also not when a reload adds one).
+* **Workflows** are scheduled as jobs are (a :class:`FlowSlot` in the same heap,
+  with the same lateness, catch-up, clock-step and swap rules, the same cluster
+  gate, launch guards and durable fire records, through the workflow's
+  :attr:`~cronstable.config.desired.Workflow.job`); a fire starts a workflow run
+  (:mod:`~cronstable.runtime.workflows`) instead of a process, after
+  ``concurrencyPolicy`` decided over the workflow's runs going.  Each task then runs
+  as a run of the job ``WORKFLOW.TASK``, launched and watched here like any run.
 
 Time comes from an injected :class:`~cronstable.runtime.clock.Clock` and runs
 from an injected spawner, so the semantics are tested in milliseconds.
@@ -61,17 +68,21 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from cronstable.config.desired import Job
+from cronstable.config.desired import Job, Workflow
 from cronstable.ports import (
     FAILURES,
     ClusterGate,
     FinishedRun,
+    FlowKind,
+    FlowListener,
+    FlowRunView,
     Launch,
     LaunchGuard,
     LaunchKind,
@@ -89,14 +100,15 @@ from cronstable.ports import (
     run_id,
     run_outcome,
 )
-from cronstable.runtime import concurrency
+from cronstable.runtime import concurrency, jitter
 from cronstable.runtime.backoff import RetryState
 from cronstable.runtime.clock import Clock
 from cronstable.runtime.concurrency import Admission, runs_going
 from cronstable.runtime.pools import Pools, Ticket
 from cronstable.runtime.restore import Restore
 from cronstable.runtime.retries import Retries
-from cronstable.runtime.table import JobSlot, LiveRun, SchedulerStats
+from cronstable.runtime.table import FlowRun, FlowSlot, JobSlot, LiveRun, SchedulerStats
+from cronstable.runtime.workflows import Flows
 from cronstable.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
@@ -130,6 +142,10 @@ class SwapSummary:
     unchanged: tuple[str, ...]
 
 
+WORKFLOW_RUN_ID = "CRONSTABLE_WORKFLOW_RUN_ID"
+"""The variable that tells a task's process its workflow run's id."""
+
+
 def _timing(job: Job) -> tuple[str, str, bool]:
     return (job.schedule.text, str(job.timezone), job.config.enabled)
 
@@ -155,6 +171,7 @@ class Scheduler:
         hooks: StateHooks | None = None,
         run_listeners: Sequence[RunListener] = (),
         report_listeners: Sequence[ReportListener] = (),
+        flow_listeners: Sequence[FlowListener] = (),
         pools: Pools | None = None,
     ) -> None:
         self.clock = clock
@@ -162,6 +179,13 @@ class Scheduler:
         self.late_tolerance = late_tolerance
         self.stats = SchedulerStats()
         self._slots: dict[str, JobSlot] = {}
+        self._flows: dict[str, FlowSlot] = {}
+        """The applied workflows' slots, by name (no job has a workflow's name)."""
+        self._task_jobs: dict[str, Job] = {}
+        """The applied workflows' tasks, by their name as jobs (``WORKFLOW.TASK``)."""
+        self._generations = itertools.count(1)
+        """Every plan of a slot's next fire takes the next number: a heap entry is stale
+        unless its slot still has its number (unique across jobs and workflows)."""
         self._heap: list[tuple[datetime, int, int, str]] = []
         self._wake = asyncio.Event()
         self._stopping = False
@@ -174,6 +198,8 @@ class Scheduler:
         """Told of every run's start and end (metrics, run history)."""
         self.report_listeners: Final = tuple(report_listeners)
         """Told what to report: the moments of finished runs, missed fires (reporting)."""
+        self.flow_listeners: Final = tuple(flow_listeners)
+        """Told of every workflow run's start, change and end (history, metrics, state)."""
         self.gate: Final = gate
         """Asked before every scheduled fire and retry; None lets all run."""
         self.guards: Final = tuple(guards)
@@ -183,6 +209,7 @@ class Scheduler:
         self.pools: Final = pools if pools is not None else Pools(clock)
         """The pools a launch of a job with ``pool`` waits for."""
         self.retries = Retries(self)
+        self.flows = Flows(self)
         self._restore = Restore(self)
         self._reboot_waiting: set[str] = set()
         """@reboot jobs held back while the leadership was unknown: they start once it is
@@ -197,18 +224,39 @@ class Scheduler:
 
     @property
     def jobs(self) -> Mapping[str, Job]:
+        """The applied jobs (not the workflows' tasks) by name."""
         return {name: slot.job for name, slot in self._slots.items()}
 
+    @property
+    def workflows(self) -> Mapping[str, Workflow]:
+        return {name: slot.workflow for name, slot in self._flows.items()}
+
     def has_job(self, name: str) -> bool:
-        return name in self._slots
+        """Whether ``name`` is an applied job or a task of an applied workflow."""
+        return name in self._slots or name in self._task_jobs
 
     def job(self, name: str) -> Job | None:
-        """The applied definition of ``name``; None for a job not (or no longer) applied."""
-        slot = self._slots.get(name)
-        return slot.job if slot is not None else None
+        """The applied definition of ``name`` (a job, a workflow's task ``WORKFLOW.TASK``,
+        or a workflow as its :attr:`~cronstable.config.desired.Workflow.job`); None for
+        one not (or no longer) applied."""
+        slot = self._slots.get(name) or self._flows.get(name)
+        if slot is not None:
+            return slot.job
+        return self._task_jobs.get(name)
+
+    def flow_slot(self, name: str) -> FlowSlot | None:
+        """The applied workflow ``name``'s slot; None for a workflow not applied."""
+        return self._flows.get(name)
 
     def next_fire(self, name: str) -> datetime | None:
-        return self._slots[name].next_fire
+        slot = self._slots.get(name) or self._flows.get(name)
+        return slot.next_fire if slot is not None else None
+
+    def next_start(self, name: str) -> datetime | None:
+        """When the next fire of job (or workflow) ``name`` starts (its ``jitter``
+        applied)."""
+        slot = self._slot_named(name)
+        return slot.next_start if slot is not None else None
 
     def running(self, name: str) -> int:
         slot = self._slots.get(name)
@@ -247,6 +295,11 @@ class Scheduler:
         with ``pool`` waits in the pool's queue like any launch (:meth:`queued`).
         Raises KeyError for an unknown job.
         """
+        if name in self._task_jobs:
+            workflow = self._task_jobs[name].workflow
+            raise StartRefused(
+                f"a task runs in its workflow's runs: start workflow {workflow!r} instead"
+            )
         slot = self._slots[name]
         if self._stopping:
             raise StartRefused("the daemon is shutting down")
@@ -268,8 +321,11 @@ class Scheduler:
 
         A cancelled run ends with outcome ``cancelled``, is not reported and ends
         the job's retry sequence.  Returns at once; the runs stop in the background.
-        Raises KeyError for an unknown job.
+        Raises KeyError for an unknown job.  A workflow's task (``WORKFLOW.TASK``) ends
+        ``cancelled`` in its workflow run, whose other tasks decide on that.
         """
+        if name in self._task_jobs:
+            return self._cancel_task_runs(name, run)
         slot = self._slots[name]
         stopped: list[str] = []
         for inst in slot.running:
@@ -285,6 +341,68 @@ class Scheduler:
             self.retries.end(slot)
             logger.info("Job %s: cancelling %s", name, ", ".join(stopped), extra={"job": name})
         return stopped
+
+    def _cancel_task_runs(self, name: str, run: str | None) -> list[str]:
+        stopped: list[str] = []
+        for flow in self._flows.values():
+            for going in flow.runs:
+                for task in going.tasks.values():
+                    live = task.live
+                    if live is None or live.job.name != name or live.cancelled:
+                        continue
+                    if run is not None and live.launch.id != run:
+                        continue
+                    live.cancelled = True
+                    stopped.append(live.launch.id)
+                    if live.ticket is not None:
+                        live.ticket.withdraw()  # waiting in its pool's queue: it leaves it
+                    live.stopping = asyncio.ensure_future(live.run.cancel())
+        if stopped:
+            logger.info("Job %s: cancelling %s", name, ", ".join(stopped), extra={"job": name})
+        return stopped
+
+    # ------------------------------------------------------------ workflows on request
+
+    def start_flow(self, name: str, when: datetime) -> str:
+        """Start a run of workflow ``name`` now, even when it is disabled; its run id.
+
+        ``concurrencyPolicy`` holds: Forbid raises :class:`StartRefused` while a run is
+        going, Replace cancels it and the new run starts once it ended.  Raises KeyError
+        for an unknown workflow."""
+        slot = self._flows[name]
+        if self._stopping:
+            raise StartRefused("the daemon is shutting down")
+        going = slot.going()
+        policy = slot.job.config.concurrency_policy
+        if policy == "Forbid" and (going or slot.starting):
+            count = len(going) + slot.starting
+            raise StartRefused(
+                f"{count} run{'' if count == 1 else 's'} still going and concurrencyPolicy "
+                "is Forbid"
+            )
+        waits = self._replaced_flows(slot, going) if policy == "Replace" else ()
+        return self.flows.start(slot, when, "manual", waits).id
+
+    def cancel_flow(self, name: str, run: str | None = None) -> list[str]:
+        """Cancel the running runs of workflow ``name`` (only run id ``run`` when given);
+        their ids.  Raises KeyError for an unknown workflow."""
+        slot = self._flows[name]
+        stopped = []
+        for going in list(slot.runs):
+            if run is not None and going.id != run:
+                continue
+            if self.flows.cancel(going):
+                stopped.append(going.id)
+        return stopped
+
+    def _replaced_flows(
+        self, slot: FlowSlot, going: Sequence[FlowRun]
+    ) -> tuple[asyncio.Event, ...]:
+        """Cancel ``going`` for a new run (concurrencyPolicy Replace): what it waits for."""
+        for run in going:
+            self.flows.cancel(run, "cancelled (concurrencyPolicy Replace starts a new run)")
+            self.stats.replaced += 1
+        return tuple(run.done for run in going if not run.done.is_set())
 
     def replace_runs(self, name: str, why: str) -> list[str]:
         """Stop the running runs of ``name`` as replaced (another node's run takes over:
@@ -305,9 +423,14 @@ class Scheduler:
         self.stats.replaced += len(active)
         return [run_id(name, inst.scheduled_time, inst.attempt) for inst in active]
 
-    def replace_jobs(self, jobs: Mapping[str, Job]) -> SwapSummary:
-        """Install a new job table in one step (see the module docstring)."""
+    def replace_jobs(
+        self, jobs: Mapping[str, Job], workflows: Mapping[str, Workflow] | None = None
+    ) -> SwapSummary:
+        """Install a new job table (and, given ``workflows``, a new workflow table) in one
+        step (see the module docstring)."""
         now = self.clock.now()
+        if workflows is not None:
+            self._replace_flows(workflows, now, len(jobs))
         old = self._slots
         slots: dict[str, JobSlot] = {}
         added: list[str] = []
@@ -339,24 +462,67 @@ class Scheduler:
         removed = [name for name in old if name not in jobs]
         for name in removed:
             slot = old[name]
-            slot.generation += 1
+            slot.generation = next(self._generations)
             slot.next_fire = None
             self.retries.end(slot, "removed")
         self._slots = slots
         self._wake.set()
         return SwapSummary(tuple(added), tuple(removed), tuple(changed), tuple(unchanged))
 
+    def _replace_flows(self, workflows: Mapping[str, Workflow], now: datetime, base: int) -> None:
+        """The workflow half of :meth:`replace_jobs`: a changed workflow's runs going keep
+        the definition they started with; a removed one's start nothing more."""
+        old = self._flows
+        flows: dict[str, FlowSlot] = {}
+        for order, (name, flow) in enumerate(workflows.items(), start=base):
+            slot = old.get(name)
+            if slot is None:
+                slot = FlowSlot(job=flow.job, order=order, cursor=now, flow=flow)
+                self.plan(slot, now)
+            else:
+                retimed = _timing(slot.job) != _timing(flow.job)
+                slot.flow, slot.job, slot.order = flow, flow.job, order
+                if retimed:
+                    slot.cursor = max(slot.cursor, now)
+                    self.plan(slot, slot.cursor)
+            flows[name] = slot
+        for name, slot in old.items():
+            if name not in workflows:
+                slot.generation = next(self._generations)
+                slot.next_fire = None
+                for run in list(slot.runs):
+                    self.flows.retire(run)
+        self._flows = flows
+        self._task_jobs = {
+            job.name: job for flow in workflows.values() for job in flow.tasks.values()
+        }
+
     def plan(self, slot: JobSlot, after: datetime) -> None:
         """Compute and index the slot's next fire strictly after ``after``."""
-        slot.generation += 1
+        slot.generation = next(self._generations)
         job = slot.job
-        slot.next_fire = None
+        slot.next_fire = slot.next_start = None
         if not job.config.enabled or job.schedule.is_reboot:
             return
         fire = self._next(job, after)
         slot.next_fire = fire
         if fire is not None:
-            heapq.heappush(self._heap, (fire, slot.order, slot.generation, job.name))
+            slot.next_start = self.start_of(job, fire)
+            heapq.heappush(self._heap, (slot.next_start, slot.order, slot.generation, job.name))
+
+    def start_of(self, job: Job, fire: datetime) -> datetime:
+        """When ``job``'s scheduled ``fire`` starts: delayed by its ``jitter``
+        (:mod:`~cronstable.runtime.jitter`), kept below the next fire."""
+        spread = job.config.jitter
+        if not spread:
+            return fire
+        return fire + jitter.offset(job.name, fire, self._next(job, fire), spread)
+
+    def _slot_named(self, name: str) -> JobSlot | None:
+        return self._slots.get(name) or self._flows.get(name)
+
+    def _all_slots(self) -> list[JobSlot]:
+        return [*self._slots.values(), *self._flows.values()]
 
     @staticmethod
     def _next(job: Job, after: datetime) -> datetime | None:
@@ -400,7 +566,7 @@ class Scheduler:
         """Schedule until :meth:`stop`, then drain."""
         self._started = True
         now = self.clock.now()
-        for slot in list(self._slots.values()):
+        for slot in self._all_slots():
             if slot.job.config.enabled and slot.job.schedule.is_reboot:
                 if slot.retry is not None:
                     continue  # a retry re-armed from durable state goes on with this boot's run
@@ -436,7 +602,7 @@ class Scheduler:
     def _reboot_when_known(self, now: datetime) -> None:
         """Start the @reboot jobs that waited for the leadership, once the gate decides."""
         for name in sorted(self._reboot_waiting):
-            slot = self._slots.get(name)
+            slot = self._slot_named(name)
             if slot is None or not slot.job.config.enabled or not slot.job.schedule.is_reboot:
                 self._reboot_waiting.discard(name)
                 continue
@@ -454,7 +620,7 @@ class Scheduler:
         # in the old time) runs, as Vixie cron runs the current minute's wildcard jobs
         start = now.replace(microsecond=0) - timedelta(microseconds=1)
         count = 0
-        for slot in self._slots.values():
+        for slot in self._all_slots():
             if every or slot.job.schedule.is_wildcard:
                 slot.cursor = start
                 self.plan(slot, start)
@@ -473,7 +639,7 @@ class Scheduler:
     def _soonest(self) -> datetime | None:
         while self._heap:
             fire, _, generation, name = self._heap[0]
-            slot = self._slots.get(name)
+            slot = self._slot_named(name)
             if slot is not None and slot.generation == generation:
                 return fire
             heapq.heappop(self._heap)
@@ -481,11 +647,11 @@ class Scheduler:
 
     def _service(self, now: datetime) -> None:
         while self._heap and self._heap[0][0] <= now:
-            fire, _, generation, name = heapq.heappop(self._heap)
-            slot = self._slots.get(name)
-            if slot is None or slot.generation != generation:
+            _, _, generation, name = heapq.heappop(self._heap)
+            slot = self._slot_named(name)
+            if slot is None or slot.generation != generation or slot.next_fire is None:
                 continue
-            self._due(slot, fire, now)
+            self._due(slot, slot.next_fire, now)
 
     def _due(self, slot: JobSlot, fire: datetime, now: datetime) -> None:
         job = slot.job
@@ -493,7 +659,8 @@ class Scheduler:
         # after a restart, every fire before now was missed while the daemon was down:
         # none of them is ordinary scheduling delay
         on_time = now if resumed else now - timedelta(seconds=self.late_tolerance)
-        if fire >= on_time:
+        # on time or late by when each fire was to start (its jitter applied)
+        if self.start_of(job, fire) >= on_time:
             slot.cursor = fire
             self._fire(slot, fire)
             self.plan(slot, fire)
@@ -505,14 +672,18 @@ class Scheduler:
         last_missed = fire
         missed = 0
         cursor: datetime | None = fire
-        while cursor is not None and cursor < on_time and missed < MISSED_SCAN_LIMIT:
+        while (
+            cursor is not None
+            and self.start_of(job, cursor) < on_time
+            and missed < MISSED_SCAN_LIMIT
+        ):
             if window is not None and cursor >= window:
                 catch_up = cursor
             last_missed = cursor
             missed += 1
             cursor = self._next(job, cursor)
         counted = catch_up is not None  # the catch-up fire is among the `missed` counted
-        capped = cursor is not None and cursor < on_time
+        capped = cursor is not None and self.start_of(job, cursor) < on_time
         if capped:
             # too many to enumerate: resume at the on-time window; in the deadline
             # window take its first fire rather than walking to its last
@@ -565,12 +736,15 @@ class Scheduler:
         elif resumed and self.state is not None:
             self.state.fire_handled(job, last_missed)  # not reported missed again
         # fires inside the on-time window, if any, run as usual
-        while cursor is not None and cursor <= now:
+        while cursor is not None and self.start_of(job, cursor) <= now:
             slot.cursor = cursor
             self._fire(slot, cursor)
             cursor = self._next(job, cursor)
-        # every fire before the on-time window has been handled (run or missed)
-        self.plan(slot, max(slot.cursor, on_time - timedelta(microseconds=1)))
+        # every fire due to start before now has been handled (run or missed); after a
+        # capped walk, every fire before the on-time window
+        self.plan(
+            slot, max(slot.cursor, on_time - timedelta(microseconds=1)) if capped else slot.cursor
+        )
 
     # ------------------------------------------------------------ after a restart
 
@@ -581,6 +755,15 @@ class Scheduler:
     def rearm_retry(self, name: str, count: int, delay: float, scheduled: datetime) -> bool:
         """See :meth:`cronstable.runtime.restore.Restore.rearm_retry`."""
         return self._restore.rearm_retry(name, count, delay, scheduled)
+
+    def resume_flow(
+        self, run: FlowRunView, adopt: Mapping[str, tuple[int, int]], lost: str
+    ) -> bool:
+        """See :meth:`cronstable.runtime.restore.Restore.resume_flow`."""
+        return self._restore.resume_flow(run, adopt, lost)
+
+    def gate_allows(self, job: Job) -> bool:
+        return self.gate_says(job) is None
 
     def adopt(
         self,
@@ -597,12 +780,12 @@ class Scheduler:
     # ------------------------------------------------------------ runs
 
     def slot(self, name: str) -> JobSlot | None:
-        """The applied job ``name``'s slot; None for a job not applied."""
-        return self._slots.get(name)
+        """The applied job (or workflow) ``name``'s slot; None for one not applied."""
+        return self._slot_named(name)
 
     def applied(self, slot: JobSlot) -> bool:
         """Whether ``slot`` is still the applied one of its job (no swap removed it)."""
-        return self._slots.get(slot.job.name) is slot
+        return self._slot_named(slot.job.name) is slot
 
     def gate_says(self, job: Job) -> str | None:
         """The cluster gate's answer for ``job`` now (None: it may start)."""
@@ -647,6 +830,9 @@ class Scheduler:
         self._reboot_waiting.discard(job.name)
         if self.state is not None:
             self.state.fire_handled(job, scheduled)
+        if isinstance(slot, FlowSlot):
+            self._fire_flow(slot, scheduled, "reboot" if reboot else "fire")
+            return
         room = self.admit(slot)
         if room.forbidden:
             self.stats.skipped_forbid += 1
@@ -662,6 +848,97 @@ class Scheduler:
         self.retries.begin(slot)
         self.stats.fires += 1
         self.launch(slot, scheduled, 1, slot.retry, room.waits, kind="reboot" if reboot else "fire")
+
+    def _fire_flow(self, slot: FlowSlot, scheduled: datetime, kind: FlowKind) -> None:
+        """A fire of a workflow: concurrencyPolicy over its runs going, then (once the
+        launch guards let it: durable state records the fire first) a run."""
+        job = slot.job
+        going = slot.going()
+        policy = job.config.concurrency_policy
+        if policy == "Forbid" and (going or slot.starting):
+            self.stats.skipped_forbid += 1
+            count = len(going) + slot.starting
+            logger.info(
+                "Workflow %s: fire at %s skipped, %d run%s still going (concurrencyPolicy Forbid)",
+                job.name,
+                scheduled.isoformat(),
+                count,
+                "" if count == 1 else "s",
+                extra={"workflow": job.name, "scheduled_time": scheduled.isoformat()},
+            )
+            self._missed(job, MissedFire(job.name, scheduled, "forbid"))
+            return
+        waits = self._replaced_flows(slot, going) if policy == "Replace" and going else ()
+        self.stats.fires += 1
+        slot.starting += 1
+        task = asyncio.create_task(self._guarded_flow(slot, scheduled, kind, waits))
+        self._tasks.add(task)
+
+    async def _guarded_flow(
+        self,
+        slot: FlowSlot,
+        scheduled: datetime,
+        kind: FlowKind,
+        waits: tuple[asyncio.Event, ...],
+    ) -> None:
+        launch = Launch(slot.job, scheduled, 1, kind)
+        admitted: list[LaunchGuard] = []
+        try:
+            for guard in self.guards:
+                refused = await guard.admit(launch)
+                if refused is not None:
+                    self._refused(launch, refused)
+                    return
+                admitted.append(guard)
+        finally:
+            slot.starting -= 1
+            for guard in admitted:
+                try:
+                    guard.release(launch)
+                except Exception:
+                    logger.exception("A launch guard failed to release %s", launch.id)
+        if self._stopping or not self.applied(slot):
+            return
+        self.flows.start(slot, scheduled, kind, waits)
+
+    def launch_task(self, run: FlowRun, job: Job, attempt: int) -> LiveRun:
+        """Start a run of ``job``, a task of workflow run ``run`` (its definition), for the
+        workflow run's fire: watched like any run, its end told to the workflow run.
+
+        The process is told the workflow run's fire as its ``CRONSTABLE_SCHEDULED_TIME``,
+        its own run id (``WORKFLOW.TASK@<fire>#<attempt>``) as ``CRONSTABLE_RUN_ID``, and
+        the workflow run's id as ``CRONSTABLE_WORKFLOW_RUN_ID`` (added to the copy of the
+        task's definition the process is made from; the run is watched as ``job``)."""
+        launch = Launch(job, run.scheduled, attempt, "task")
+        told = replace(job, environment={**job.environment, WORKFLOW_RUN_ID: run.id})
+        live = LiveRun(
+            self.spawner(told, run.scheduled, attempt),
+            launch,
+            None,
+            flow=run,
+            on_end=self.flows.task_ended,
+        )
+        # a task with ``pool`` waits in the pool's queue as a job's launch does (its
+        # ticket taken now, so the run's view shows it queued at once)
+        live.ticket = self.pools.take(launch)
+        self.watch_task(run, live)
+        return live
+
+    def watch_task(self, run: FlowRun, live: LiveRun) -> None:
+        """Watch ``live``, a task's run of ``run``, in the workflow run's own slot of it."""
+        job = live.job
+        task = str(job.task)
+        slot = run.slots.get(task)
+        if slot is None or slot.job is not job:
+            slot = run.slots[task] = JobSlot(job=job, order=-1, cursor=run.scheduled)
+        self.watch(slot, live)
+
+    def tell_flow(self, event: str, view: FlowRunView) -> None:
+        for listener in self.flow_listeners:
+            try:
+                getattr(listener, event)(view)
+            except Exception:
+                logger.exception("A workflow listener failed (%s)", event)
 
     def admit(self, slot: JobSlot) -> Admission:
         """concurrencyPolicy's answer for a new run of ``slot``'s job (counted)."""
@@ -706,6 +983,21 @@ class Scheduler:
     async def _supervise(
         self, slot: JobSlot, inst: LiveRun, waits: tuple[asyncio.Future[None], ...]
     ) -> None:
+        try:
+            await self._watch_run(slot, inst, waits)
+        finally:
+            if inst.on_end is not None:
+                try:
+                    inst.on_end(inst)
+                except Exception:
+                    logger.exception(
+                        "Job %s: ending its workflow task failed; please report this",
+                        inst.job.name,
+                    )
+
+    async def _watch_run(
+        self, slot: JobSlot, inst: LiveRun, waits: tuple[asyncio.Future[None], ...]
+    ) -> None:
         name = slot.job.name
         launch = inst.launch
         scheduled, attempt = launch.scheduled, launch.attempt
@@ -725,10 +1017,16 @@ class Scheduler:
                 if admission != "admitted":
                     if admission in ("timeout", "full"):
                         self._pool_refused(inst, inst.ticket, admission)
+                        # a workflow's task ends failed on that (its dependents decide)
+                        inst.refused = "pool_timeout" if admission == "timeout" else "pool_full"
                     return
                 if inst.replaced or inst.cancelled or (self._stopping and launch.kind != "manual"):
                     return  # replaced, cancelled or stopped just as it was admitted
-                if self._slots.get(name) is not slot:
+                if inst.flow is not None:
+                    if inst.flow.cancelled or inst.flow.retired:
+                        inst.cancelled = True  # its run was cancelled, or its workflow removed
+                        return
+                elif self._slots.get(name) is not slot:
                     logger.info(
                         "Job %s: the %s at %s admitted by pool %s does not run: the job "
                         "was removed while it waited",
@@ -744,6 +1042,7 @@ class Scheduler:
                     refused = await guard.admit(launch)
                     if refused is not None:
                         self._refused(launch, refused)
+                        inst.refused = refused
                         return
                     admitted.append(guard)
                 if inst.replaced or inst.cancelled or (self._stopping and launch.kind != "manual"):
@@ -758,8 +1057,15 @@ class Scheduler:
                 pid=inst.run.pid,
                 manual=launch.kind == "manual",
                 pool_wait=inst.ticket.waited if inst.ticket is not None else None,
+                planned_start=self.start_of(launch.job, scheduled)
+                if launch.kind == "fire"
+                else None,
+                backfill=launch.kind == "backfill",
             )
+            inst.start = start
             self._tell("run_started", start)
+            if inst.flow is not None:
+                self.flows.task_started(inst)
             logger.info(
                 "Job %s %s: scheduled %s, attempt %d, pid %s",
                 name,
@@ -793,6 +1099,7 @@ class Scheduler:
             if inst.cancelled
             else run_outcome(result, replaced=inst.replaced)
         )
+        inst.outcome = outcome
         self._tell("run_finished", start, result, outcome)
         logger.info(
             "Job %s finished: %s%s, exit code %s, %.3f s, scheduled %s, attempt %d",
@@ -811,11 +1118,14 @@ class Scheduler:
                 "fail_reason": result.fail_reason,
             },
         )
+        record = FinishedRun.of(start, result, outcome)
+        inst.outcome, inst.record = outcome, record
         if outcome in ("replaced", "cancelled", "unknown"):
             return  # not reported, no retry
-        record = FinishedRun.of(start, result, outcome)
         if record.failed:
             _log_output(record)
+        if inst.flow is not None:
+            return  # its workflow run reports it and decides on a retry (on_end)
         self.retries.finished(slot, inst, record)
 
     def _tell(self, event: str, *args: object) -> None:
@@ -900,6 +1210,13 @@ class Scheduler:
     async def _drain(self) -> None:
         for slot in self._slots.values():
             self.retries.end(slot, settle=False)
+        for flow in self._flows.values():
+            for run in flow.runs:
+                for task in run.tasks.values():
+                    if task.retry_task is not None:
+                        task.retry_task.cancel()  # the retry stays recorded (retry_at)
+                        task.retry_task = None
+        await self.flows.drain()
         pending = [task for task in self._tasks if not task.done()]
         if pending:
             logger.info(

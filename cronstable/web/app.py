@@ -26,10 +26,11 @@ from typing import Any
 from aiohttp import web
 
 from cronstable import __version__
-from cronstable.web import calls, encode
+from cronstable.web import backfill as backfills
+from cronstable.web import calls, encode, pauses
 from cronstable.web.access import authorize
 from cronstable.web.answers import error, refused, shown
-from cronstable.web.auth import Token, is_local_peer
+from cronstable.web.auth import Token, bearer, is_local_peer, match
 from cronstable.web.bodies import MAX_BODY, timed_out
 from cronstable.web.dashboard import dashboard_page
 from cronstable.web.events import STREAM_HEADERS, EventStreams
@@ -148,8 +149,75 @@ class Api:
         name, run = request.match_info["name"], request.query.get("run")
         return _answer(lambda: calls.cancel(self.daemon, name, run))
 
+    async def pause(self, request: web.Request) -> web.StreamResponse:
+        name, by = request.match_info["name"], self.token_name(request)
+        try:
+            answer = await pauses.pause(self.daemon, name, await request.read(), by)
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer)
+
+    async def resume(self, request: web.Request) -> web.StreamResponse:
+        name, by = request.match_info["name"], self.token_name(request)
+        try:
+            answer = await pauses.resume(self.daemon, name, by)
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer)
+
+    async def pause_workflow(self, request: web.Request) -> web.StreamResponse:
+        name, by = request.match_info["name"], self.token_name(request)
+        try:
+            answer = await pauses.pause(self.daemon, name, await request.read(), by, workflow=True)
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer)
+
+    async def resume_workflow(self, request: web.Request) -> web.StreamResponse:
+        name, by = request.match_info["name"], self.token_name(request)
+        try:
+            answer = await pauses.resume(self.daemon, name, by, workflow=True)
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer)
+
+    async def backfill(self, request: web.Request) -> web.StreamResponse:
+        name, by = request.match_info["name"], self.token_name(request)
+        try:
+            status, answer = backfills.backfill(self.daemon, name, await request.read(), by)
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer, status=status)
+
+    async def backfill_progress(self, request: web.Request) -> web.StreamResponse:
+        return _answer(lambda: backfills.progress(self.daemon, request.match_info["name"]))
+
+    def token_name(self, request: web.Request) -> str | None:
+        """The name of the token the request carries (the auth middleware let it through);
+        None without one."""
+        presented = bearer(request.headers.get("Authorization"))
+        token = match(self.holder.settings.tokens, presented) if presented is not None else None
+        return token.name if token is not None else None
+
     async def runs(self, request: web.Request) -> web.StreamResponse:
         return _answer(lambda: calls.runs(self.daemon, request.match_info["name"]))
+
+    async def workflows(self, request: web.Request) -> web.StreamResponse:
+        return _answer(lambda: calls.workflows(self.daemon))
+
+    async def workflow_runs(self, request: web.Request) -> web.StreamResponse:
+        return _answer(lambda: calls.workflow_runs(self.daemon, request.match_info["name"]))
+
+    async def start_workflow(self, request: web.Request) -> web.StreamResponse:
+        try:
+            answer = await calls.start_workflow(self.daemon, request.match_info["name"])
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer, status=202)
+
+    async def cancel_workflow(self, request: web.Request) -> web.StreamResponse:
+        name, run = request.match_info["name"], request.match_info["id"]
+        return _answer(lambda: calls.cancel_workflow(self.daemon, name, run))
 
     async def openapi(self, request: web.Request) -> web.StreamResponse:
         from cronstable.web.openapi import document

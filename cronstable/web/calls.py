@@ -58,6 +58,10 @@ def no_such_job(name: str) -> Refused:
     return Refused(404, f"no job named '{shown(name)}'")
 
 
+def no_such_workflow(name: str) -> Refused:
+    return Refused(404, f"no workflow named '{shown(name)}'")
+
+
 def _known(daemon: DaemonApi, name: str) -> None:
     if not daemon.has_job(name):
         raise no_such_job(name)
@@ -92,6 +96,20 @@ def runs(daemon: DaemonApi, name: str) -> Json:
     except KeyError:  # removed by a revision meanwhile
         raise no_such_job(name) from None
     return {"job": name, "runs": encode.job_runs(found)}
+
+
+def workflows(daemon: DaemonApi) -> Json:
+    """``GET /workflows``: every workflow, its tasks, its runs going and its last run."""
+    return {"workflows": [encode.workflow_status(flow) for flow in daemon.workflows()]}
+
+
+def workflow_runs(daemon: DaemonApi, name: str) -> Json:
+    """``GET /workflows/{name}/runs``: runs going, then the last finished ones."""
+    try:
+        found = daemon.workflow_runs(name)
+    except KeyError:
+        raise no_such_workflow(name) from None
+    return {"workflow": name, "runs": encode.flow_runs(found)}
 
 
 def hours_of(text: str | None) -> float:
@@ -154,6 +172,32 @@ async def start(daemon: DaemonApi, name: str) -> Json:
     if waiting is not None:  # its pool is full: it waits in the pool's queue
         answer |= {"queued": True, "pool": waiting[0], "queuePosition": waiting[1]}
     return answer
+
+
+async def start_workflow(daemon: DaemonApi, name: str) -> Json:
+    """``POST /workflows/{name}/start``: a run of the workflow now (answered 202), unless
+    its concurrencyPolicy refuses.  Its tasks with a ``pool`` queue as job launches do."""
+    if not daemon.has_workflow(name):
+        raise no_such_workflow(name)
+    try:
+        run, refusal = await daemon.start_workflow(name)
+    except KeyError:
+        raise no_such_workflow(name) from None
+    if run is None:
+        raise Refused(409, f"workflow {name!r} not started: {refusal}", workflow=name)
+    return {"workflow": name, "run": run}
+
+
+def cancel_workflow(daemon: DaemonApi, name: str, run: str) -> Json:
+    """``POST /workflows/{name}/runs/{id}/cancel``: cancel the run's pending tasks and
+    stop its running ones."""
+    try:
+        stopped = daemon.cancel_workflow(name, run)
+    except KeyError:
+        raise no_such_workflow(name) from None
+    if not stopped:
+        raise Refused(404, f"workflow {name!r} has no run going with that id", workflow=name)
+    return {"workflow": name, "cancelled": stopped}
 
 
 def pools(daemon: DaemonApi) -> Json:

@@ -9,18 +9,24 @@ so changing an answer here changes no stored record.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from cronstable.ports import (
     AppliedConfig,
+    BackfillView,
     ClusterView,
     EventData,
     FinishedRun,
+    FlowRuns,
+    FlowRunView,
     Forecast,
     JobForecast,
+    JobPauses,
     JobRuns,
     JobStatus,
+    Pause,
     PoolView,
     RevisionView,
     RunEnded,
@@ -28,6 +34,8 @@ from cronstable.ports import (
     StateView,
     Status,
     StoreView,
+    TaskRunView,
+    WorkflowStatus,
     utc_text,
 )
 from cronstable.reconcile.plan import PlannedRevision
@@ -48,10 +56,16 @@ def run_start(run: RunStart) -> Json:
         "scheduledTime": utc_text(run.scheduled_time),
         "attempt": run.attempt,
         "startedAt": utc_text(run.started_at),
+        "plannedStart": _time(run.planned_start),
         "pid": run.pid,
         "manual": run.manual,
         "poolWait": _seconds(run.pool_wait),
+        "backfill": run.backfill,
     }
+
+
+def _time(moment: datetime | None) -> str | None:
+    return None if moment is None else utc_text(moment)
 
 
 def finished_run(run: FinishedRun) -> Json:
@@ -98,12 +112,58 @@ def _last_run(run: FinishedRun | None) -> Json | None:
         return None
     return {
         "id": run.start.id,
+        "scheduledTime": utc_text(run.start.scheduled_time),
+        "plannedStart": _time(run.start.planned_start),
+        "startedAt": utc_text(run.start.started_at),
         "outcome": run.outcome,
         "exitCode": run.exit_code,
         "duration": round(run.duration, 6),
         "finishedAt": utc_text(run.finished_at),
         "cpuSeconds": _seconds(run.cpu_seconds),
         "maxRss": run.max_rss,
+    }
+
+
+def pause(view: Pause | None) -> Json | None:
+    """One pause (``/status``, the pause and resume answers)."""
+    if view is None:
+        return None
+    return {
+        "source": view.source,
+        "reason": view.reason,
+        "by": view.by,
+        "since": _time(view.since),
+        "until": _time(view.until),
+        "node": view.node,
+    }
+
+
+def job_pauses(view: JobPauses) -> Json:
+    """The pauses holding a job, the repository's (``config``) and the API's apart."""
+    return {"config": pause(view.config), "api": pause(view.api)}
+
+
+def fires(moments: Sequence[datetime]) -> list[Json]:
+    """Fires of a job: each in UTC and as the job's zone writes it (``local``)."""
+    return [{"scheduledTime": utc_text(fire), "local": fire.isoformat()} for fire in moments]
+
+
+def backfill(view: BackfillView) -> Json:
+    """A job's backfill (``/status``, ``GET /jobs/{name}/backfill``)."""
+    return {
+        "state": view.state,
+        "from": utc_text(view.start),
+        "to": utc_text(view.end),
+        "by": view.by,
+        "ignorePause": view.ignore_pause,
+        "startedAt": utc_text(view.started_at),
+        "finishedAt": _time(view.finished_at),
+        "total": len(view.fires),
+        "done": view.done,
+        "outcomes": dict(sorted(view.outcomes.items())),
+        "current": _time(view.current),
+        "stopReason": view.stop_reason,
+        "fires": fires(view.fires),
     }
 
 
@@ -114,10 +174,22 @@ def job_status(job: JobStatus) -> Json:
         "timezone": job.timezone,
         "enabled": job.enabled,
         "nextFire": utc_text(job.next_fire) if job.next_fire is not None else None,
+        "nextStart": _time(job.next_start),
+        "jitter": job.jitter,
         "running": [run_start(run) for run in job.running],
         "lastRun": _last_run(job.last_run),
         "retryPending": job.retry_pending,
+        "paused": job.pauses.paused,
+        "pause": job_pauses(job.pauses),
+        "backfill": None if job.backfill is None else _backfill_progress(job.backfill),
     }
+
+
+def _backfill_progress(view: BackfillView) -> Json:
+    """A backfill in ``/status``: its progress, without the list of fires."""
+    shown = backfill(view)
+    del shown["fires"]
+    return shown
 
 
 def store(view: StoreView) -> Json:
@@ -197,9 +269,81 @@ def status(view: Status) -> Json:
         "applied": revision(view.applied),
         "lastRejected": revision(view.last_rejected),
         "jobs": [job_status(job) for job in view.jobs],
+        "workflows": [workflow_status(flow) for flow in view.workflows],
         "state": state(view.state),
         "stores": stores(view.stores),
         "pools": [pool(p, queue=False) for p in view.pools],
+    }
+
+
+def task_run(task: TaskRunView) -> Json:
+    """One task of a workflow run."""
+    return {
+        "task": task.task,
+        "name": task.name,
+        "state": task.state,
+        "dependsOn": list(task.depends_on),
+        "runWhen": task.run_when,
+        "level": task.level,
+        "attempts": task.attempts,
+        "runId": task.run_id,
+        "pid": task.pid,
+        "startedAt": _time(task.started_at),
+        "finishedAt": _time(task.finished_at),
+        "exitCode": task.exit_code,
+        "failReason": task.fail_reason,
+        "retryAt": _time(task.retry_at),
+        "queuedIn": task.queued,
+    }
+
+
+def flow_run(run: FlowRunView) -> Json:
+    """A workflow run with each task's state (``/workflows``, ``/status``)."""
+    return {
+        "id": run.id,
+        "workflow": run.workflow,
+        "scheduledTime": utc_text(run.scheduled_time),
+        "startedAt": utc_text(run.started_at),
+        "manual": run.kind == "manual",
+        "kind": run.kind,
+        "outcome": run.outcome if run.outcome is not None else "running",
+        "finishedAt": _time(run.finished_at),
+        "duration": _seconds(run.duration),
+        "cancelled": run.cancelled,
+        "digest": run.digest,
+        "tasks": [task_run(task) for task in run.tasks],
+    }
+
+
+def flow_runs(runs: FlowRuns) -> list[Json]:
+    """Runs going first (outcome ``running``), then finished ones newest first."""
+    return [flow_run(run) for run in (*runs.running, *runs.finished)]
+
+
+def workflow_status(flow: WorkflowStatus) -> Json:
+    return {
+        "name": flow.name,
+        "schedule": flow.schedule,
+        "timezone": flow.timezone,
+        "enabled": flow.enabled,
+        "concurrencyPolicy": flow.concurrency_policy,
+        "nextFire": _time(flow.next_fire),
+        "nextStart": _time(flow.next_start),
+        "jitter": flow.jitter,
+        "paused": flow.pauses.paused,
+        "pause": job_pauses(flow.pauses),
+        "tasks": [
+            {
+                "task": task.task,
+                "name": task.name,
+                "dependsOn": list(task.depends_on),
+                "runWhen": task.run_when,
+                "level": task.level,
+            }
+            for task in flow.tasks
+        ],
+        "running": [flow_run(run) for run in flow.running],
+        "lastRun": None if flow.last_run is None else flow_run(flow.last_run),
     }
 
 
