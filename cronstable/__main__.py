@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(__version__)
         return 0
-    if args[:1] in (["lock"], ["state"]):  # a job's thin clients: no argument parser
+    if args[:1] in (["lock"], ["state"], ["xcom"]):  # a job's thin clients: no parser
         from cronstable.channel.commands import fast
 
         code = fast(args)

@@ -6,11 +6,12 @@ named locks as the job-side client (cronstable/channel/client.py) asks them."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import stat
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 import pytest_asyncio
 from daemon_proc import until
 
+from cronstable import xcom
 from cronstable.channel import protocol, server
 from cronstable.channel.client import Channel, Refused, Unreachable
 from cronstable.channel.locks import Locks
@@ -25,6 +27,7 @@ from cronstable.channel.server import RunChannels, RunSocket
 from cronstable.config import load_snapshot
 from cronstable.config.desired import Job
 from cronstable.ports import (
+    WORKFLOW_RUN_ENV,
     FinishedRun,
     JobState,
     PendingRetry,
@@ -456,3 +459,193 @@ async def test_runs_get_no_channel_when_the_directory_cannot_be_used(
     assert "cannot use" in caplog.text
     none = RunChannels(None, states=states, locks=Locks())
     assert await none.open("export@1#1", JOBS["export"], None) is None
+
+
+# ------------------------------------------------------------ xcom
+
+
+class Values:
+    """A real Xcoms host: the values of workflow runs, in a dict (the budget aside)."""
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple[str, str, str, str], str] = {}
+        self.refuse: str | None = None
+
+    def xcom_push(
+        self, workflow: str, run: str, task: str, values: Mapping[str, str]
+    ) -> str | None:
+        if self.refuse is not None:
+            return self.refuse
+        for key, value in values.items():
+            self.kept[(workflow, run, task, key)] = value
+        return None
+
+    def xcom_pull(self, workflow: str, run: str, task: str, key: str) -> str | None:
+        return self.kept.get((workflow, run, task, key))
+
+
+FLOW = load_snapshot(
+    Snapshot(
+        "r1",
+        "test",
+        {
+            "cronstable.yaml": b"workflows:\n  - name: etl\n    schedule: '@daily'\n"
+            b"    tasks:\n      - {name: extract, command: 'true'}\n"
+            b"      - {name: load, command: 'true', dependsOn: [extract]}\n"
+        },
+        "cronstable.yaml",
+    )
+).workflows["etl"]
+
+
+def task_job(name: str, run: str = "etl@2026-05-01T03:00:00Z") -> Job:
+    """A workflow task's definition as its run is spawned: told its workflow run."""
+    job = FLOW.tasks[name]
+    return dataclasses.replace(job, environment={**job.environment, WORKFLOW_RUN_ENV: run})
+
+
+@pytest_asyncio.fixture
+async def valued() -> AsyncIterator[tuple[RunChannels, Values]]:
+    base = short_dir()
+    values = Values()
+    made = RunChannels(os.path.join(base, "runs"), states=states, locks=Locks(), xcoms=values)
+    yield made, values
+    await made.close()
+    import shutil
+
+    shutil.rmtree(base, ignore_errors=True)
+
+
+async def open_task(channels: RunChannels, name: str, owner: RunOwner | None = None) -> RunSocket:
+    grant = await channels.open(f"etl.{name}@2026-05-01T03:00:00Z#1", task_job(name), owner)
+    assert grant is not None
+    return grant
+
+
+@pytest.mark.asyncio
+async def test_a_task_pushes_and_pulls_values_of_its_workflow_run(
+    valued: tuple[RunChannels, Values],
+) -> None:
+    channels, values = valued
+    extract = await open_task(channels, "extract")
+    assert (await ask(client(extract), "xcom.push", key="rows", value="42"))["ok"] is True
+    assert values.kept == {("etl", "etl@2026-05-01T03:00:00Z", "extract", "rows"): "42"}
+    load = await open_task(channels, "load")
+    for source in ("extract", "etl.extract"):
+        answer = await ask(client(load), "xcom.pull", task=source, key="rows")
+        assert answer["value"] == "42"
+    with pytest.raises(Refused) as refused:
+        await ask(client(load), "xcom.pull", task="extract", key="nope")
+    assert (refused.value.code, refused.value.status) == (protocol.NOT_FOUND, 1)
+    for key, value in (
+        (".x", "v"),
+        ("a/b", "v"),
+        ("ok", "nul\x00"),
+        ("ok", "x" * (xcom.MAX_VALUE + 1)),
+        ("ok", 5),
+    ):
+        with pytest.raises(Refused) as refused:
+            await ask(client(load), "xcom.push", key=key, value=value)
+        assert refused.value.code == protocol.BAD_REQUEST, (key, refused.value)
+    values.refuse = "the values of workflow run etl@… would be 2000000 bytes together"
+    with pytest.raises(Refused) as refused:
+        await ask(client(load), "xcom.push", key="big", value="x")
+    assert refused.value.code == protocol.REFUSED and "bytes together" in str(refused.value)
+    # a job's run is no task: it has no values to push or pull
+    plain = await open_run(channels, "export@1#1")
+    assert xcom.DIR_ENV not in plain.environment
+    with pytest.raises(Refused) as refused:
+        await ask(client(plain), "xcom.push", key="rows", value="1")
+    assert refused.value.code == protocol.BAD_REQUEST and "no task" in str(refused.value)
+
+
+@pytest.mark.asyncio
+async def test_the_files_a_task_writes_are_its_values(
+    valued: tuple[RunChannels, Values],
+) -> None:
+    channels, values = valued
+    grant = await open_task(channels, "extract")
+    folder = Path(grant.environment[xcom.DIR_ENV])
+    assert folder.parent == Path(grant.path).parent
+    assert mode(folder) == 0o700
+    (folder / "rows").write_text("42")
+    (folder / "path").write_text("/data/2026-05-01\n")
+    (folder / ".partial").write_text("skipped: a hidden name")
+    assert await grant.finish() is None
+    run = "etl@2026-05-01T03:00:00Z"
+    assert values.kept == {
+        ("etl", run, "extract", "rows"): "42",
+        ("etl", run, "extract", "path"): "/data/2026-05-01\n",
+    }
+    assert not exists(str(folder.parent))  # revoked: the run's directory went, values too
+    assert await grant.finish() is None  # once
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def owner(path: Path) -> tuple[int, int]:
+    info = path.stat()
+    return info.st_uid, info.st_gid
+
+
+def leave_files(folder: Path, leave: str, elsewhere: Path) -> None:
+    """What a job may not leave in its xcom directory, one kind each."""
+    secret = elsewhere / "secret"
+    secret.write_text("the daemon's own")
+    if leave == "symlink":
+        (folder / "rows").symlink_to(secret)
+    elif leave == "linked-dir":
+        folder.rmdir()
+        folder.symlink_to(elsewhere, target_is_directory=True)
+    elif leave == "fifo":
+        os.mkfifo(folder / "rows")
+    elif leave == "too-big":
+        (folder / "rows").write_text("x" * (xcom.MAX_VALUE + 1))
+    elif leave == "not-text":
+        (folder / "rows").write_bytes(b"\xff\xfe")
+    elif leave == "bad-name":
+        (folder / "a b").write_text("v")
+    else:
+        (folder / "rows").write_bytes(b"a\x00b")
+
+
+@pytest.mark.parametrize(
+    "leave",
+    ["symlink", "linked-dir", "fifo", "too-big", "not-text", "bad-name", "nul"],
+)
+@pytest.mark.asyncio
+async def test_files_a_task_may_not_leave_fail_it(
+    valued: tuple[RunChannels, Values], leave: str, tmp_path: Path
+) -> None:
+    channels, values = valued
+    grant = await open_task(channels, "extract")
+    folder = Path(grant.environment[xcom.DIR_ENV])
+    leave_files(folder, leave, tmp_path)
+    problem = await grant.finish()
+    assert problem is not None and problem.startswith("xcom: "), problem
+    assert values.kept == {}  # nothing of it kept, the daemon's file never read
+    assert not exists(grant.path)
+    assert exists(str(tmp_path / "secret"))  # and what a link pointed at stays
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="files of another user need root")
+@pytest.mark.asyncio
+async def test_a_task_of_another_user_leaves_only_its_own_files(
+    valued: tuple[RunChannels, Values],
+) -> None:
+    channels, values = valued
+    grant = await open_task(channels, "extract", RunOwner(65534, 65534))
+    folder = Path(grant.environment[xcom.DIR_ENV])
+    assert owner(folder) == (65534, 65534)
+    (folder / "mine").write_text("v")
+    os.chown(folder / "mine", 65534, 65534)
+    assert await grant.finish() is None
+    assert list(values.kept.values()) == ["v"]
+    other = await open_task(channels, "load", RunOwner(65534, 65534))
+    folder = Path(other.environment[xcom.DIR_ENV])
+    (folder / "root-only").write_text("v")  # root's, hard-linked or not: not the job's
+    os.chown(folder / "root-only", 1, 1)
+    problem = await other.finish()
+    assert problem is not None and "regular file of the job's user" in problem

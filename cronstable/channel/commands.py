@@ -31,14 +31,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cronstable import xcom
 from cronstable.channel import protocol
 from cronstable.channel.client import (
+    EXIT_NOT_FOUND,
     EXIT_TEMPFAIL,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     Channel,
     ChannelError,
     Connection,
+    Refused,
     Unreachable,
 )
 
@@ -89,6 +92,8 @@ def fast(args: list[str]) -> int | None:
         return _fast_lock(args[1:])
     if args[:2] == ["state", "get"] and in_run():
         return _fast_state_get(args[2:])
+    if args[:2] in (["xcom", "push"], ["xcom", "pull"]):
+        return _fast_xcom(args[1], args[2:])
     return None
 
 
@@ -141,6 +146,19 @@ def _fast_state_get(words: list[str]) -> int | None:
     return cmd_state_get(parsed[1][0] if parsed[1] else None, timeout)
 
 
+def _fast_xcom(action: str, words: list[str]) -> int | None:
+    parsed = _options(words, ("--timeout",))
+    if parsed is None or len(parsed[1]) != 2:
+        return None
+    timeout = _seconds(parsed[0].get("--timeout"), 10.0)
+    if timeout is None:
+        return None
+    first, second = parsed[1]
+    if action == "push":
+        return cmd_xcom_push(first, second, timeout)
+    return cmd_xcom_pull(first, second, timeout)
+
+
 def _fast_lock(words: list[str]) -> int | None:
     if "--" not in words:
         return None
@@ -188,6 +206,52 @@ def cmd_state_get(job: str | None, timeout: float) -> int:
     if not isinstance(state, dict):
         return _fail("state get", Unreachable("the daemon's answer holds no state"))
     print(json.dumps(state, indent=2, sort_keys=True, ensure_ascii=False))
+    return 0
+
+
+# ------------------------------------------------------------ xcom
+
+
+def cmd_xcom_push(key: str, value: str, timeout: float) -> int:
+    """``cronstable xcom push KEY VALUE`` (``-``: the value is standard input)."""
+    if value == "-":
+        data = sys.stdin.buffer.read(xcom.MAX_VALUE + 1)
+        try:
+            value = data.decode()
+        except UnicodeDecodeError:
+            _say("cronstable xcom push: a value is UTF-8 text (standard input is not)")
+            return EXIT_NOT_FOUND
+    problem = xcom.key_problem(key) or xcom.value_problem(value)
+    if problem is not None:
+        _say(f"cronstable xcom push: {problem}")
+        return EXIT_NOT_FOUND
+    try:
+        Channel.from_environment().request("xcom.push", timeout, key=key, value=value)
+    except Refused as exc:
+        if exc.code == protocol.REFUSED:
+            _say(f"cronstable xcom push: {exc}")
+            return EXIT_NOT_FOUND
+        return _fail("xcom push", exc)
+    except ChannelError as exc:
+        return _fail("xcom push", exc)
+    return 0
+
+
+def cmd_xcom_pull(task: str, key: str, timeout: float) -> int:
+    """``cronstable xcom pull TASK KEY``: the value on standard output, as it was left."""
+    problem = xcom.key_problem(key)
+    if problem is not None:
+        _say(f"cronstable xcom pull: {problem}")
+        return EXIT_USAGE
+    try:
+        answer = Channel.from_environment().request("xcom.pull", timeout, task=task, key=key)
+    except ChannelError as exc:
+        return _fail("xcom pull", exc)
+    value = answer.get("value")
+    if not isinstance(value, str):
+        return _fail("xcom pull", Unreachable("the daemon's answer holds no value"))
+    sys.stdout.write(value)
+    sys.stdout.flush()
     return 0
 
 

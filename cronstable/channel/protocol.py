@@ -17,8 +17,10 @@ as well when the client goes away, when the run ends, and it sends one more line
 ``{"event": "lost", "reason": "why"}``, before it closes a hold it can no longer
 keep (another node took the lock, the run ended).
 
-Operations: ``state.get`` (``job``: optional, the run's own by default) and
-``lock`` (``name``; ``wait``: seconds, or null to wait as long as the run lives).
+Operations: ``state.get`` (``job``: optional, the run's own by default),
+``lock`` (``name``; ``wait``: seconds, or null to wait as long as the run lives), and
+for a workflow's task ``xcom.push`` (``key``, ``value``) and ``xcom.pull`` (``task``,
+``key``; answered ``{"ok": true, "value": …}``).
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ TOKEN_ENV = "CRONSTABLE_RUN_TOKEN"
 
 VERSION = 1
 """The protocol's version, in every request (``v``); another one is refused."""
-MAX_REQUEST = 128 * 1024
-"""Bytes of one request line, its newline included."""
+MAX_REQUEST = 512 * 1024
+"""Bytes of one request line, its newline included (a value of 64 KiB, each character
+escaped, fits)."""
 MAX_ANSWER = 4 * 1024 * 1024
 """Bytes of one answer line a client reads at most."""
 REQUEST_TIMEOUT = 5.0
@@ -57,6 +60,9 @@ BUSY = "busy"
 """Too many connections of this run, or too many waiting for this lock."""
 ENDED = "ended"
 """The run ended (or the daemon stops) while the request waited."""
+REFUSED = "refused"
+"""``xcom.push``: the values would not fit (a run's values together), or the workflow run
+ended."""
 
 LOCK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,127}")
 """What a lock's name may be: 1-128 letters, digits and ``. _ : @ + / -``, starting

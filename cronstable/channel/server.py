@@ -44,20 +44,29 @@ import hmac
 import logging
 import os
 import secrets
+import shutil
 import socket
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cronstable import xcom
 from cronstable.channel import protocol
 from cronstable.channel.locks import Hold, LockBusy, Locks, LockTimeout
 from cronstable.config.desired import Job
 from cronstable.platform import UNIX_PATH_MAX, fallback_runtime_dir, private_dir
-from cronstable.ports import FinishedRun, JobState, RunOwner, RunStart, utc_text
+from cronstable.ports import (
+    WORKFLOW_RUN_ENV,
+    FinishedRun,
+    JobState,
+    RunOwner,
+    RunStart,
+    utc_text,
+)
 from cronstable.redact import redact
 from cronstable.tasks import TaskSet
 
@@ -71,18 +80,45 @@ STALE_AGE = 60.0
 LOST_CHECK = 1.0
 """Seconds between two looks at whether a held cluster lock was lost."""
 
+XCOM_DIR = "xcom"
+"""A task's run's directory of values, beside its socket (``$CRONSTABLE_XCOM_DIR``)."""
+MAX_VALUE_FILES = 1000
+"""Most entries an xcom directory may hold when its run ends."""
+
 States = Callable[[str], JobState | None]
 """What ``state.get`` reads: a job's state by name (None: no such job)."""
+
+
+class Xcoms(Protocol):
+    """Where the values of workflow runs are kept (the daemon's control)."""
+
+    def xcom_push(
+        self, workflow: str, run: str, task: str, values: Mapping[str, str]
+    ) -> str | None:
+        """Keep ``values`` (by key) that ``task`` of workflow run ``run`` leaves; why not."""
+        ...
+
+    def xcom_pull(self, workflow: str, run: str, task: str, key: str) -> str | None:
+        """The value ``task`` of workflow run ``run`` left under ``key``; None for none."""
+        ...
 
 
 class RunChannels:
     """The runs' channels (see the module docstring), in ``directory`` (None: runs get
     none).  ``states`` answers ``state get``; ``locks`` are the named locks."""
 
-    def __init__(self, directory: str | None, *, states: States, locks: Locks) -> None:
+    def __init__(
+        self,
+        directory: str | None,
+        *,
+        states: States,
+        locks: Locks,
+        xcoms: Xcoms | None = None,
+    ) -> None:
         self.directory = directory
         self.states = states
         self.locks = locks
+        self.xcoms = xcoms
         self._ready: bool | None = None
         """Whether the directory of runs is usable (None: not tried yet)."""
         self._grants: set[RunSocket] = set()
@@ -137,17 +173,25 @@ class RunChannels:
         place = os.path.join(self.directory, secrets.token_hex(NAME_BYTES))
         path = os.path.join(place, SOCKET_NAME)
         listener: socket.socket | None = None
+        flow_run = job.environment.get(WORKFLOW_RUN_ENV) if job.workflow is not None else None
         try:
             os.mkdir(place, 0o700)
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             listener.bind(path)
             os.chmod(path, 0o600)  # in a directory only this daemon can enter yet
+            values = os.path.join(place, XCOM_DIR) if flow_run is not None else None
+            if values is not None:
+                os.mkdir(values, 0o700)
             if owner is not None and owner.uid != os.geteuid():
-                os.chown(path, owner.uid, owner.gid)
-                os.chown(place, owner.uid, owner.gid)
+                for made in (path, values, place):
+                    if made is not None:
+                        os.chown(made, owner.uid, owner.gid)
             listener.listen(16)
             listener.setblocking(False)
             grant = RunSocket(self, run, job.name, place, path, secrets.token_urlsafe(32))
+            if flow_run is not None:
+                grant.task = (str(job.workflow), flow_run, str(job.task))
+                grant.owner_uid = owner.uid if owner is not None else os.geteuid()
             grant.server = await asyncio.start_unix_server(
                 grant.serve, sock=listener, limit=protocol.MAX_REQUEST
             )
@@ -201,13 +245,47 @@ class RunSocket:
         self.path = path
         self.token = token
         self.server: asyncio.Server | None = None
+        self.task: tuple[str, str, str] | None = None
+        """(workflow, workflow run id, task) of a workflow's task; None for a job's run."""
+        self.owner_uid = os.geteuid()
+        """Who the run's files are of (the values in its xcom directory must be)."""
         self.revoked = False
         self._ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._connections: dict[asyncio.StreamWriter, Hold | None] = {}
 
     @property
     def environment(self) -> Mapping[str, str]:
-        return {protocol.SOCKET_ENV: self.path, protocol.TOKEN_ENV: self.token}
+        env = {protocol.SOCKET_ENV: self.path, protocol.TOKEN_ENV: self.token}
+        if self.task is not None:
+            env[xcom.DIR_ENV] = os.path.join(self.place, XCOM_DIR)
+        return env
+
+    async def finish(self) -> str | None:
+        """The run's process ended: keep the values a task's run wrote into its xcom
+        directory, then :meth:`revoke`.  Why the run fails when they are refused (None:
+        nothing to say)."""
+        problem: str | None = None
+        task, xcoms, directory = self.task, self.owner.xcoms, self.owner.directory
+        if task is not None and xcoms is not None and directory is not None and not self.revoked:
+            name = os.path.basename(self.place)
+            try:
+                values = await asyncio.to_thread(_read_values, directory, name, self.owner_uid)
+            except ValueError as exc:
+                problem = f"xcom: {exc}"
+            else:
+                refusal = xcoms.xcom_push(*task, values) if values else None
+                if refusal is not None:
+                    problem = f"xcom: {refusal}"
+            if problem is not None:
+                logger.warning(
+                    "Job %s: run %s fails: %s",
+                    self.job,
+                    self.run,
+                    problem,
+                    extra={"job": self.job, "run_id": self.run},
+                )
+        self.revoke()
+        return problem
 
     def revoke(self) -> None:
         if self.revoked:
@@ -320,6 +398,8 @@ class RunSocket:
             await self._state_get(request, writer)
         elif op == "lock":
             await self._lock(request, reader, writer)
+        elif op in ("xcom.push", "xcom.pull"):
+            await self._xcom(op, request, writer)
         else:
             await self._refuse(writer, protocol.BAD_REQUEST, f"no operation {op!r}")
 
@@ -337,6 +417,49 @@ class RunSocket:
             )
             return
         await self._answer(writer, {"ok": True, "state": state_json(view)})
+
+    async def _xcom(self, op: str, request: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        task, xcoms = self.task, self.owner.xcoms
+        if task is None or xcoms is None:
+            await self._refuse(
+                writer, protocol.BAD_REQUEST, f"run {self.run} is no task of a workflow"
+            )
+            return
+        workflow, flow_run, name = task
+        key = request.get("key")
+        problem = xcom.key_problem(key)
+        if problem is not None:
+            await self._refuse(writer, protocol.BAD_REQUEST, problem)
+            return
+        assert isinstance(key, str)
+        if op == "xcom.push":
+            value = request.get("value")
+            problem = xcom.value_problem(value)
+            if problem is not None:
+                await self._refuse(writer, protocol.BAD_REQUEST, problem)
+                return
+            assert isinstance(value, str)
+            refusal = xcoms.xcom_push(workflow, flow_run, name, {key: value})
+            if refusal is not None:
+                await self._refuse(writer, protocol.REFUSED, refusal)
+                return
+            await self._answer(writer, {"ok": True})
+            return
+        source = request.get("task")
+        if isinstance(source, str) and source.startswith(f"{workflow}."):
+            source = source[len(workflow) + 1 :]
+        if not isinstance(source, str) or not source:
+            await self._refuse(writer, protocol.BAD_REQUEST, "task must be a task's name")
+            return
+        found = xcoms.xcom_pull(workflow, flow_run, source, key)
+        if found is None:
+            await self._refuse(
+                writer,
+                protocol.NOT_FOUND,
+                f"task {source!r} of workflow run {flow_run} left no value {key!r}",
+            )
+            return
+        await self._answer(writer, {"ok": True, "value": found})
 
     async def _lock(
         self,
@@ -534,6 +657,73 @@ def _remove(place: str, path: str) -> None:
         os.unlink(path)
     with contextlib.suppress(OSError):
         os.rmdir(place)
+        return
+    # a task's values are left in it (or the job made files there): all of it goes, and
+    # no link the job made is followed (rmtree works by descriptors where the OS lets it)
+    if os.path.islink(place):
+        with contextlib.suppress(OSError):
+            os.unlink(place)
+        return
+    shutil.rmtree(place, ignore_errors=True)
+
+
+def _read_values(directory: str, name: str, uid: int) -> dict[str, str]:
+    """The values a task's run wrote into its xcom directory ``directory/name/xcom``, one
+    file a key (names starting with ``.`` skipped); ValueError saying why they are
+    refused.  No link is followed, and only regular files of ``uid`` (the job's user) are
+    read, so a job cannot make the daemon read a file it may not.  Blocking."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY
+    runs = os.open(directory, flags)
+    try:
+        place = os.open(name, flags, dir_fd=runs)
+        try:
+            try:
+                values_dir = os.open(XCOM_DIR, flags, dir_fd=place)
+            except OSError as exc:
+                raise ValueError(f"$CRONSTABLE_XCOM_DIR cannot be read: {exc.strerror}") from None
+        finally:
+            os.close(place)
+    finally:
+        os.close(runs)
+    try:
+        entries = sorted(os.listdir(values_dir))
+        if len(entries) > MAX_VALUE_FILES:
+            raise ValueError(f"$CRONSTABLE_XCOM_DIR holds more than {MAX_VALUE_FILES} entries")
+        values: dict[str, str] = {}
+        for entry in entries:
+            if entry.startswith("."):
+                continue
+            problem = xcom.key_problem(entry)
+            if problem is not None:
+                raise ValueError(f"file {entry!r}: {problem}")
+            values[entry] = _read_value(values_dir, entry, uid)
+        return values
+    finally:
+        os.close(values_dir)
+
+
+def _read_value(values_dir: int, entry: str, uid: int) -> str:
+    try:
+        fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=values_dir)
+    except OSError as exc:
+        raise ValueError(f"file {entry!r} cannot be read: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid not in (uid, os.geteuid()):
+            raise ValueError(f"{entry!r} is not a regular file of the job's user")
+        if info.st_size > xcom.MAX_VALUE:
+            raise ValueError(f"file {entry!r}: a value is at most {xcom.MAX_VALUE} bytes")
+        data = os.read(fd, xcom.MAX_VALUE + 1)
+    finally:
+        os.close(fd)
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise ValueError(f"file {entry!r}: a value is UTF-8 text") from None
+    problem = xcom.value_problem(text)
+    if problem is not None:
+        raise ValueError(f"file {entry!r}: {problem}")
+    return text
 
 
 def _sweep(directory: str) -> int:

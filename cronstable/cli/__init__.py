@@ -449,6 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     _state_parser(sub)
 
     _lock_parser(sub)
+    _xcom_parser(sub)
 
     p = sub.add_parser(
         "next", help="print the next fires of every job (JOB<TAB>TIME)", description=_FORMS
@@ -596,6 +597,45 @@ def _lock_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
 
 
+_XCOM_HELP = (
+    "In a workflow's task cronstable runs: leave a value for the tasks that depend on this "
+    "one (push), or read one an earlier task of the same workflow run left (pull). A value "
+    "is UTF-8 text, at most 64 KiB; a workflow run's values together at most 1 MiB. A task "
+    "may also write files into $CRONSTABLE_XCOM_DIR, one a key. push exits 0, 1 refused "
+    "(a bad key or value, over a limit), 2 usage (not a workflow's task), 3 the daemon "
+    "does not answer, 4 the token is refused; pull prints the value as it was left and "
+    "exits 0, 1 no such value, 2, 3, 4 alike."
+)
+
+
+def _xcom_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``xcom push KEY VALUE``, ``xcom pull TASK KEY``."""
+    xcom = sub.add_parser(
+        "xcom", help="in a workflow's task: pass values between tasks", description=_XCOM_HELP
+    )
+    actions = xcom.add_subparsers(dest="xcom_action", metavar="ACTION", required=True)
+    timeout = _Parser(add_help=False)
+    timeout.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=10.0,
+        metavar="SECONDS",
+        help="the longest the daemon may take to answer (default 10)",
+    )
+    p = actions.add_parser(
+        "push", parents=[timeout], help="leave VALUE under KEY (VALUE - : standard input)"
+    )
+    p.add_argument("key", metavar="KEY", help="1-128 of A-Z a-z 0-9 _ . -")
+    p.add_argument("value", metavar="VALUE")
+    p = actions.add_parser(
+        "pull", parents=[timeout], help="print the value task TASK left under KEY"
+    )
+    p.add_argument(
+        "task", metavar="TASK", help="a task of the same workflow (TASK or WORKFLOW.TASK)"
+    )
+    p.add_argument("key", metavar="KEY")
+
+
 def _wait(text: str) -> float:
     from cronstable.channel.commands import parse_wait
 
@@ -700,6 +740,12 @@ def run_cli(argv: list[str]) -> int:
         if lock_command is None or args.stray:
             parser.error("lock: give the command after --: cronstable lock NAME -- CMD ...")
         return cmd_lock(args.name, args.wait, lock_command, args.timeout)
+    if command == "xcom":
+        from cronstable.channel.commands import cmd_xcom_pull, cmd_xcom_push
+
+        if args.xcom_action == "push":
+            return cmd_xcom_push(args.key, args.value, args.timeout)
+        return cmd_xcom_pull(args.task, args.key, args.timeout)
     if command == "state" and args.state_action == "get" and _in_run(args):
         from cronstable.channel.commands import cmd_state_get
 

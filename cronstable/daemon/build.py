@@ -14,6 +14,7 @@ report listener is one more constructor argument of the scheduler.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,7 @@ def build_daemon(
         run_channel_dir(str(node.runtime_dir) if node.runtime_dir is not None else None),
         states=lambda name: control_of().job_state(name),
         locks=Locks(lock_slots),
+        xcoms=_LaterXcoms(control_of),
     )  # every run's socket and token: what cronstable state get and lock ask
     spawner = ProcessSpawner(mirror, channels)
     run_metrics = RunMetrics(registry, scheduler_of)
@@ -267,3 +269,19 @@ def build_daemon(
         closing=closing,
         notifier=notifier,
     )
+
+
+class _LaterXcoms:
+    """The daemon's control as the runs' channels keep workflow values in it (it is built
+    after the spawner that opens the channels)."""
+
+    def __init__(self, control: Later[DaemonControl]) -> None:
+        self.control = control
+
+    def xcom_push(
+        self, workflow: str, run: str, task: str, values: Mapping[str, str]
+    ) -> str | None:
+        return self.control().xcom_push(workflow, run, task, values)
+
+    def xcom_pull(self, workflow: str, run: str, task: str, key: str) -> str | None:
+        return self.control().xcom_pull(workflow, run, task, key)

@@ -27,12 +27,15 @@ from __future__ import annotations
 
 from cronstable.ports.channel import RunChannel, RunGrant, RunOwner
 from cronstable.ports.flows import (
+    WORKFLOW_RUN_ENV,
     FlowKind,
     FlowListener,
     FlowRecords,
     FlowRunView,
     TaskRunView,
+    XcomValue,
     flow_run_id,
+    keep_values,
 )
 from cronstable.ports.launch import (
     BackfillRefused,
@@ -155,8 +158,11 @@ __all__ = [
     "TaskDefinition",
     "TaskRunView",
     "WallClock",
+    "WORKFLOW_RUN_ENV",
+    "XcomValue",
     "WorkflowStatus",
     "flow_run_id",
+    "keep_values",
     "report_moments",
     "run_id",
     "run_outcome",

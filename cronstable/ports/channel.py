@@ -5,8 +5,9 @@ The daemon gives every run it starts a unix socket of its own and a token
 job-side clients (``cronstable state get``, ``cronstable lock``) use to talk to
 the daemon.  The process layer knows only these two protocols: it opens a
 :class:`RunGrant` for the run just before it spawns it, puts the grant's
-:attr:`~RunGrant.environment` into the job's, and revokes the grant once the
-run ended (or could not start).
+:attr:`~RunGrant.environment` into the job's, and, once the run ended, lets
+the grant :meth:`~RunGrant.finish` (a workflow task's values are taken then) or
+revokes it (the run could not start, or was cancelled).
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ class RunGrant(Protocol):
     def revoke(self) -> None:
         """The run ended: refuse its token from now on, close its connections (a lock it
         holds is released) and remove its socket.  Idempotent; never raises."""
+        ...
+
+    async def finish(self) -> str | None:
+        """The run's process ended: take what it left behind (a workflow task's values in
+        ``$CRONSTABLE_XCOM_DIR``), then :meth:`revoke`.  Why the run fails for what it left
+        (a value refused); None when nothing is wrong.  Never raises."""
         ...
 
 

@@ -275,6 +275,21 @@ class DaemonControl:
             running=tuple(self.history.running(name)),
         )
 
+    def xcom_push(
+        self, workflow: str, run: str, task: str, values: Mapping[str, str]
+    ) -> str | None:
+        """Keep ``values`` that ``task`` of workflow run ``run`` leaves (see
+        :meth:`cronstable.runtime.workflows.Flows.push`); why not, when they are refused."""
+        going = self.scheduler.flow_run(workflow, run)
+        if going is None:
+            return f"workflow run {run} is not going on this node"
+        return self.scheduler.flows.push(going, task, values)
+
+    def xcom_pull(self, workflow: str, run: str, task: str, key: str) -> str | None:
+        """The value ``task`` of workflow run ``run`` left under ``key``; None for none."""
+        going = self.scheduler.flow_run(workflow, run)
+        return None if going is None else self.scheduler.flows.pull(going, task, key)
+
     def next_fires(self, name: str, hours: float) -> JobForecast:
         """The job's fires in the next ``hours`` (see :mod:`~cronstable.runtime.forecast`).
 

@@ -14,7 +14,15 @@ import dataclasses
 from collections import deque
 from collections.abc import Iterable
 
-from cronstable.ports import FinishedRun, FlowRunView, RunOutcome, RunResult, RunStart
+from cronstable.ports import (
+    FinishedRun,
+    FlowRunView,
+    RunOutcome,
+    RunResult,
+    RunStart,
+    keep_values,
+)
+from cronstable.xcom import MAX_RUN
 
 HISTORY_PER_JOB = 20
 OUTPUT_TAIL = 64 * 1024
@@ -85,6 +93,9 @@ def _without_output(run: FinishedRun) -> FinishedRun:
 
 
 FLOW_RUNS_PER_WORKFLOW = 20
+XCOM_KEPT = MAX_RUN
+"""Bytes of values the finished runs of one workflow keep together (the newest runs'),
+as much as one run may leave: older runs keep their keys and sizes only."""
 
 
 class FlowHistory:
@@ -102,7 +113,15 @@ class FlowHistory:
         return None
 
     def flow_finished(self, run: FlowRunView) -> None:
-        self._finished.setdefault(run.workflow, deque(maxlen=self.per_workflow)).append(run)
+        runs = self._finished.setdefault(run.workflow, deque(maxlen=self.per_workflow))
+        runs.append(run)
+        if run.xcom:
+            self._bound(run.workflow)
+
+    def _bound(self, workflow: str) -> None:
+        """The values of the newest runs kept within XCOM_KEPT bytes; older ones dropped."""
+        runs = self._finished[workflow]
+        self._finished[workflow] = deque(keep_values(list(runs), XCOM_KEPT), maxlen=runs.maxlen)
 
     def finished(self, workflow: str) -> list[FlowRunView]:
         """Newest last."""
@@ -117,6 +136,7 @@ class FlowHistory:
         kept = deque(runs, maxlen=self.per_workflow)
         kept.extend(self._finished.get(workflow, ()))
         self._finished[workflow] = kept
+        self._bound(workflow)
 
     def forget(self, workflows: Iterable[str]) -> None:
         for workflow in workflows:

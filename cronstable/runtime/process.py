@@ -318,6 +318,7 @@ class JobProcess:
         stop_task = asyncio.create_task(self._stop.wait())
         drained: asyncio.Task[None] | None = None
         outcome: Outcome = "exit"
+        orderly = False
         try:
             # 1. the main process exits (unless stopped or timed out first)
             ended = await self._until(exited, stop_task, None)
@@ -340,6 +341,7 @@ class JobProcess:
                         pid,
                     )
                 await self._terminate(child)
+            orderly = True
         except asyncio.CancelledError:
             # Torn down without an orderly cancel(): leave no orphans behind.
             self._signal_group(child, signal.SIGKILL)
@@ -349,7 +351,8 @@ class JobProcess:
                 if task is not None and not task.done():
                     task.cancel()
             child.close()
-            self._revoke()  # the run ended: its channel's token is good no more
+            if not orderly:
+                self._revoke()  # the run ended: its channel's token is good no more
         exit_status = child.returncode
         returncode = TIMEOUT_RETURNCODE if outcome == "timeout" else exit_status
         if outcome == "timeout":
@@ -363,6 +366,8 @@ class JobProcess:
                 self._produced("stdout"),
                 self._produced("stderr"),
             ) or self._over_limit(child.usage)
+        left = await self._settle_grant(keep=outcome != "cancel")
+        reason = reason or left
         self._result = self._make_result(
             returncode=returncode, outcome=outcome, reason=reason, usage=child.usage
         )
@@ -399,6 +404,17 @@ class JobProcess:
         grant, self._grant = self._grant, None
         if grant is not None:
             grant.revoke()
+
+    async def _settle_grant(self, *, keep: bool) -> str | None:
+        """The run ended: its channel takes what it left (``keep``: a workflow task's
+        values) and is revoked; why the run fails for what it left (None: nothing)."""
+        grant, self._grant = self._grant, None
+        if grant is None:
+            return None
+        if not keep:
+            grant.revoke()
+            return None
+        return await grant.finish()
 
     def _grace(self) -> float:
         return STREAM_GRACE if self._stream_grace is None else self._stream_grace
