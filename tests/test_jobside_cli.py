@@ -120,8 +120,10 @@ def test_the_job_side_commands_import_neither_asyncio_nor_aiohttp(served: Served
                 # forms the plain path leaves to the argument parser
                 main(["state", "get", "--format", "json"]),
                 main(["-l", "INFO", "lock", "db", "--", "true"]),
+                main(["xcom", "push", "rows", "1"]),  # a job's run: no workflow task
+                main(["xcom", "pull", "extract", "rows"]),
             ]
-        assert codes == [0, 0, 0, 0], (codes, out.getvalue())
+        assert codes == [0, 0, 0, 0, 2, 2], (codes, out.getvalue())
         assert '"job": "export"' in out.getvalue()
         print(sorted(m for m in ("asyncio", "aiohttp", "mcp") if m in sys.modules))
         """
