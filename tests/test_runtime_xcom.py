@@ -183,3 +183,29 @@ def test_the_state_records_keep_the_values() -> None:
     assert again is not None and again.view.xcom == ()
     history = flow_history_runs(flow_history_record("etl", [run], "n1", 1 << 20))
     assert history is not None and history[1][0].xcom == values
+
+
+@pytest.mark.asyncio
+async def test_a_tasks_pending_retry_is_its_state(harness: Callable[..., Harness]) -> None:
+    h = harness(
+        state(
+            """\
+            workflows:
+              - name: etl
+                schedule: "0 * * * *"
+                tasks:
+                  - name: extract
+                    command: "false"
+                    onFailure: {retry: {maximumRetries: 1, initialDelay: 30}}
+            """
+        )
+    )
+    h.behaviour["etl.extract"] = [(1.0, 1), (1.0, 0)]
+    await h.clock.advance(3600 + 5)  # the first attempt failed; its retry waits
+    pending = h.scheduler.pending_retry("etl.extract")
+    assert pending is not None
+    assert (pending.attempt, pending.scheduled_time) == (2, HOUR)
+    assert pending.due == HOUR + timedelta(seconds=31)
+    await h.clock.advance(60)
+    assert h.scheduler.pending_retry("etl.extract") is None
+    assert h.last("etl").outcome == "succeeded"
