@@ -452,11 +452,17 @@ async def test_runs_get_no_channel_when_the_directory_cannot_be_used(
     too_long = RunChannels(str(long), states=states, locks=Locks())
     assert await too_long.open("export@1#1", JOBS["export"], None) is None
     assert "longer than a unix socket allows" in caplog.text
-    blocked = Path(short_dir()) / "file"
-    blocked.write_text("")
-    unusable = RunChannels(str(blocked / "runs"), states=states, locks=Locks())
-    assert await unusable.open("export@1#1", JOBS["export"], None) is None
-    assert "cannot use" in caplog.text
+    base = Path(short_dir())
+    try:
+        blocked = base / "file"
+        blocked.write_text("")
+        unusable = RunChannels(str(blocked / "runs"), states=states, locks=Locks())
+        assert await unusable.open("export@1#1", JOBS["export"], None) is None
+        assert "cannot use" in caplog.text
+    finally:
+        import shutil
+
+        shutil.rmtree(base)
     none = RunChannels(None, states=states, locks=Locks())
     assert await none.open("export@1#1", JOBS["export"], None) is None
 
