@@ -365,6 +365,9 @@ def test_the_example_workflow_runs(tmp_path: Path, daemon_procs: list[DaemonProc
         "summary": "succeeded",
         "page-on-call": "skipped",
     }
+    # the extract's time went to the others as a value of the run (xcom)
+    extracted = finished_run["xcom"]["extract"]["extracted-at"]
+    assert datetime.fromisoformat(extracted).tzinfo is not None
     # the transforms share the pool warehouse-db of one slot: one after the other
     spans = sorted(
         (datetime.fromisoformat(t["startedAt"]), datetime.fromisoformat(t["finishedAt"]))

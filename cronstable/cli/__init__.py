@@ -293,6 +293,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(default /var/lib/cronstable as root, else $XDG_STATE_HOME/cronstable)",
     )
     p.add_argument(
+        "--runtime-dir",
+        metavar="DIR",
+        default=None,
+        help="the daemon's runtime directory, where each run gets its socket (in DIR/runs) "
+        "for cronstable state get and lock (default $RUNTIME_DIRECTORY, else /run/cronstable "
+        "as root, else $XDG_RUNTIME_DIR/cronstable-runs)",
+    )
+    p.add_argument(
         "--settle",
         type=_settle_seconds,
         default=None,
@@ -440,6 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _state_parser(sub)
 
+    _lock_parser(sub)
+    _xcom_parser(sub)
+
     p = sub.add_parser(
         "next", help="print the next fires of every job (JOB<TAB>TIME)", description=_FORMS
     )
@@ -522,12 +533,24 @@ def _state_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = actions.add_parser(
         "get",
         parents=[where],
-        help="print one record as JSON; exit 1 when there is none",
+        help="print one record as JSON; exit 1 when there is none (in a job: its state)",
         description="Print the record at KEY (KIND/NAME, nodes/NODE/KIND/NAME or "
-        "cluster/KIND/NAME) as JSON; --format json prints {key, record}, as ls does.",
+        "cluster/KIND/NAME) as JSON; --format json prints {key, record}, as ls does. "
+        "In a job cronstable runs ($CRONSTABLE_RUN_SOCKET and $CRONSTABLE_RUN_TOKEN set) "
+        "and without -c, --state-dir or --node-name, KEY is a JOB instead (default: the "
+        "job's own), and its daemon answers with the job's last run, last success, pending "
+        "retry and runs going; exit 0, 1 no such job, 2 usage, 3 the daemon does not answer, "
+        "4 the run's token is refused.",
     )
-    p.add_argument("key", metavar="KEY")
+    p.add_argument("key", nargs="?", default=None, metavar="KEY|JOB")
     p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=10.0,
+        metavar="SECONDS",
+        help="in a job: the longest the daemon may take to answer (default 10)",
+    )
     p = actions.add_parser("rm", parents=[where], help="remove records", description=_RM_HELP)
     p.add_argument("keys", nargs="*", metavar="KEY", help="a key as ls shows it")
     p.add_argument("--job", metavar="NAME", default=None, help="every record of this job here")
@@ -536,8 +559,116 @@ def _state_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
 
 
+_LOCK_HELP = (
+    "In a job cronstable runs: hold the lock NAME while CMD runs, on this node or, with a "
+    "cluster section, across the cluster (through its store, renewed while CMD runs, freed "
+    "when it ends or its node dies); takers wait first come, first served. Exit: CMD's "
+    "status (128+N when signal N killed it); before CMD starts 2 usage, 3 the daemon does "
+    "not answer, 4 the run's token is refused, 75 not held within --wait, 126/127 CMD "
+    "cannot be run; 69 when the lock was lost while CMD ran (CMD is sent SIGTERM, then "
+    "SIGKILL 10 s later). Signals the command receives are passed on to CMD."
+)
+
+
+def _lock_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``lock NAME [--wait D] -- CMD...`` (the command after ``--`` is split off first)."""
+    p = sub.add_parser(
+        "lock",
+        help="in a job: run CMD while holding the named lock NAME (cronstable lock NAME -- CMD)",
+        description=_LOCK_HELP,
+        usage="cronstable lock [-h] [--wait D] [--timeout SECONDS] NAME -- CMD [ARG ...]",
+    )
+    p.add_argument("name", metavar="NAME", help="the lock: 1-128 of A-Z a-z 0-9 . _ : @ + / -")
+    p.add_argument("stray", nargs="*", help=argparse.SUPPRESS)  # a CMD without the --
+    p.add_argument(
+        "--wait",
+        type=_wait,
+        default=None,
+        metavar="D",
+        help="give up (exit 75) when the lock is not held within D: seconds, or 30s, 5m, 1h "
+        "(default: wait as long as the run lives; 0: do not wait)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=10.0,
+        metavar="SECONDS",
+        help="the longest the daemon may take to take the request (default 10)",
+    )
+
+
+_XCOM_HELP = (
+    "In a workflow's task cronstable runs: leave a value for the tasks that depend on this "
+    "one (push), or read one an earlier task of the same workflow run left (pull). A value "
+    "is UTF-8 text, at most 64 KiB; a workflow run's values together at most 1 MiB. A task "
+    "may also write files into $CRONSTABLE_XCOM_DIR, one a key. push exits 0, 1 refused "
+    "(a bad key or value, over a limit), 2 usage (not a workflow's task), 3 the daemon "
+    "does not answer, 4 the token is refused; pull prints the value as it was left and "
+    "exits 0, 1 no such value, 2, 3, 4 alike."
+)
+
+
+def _xcom_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``xcom push KEY VALUE``, ``xcom pull TASK KEY``."""
+    xcom = sub.add_parser(
+        "xcom", help="in a workflow's task: pass values between tasks", description=_XCOM_HELP
+    )
+    actions = xcom.add_subparsers(dest="xcom_action", metavar="ACTION", required=True)
+    timeout = _Parser(add_help=False)
+    timeout.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=10.0,
+        metavar="SECONDS",
+        help="the longest the daemon may take to answer (default 10)",
+    )
+    p = actions.add_parser(
+        "push", parents=[timeout], help="leave VALUE under KEY (VALUE - : standard input)"
+    )
+    p.add_argument("key", metavar="KEY", help="1-128 of A-Z a-z 0-9 _ . -")
+    p.add_argument("value", metavar="VALUE")
+    p = actions.add_parser(
+        "pull", parents=[timeout], help="print the value task TASK left under KEY"
+    )
+    p.add_argument(
+        "task", metavar="TASK", help="a task of the same workflow (TASK or WORKFLOW.TASK)"
+    )
+    p.add_argument("key", metavar="KEY")
+
+
+def _wait(text: str) -> float:
+    from cronstable.channel.commands import parse_wait
+
+    try:
+        return parse_wait(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """``lock``'s arguments and its CMD (what follows the first ``--``); None: no ``--``."""
+    if "--" not in argv:
+        return argv, None
+    cut = argv.index("--")
+    if "lock" not in argv[:cut]:
+        return argv, None
+    return argv[:cut], argv[cut + 1 :]
+
+
+def _in_run(args: argparse.Namespace) -> bool:
+    """Whether ``state get`` is the job-side one: in a run, without the store's options."""
+    from cronstable.channel.commands import in_run
+
+    if not in_run():
+        return False
+    return all(
+        getattr(args, option, None) is None for option in ("config", "state_dir", "node_name")
+    )
+
+
 def run_cli(argv: list[str]) -> int:
     parser = build_parser()
+    argv, lock_command = _split_command(argv)
     args = parser.parse_args(argv)
     command: str | None = args.command
     if args.third_party_licenses:
@@ -603,11 +734,29 @@ def run_cli(argv: list[str]) -> int:
             cafile=args.cacert,
             wait=not args.no_wait,
         )
+    if command == "lock":
+        from cronstable.channel.commands import cmd_lock
+
+        if lock_command is None or args.stray:
+            parser.error("lock: give the command after --: cronstable lock NAME -- CMD ...")
+        return cmd_lock(args.name, args.wait, lock_command, args.timeout)
+    if command == "xcom":
+        from cronstable.channel.commands import cmd_xcom_pull, cmd_xcom_push
+
+        if args.xcom_action == "push":
+            return cmd_xcom_push(args.key, args.value, args.timeout)
+        return cmd_xcom_pull(args.task, args.key, args.timeout)
+    if command == "state" and args.state_action == "get" and _in_run(args):
+        from cronstable.channel.commands import cmd_state_get
+
+        return cmd_state_get(args.key, args.timeout)
     if command == "state":
         from cronstable.cli.state import cmd_state
         from cronstable.platform import default_state_dir
 
         action: str = args.state_action
+        if action == "get" and args.key is None:
+            parser.error("state get: give the KEY (in a job cronstable runs: JOB, or nothing)")
         if action == "rm" and bool(args.keys) == (args.job is not None):
             print("cronstable state rm: give KEY... or --job NAME, not both", file=sys.stderr)
             return EXIT_USAGE
@@ -658,6 +807,7 @@ def run_cli(argv: list[str]) -> int:
         state_dir=getattr(args, "state_dir", None),
         loop=getattr(args, "loop", "auto"),
         executor_workers=getattr(args, "executor_workers", None),
+        runtime_dir=getattr(args, "runtime_dir", None),
     )
 
 

@@ -31,6 +31,11 @@ run the pool's jobs, at most ``slots`` runs go at once.
 
 The guarantee is the cluster slots' (at least once, not exactly once): see
 :mod:`.claims`.
+
+The named locks of ``cronstable lock`` (:mod:`cronstable.channel.locks`) are held
+the same way, by a second instance over the ``locks`` key space: a lock is a pool
+of one slot whose record is named after the lock alone (``naming``), and its
+messages start "Cluster locks" (``title``).
 """
 
 from __future__ import annotations
@@ -84,8 +89,14 @@ class PoolSlots:
         on_unavailable: Callable[[], OnUnavailable] = lambda: "degrade",
         instance: str | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        title: str = "Cluster pools",
+        naming: Callable[[str, int], str] = record_name,
     ) -> None:
+        """``title`` starts its log lines; ``naming`` gives the store's name of slot ``n``
+        of pool ``p`` (:func:`record_name`: ``p#n``)."""
         self.node = node
+        self.title = title
+        self.record = naming
         self.instance = instance or uuid.uuid4().hex[:16]
         self._on_unavailable = on_unavailable
         self.monotonic = monotonic
@@ -104,7 +115,7 @@ class PoolSlots:
         """Records this daemon freed, until when (monotonic) it leaves them to others."""
         self._failing = False
         self._task: asyncio.Task[None] | None = None
-        self._background = TaskSet("Cluster pools")
+        self._background = TaskSet(title)
         self._closing = False
 
     # ------------------------------------------------------------ SharedSlots
@@ -133,7 +144,7 @@ class PoolSlots:
             async with self._io:
                 others: list[tuple[str, Holder]] = []
                 for index in range(slots):
-                    name = record_name(pool, index)
+                    name = self.record(pool, index)
                     if name in self._held or name in self._lost:
                         continue
                     if self._freed.get(name, 0.0) > now:
@@ -155,10 +166,20 @@ class PoolSlots:
             raise SlotsUnavailable(self._failed(store, exc)) from exc
 
     def wanted(self, pool: str, index: int) -> bool:
-        return record_name(pool, index) in self._wanted
+        return self.record(pool, index) in self._wanted
+
+    def in_use(self) -> bool:
+        """Whether a shared store is in use (a revision with a cluster section asked for
+        one; it may be connecting still)."""
+        return self.store is not None
+
+    def lost(self, pool: str, index: int) -> bool:
+        """Whether another daemon took slot ``index`` of ``pool`` while this one held it
+        (seen at a renewal); it stays lost until given back."""
+        return self.record(pool, index) in self._lost
 
     def give_back(self, pool: str, index: int) -> None:
-        name = record_name(pool, index)
+        name = self.record(pool, index)
         self._lost.discard(name)
         if name in self._wanted:
             self._wanted.discard(name)
@@ -177,7 +198,8 @@ class PoolSlots:
             except (SlotError, TimeoutError) as exc:
                 self._failed(store, exc)
                 logger.warning(
-                    "Cluster pools: slot %s could not be released now; it expires within leaseTtl",
+                    "%s: slot %s could not be released now; it expires within leaseTtl",
+                    self.title,
                     name,
                 )
 
@@ -189,7 +211,9 @@ class PoolSlots:
         renewal."""
         old, self.store = self.store, store
         if store is not None and self._task is None:
-            self._task = asyncio.create_task(self._rounds(), name="cluster-pools")
+            self._task = asyncio.create_task(
+                self._rounds(), name=self.title.lower().replace(" ", "-")
+            )
         return old
 
     async def close(self) -> None:
@@ -207,7 +231,8 @@ class PoolSlots:
                 await asyncio.wait_for(store.close(), timeout=max(1.0, store.ttl))
             except (SlotError, TimeoutError) as exc:
                 logger.warning(
-                    "Cluster pools: could not release the slots at stop (%s); they expire",
+                    "%s: could not release the slots at stop (%s); they expire",
+                    self.title,
                     redact(str(exc) or "no answer in time"),
                 )
             self._held.clear()
@@ -216,7 +241,7 @@ class PoolSlots:
         result = await asyncio.wait_for(operation, timeout=max(1.0, store.ttl / 2))
         if self._failing:
             self._failing = False
-            logger.info("Cluster pools: the %s store answers again", store.backend)
+            logger.info("%s: the %s store answers again", self.title, store.backend)
         return result
 
     def _failed(self, store: SlotStore, exc: Exception) -> str:
@@ -224,7 +249,9 @@ class PoolSlots:
         reason = redact(str(exc) or "no answer in time")
         if not self._failing:
             self._failing = True
-            logger.warning("Cluster pools: the %s store does not answer: %s", store.backend, reason)
+            logger.warning(
+                "%s: the %s store does not answer: %s", self.title, store.backend, reason
+            )
         return reason
 
     # ------------------------------------------------------------ renewal
@@ -235,7 +262,9 @@ class PoolSlots:
             try:
                 await self._renew()
             except Exception:
-                logger.exception("Cluster pools: a renewal failed unexpectedly; please report this")
+                logger.exception(
+                    "%s: a renewal failed unexpectedly; please report this", self.title
+                )
             interval = self.ttl / 4 if self.ttl else 1.0
             await asyncio.sleep(max(0.05, interval - (self.monotonic() - began)))
 
@@ -265,9 +294,10 @@ class PoolSlots:
                 self._lost.add(name)  # not taken again until its run gives it back
                 self.stats.lost += 1
                 logger.warning(
-                    "Cluster pools: node %s took slot %s while a run here still holds it "
+                    "%s: node %s took slot %s while a run here still holds it "
                     "(the store did not hear from this node within leaseTtl); the runs may "
                     "overlap",
+                    self.title,
                     claim.holder.node,
                     name,
                 )

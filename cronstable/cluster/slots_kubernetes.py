@@ -63,12 +63,13 @@ class KubernetesSlots(SlotStore):
         kind: str = "slots",
     ) -> None:
         """``client``: the API server and namespace (closed with the store); ``kind``:
-        ``slots`` (the jobs', Leases ``<leaseName>-slot-*``) or ``pools`` (the records of
-        cluster pools, ``<leaseName>-pool-*``, role ``pool``)."""
+        ``slots`` (the jobs', Leases ``<leaseName>-slot-*``), ``pools`` (the records of
+        cluster pools, ``<leaseName>-pool-*``, role ``pool``) or ``locks`` (the named
+        locks of ``cronstable lock``, ``<leaseName>-lock-*``, role ``lock``)."""
         super().__init__(node, instance, ttl=ttl)
         self.api = client
         self.lease_name = lease_name
-        self.segment = "slot" if kind == "slots" else "pool"
+        self.segment = {"slots": "slot", "locks": "lock"}.get(kind, "pool")
         self.duration = max(1, math.ceil(self.ttl))
         self.monotonic = monotonic
         self.sightings = Sightings()

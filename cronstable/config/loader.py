@@ -42,6 +42,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 from yaml.nodes import Node
 
+from cronstable import xcom
 from cronstable.config import yamlread
 from cronstable.config.crontab import Crontab, base_defaults, is_crontab_name, parse_crontab
 from cronstable.config.desired import DesiredState, Job, Pool, Workflow, workflow_job
@@ -1234,7 +1235,66 @@ class _Loader:
                 (*prefix, index, "dependsOn"),
                 f"a dependency cycle: {' → '.join(cycle)}",
             )
+        if len(self.problems) == before:
+            self._check_xcom_env(entry.file, prefix, workflow, built, raws)
         return None if len(self.problems) != before else built
+
+    def _check_xcom_env(
+        self,
+        file: str,
+        prefix: KeyPath,
+        workflow: str,
+        built: dict[str, Job],
+        raws: dict[str, tuple[int, Any]],
+    ) -> None:
+        """Each task's ``xcomEnv``: ``TASK.KEY`` of a task it depends on (directly or
+        through others), a key of the right form, one variable per entry."""
+        deps = {task: job_task_deps(job) for task, job in built.items()}
+        for name, job in built.items():
+            config = job.config
+            entries = list(config.xcom_env) if isinstance(config, TaskConfig) else []
+            if not entries:
+                continue
+            index, raw = raws[name]
+            written = raw.get("xcomEnv")
+            upstream = _upstream(name, deps)
+            seen: dict[str, str] = {}
+            for position, text in enumerate(entries):
+                at: KeyPath = (
+                    (*prefix, index, "xcomEnv", position)
+                    if isinstance(written, list)
+                    else (*prefix, index, "xcomEnv")
+                )
+                task, dot, key = text.partition(".")
+                if not dot or not task or not key:
+                    self.problem(file, at, f"{text!r} is not TASK.KEY (extract.rows)")
+                    continue
+                if task not in upstream:
+                    why = (
+                        f"task {name!r} does not depend on it"
+                        if task in built
+                        else f"it is no task of workflow {workflow!r}"
+                    )
+                    self.problem(
+                        file,
+                        at,
+                        f"xcomEnv names {task!r}, but {why}: a value reaches the tasks that "
+                        "wait for the one that leaves it (dependsOn, directly or through others)",
+                    )
+                    continue
+                problem = xcom.key_problem(key)
+                if problem is not None:
+                    self.problem(file, at, problem)
+                    continue
+                variable = xcom.env_name(task, key)
+                if variable in seen:
+                    self.problem(
+                        file,
+                        at,
+                        f"{text!r} and {seen[variable]!r} would both be {variable}",
+                    )
+                    continue
+                seen[variable] = text
 
     def _build_task(self, entry: _JobEntry, workflow: str, where: KeyPath) -> Job | None:
         merged: dict[str, Any] = {}
@@ -1261,6 +1321,18 @@ class _Loader:
             digest=job_digest(full, None, environment),
             workflow=workflow,
         )
+
+
+def _upstream(task: str, deps: dict[str, list[str]]) -> set[str]:
+    """The tasks ``task`` waits for, directly or through others."""
+    found: set[str] = set()
+    todo = list(deps.get(task, ()))
+    while todo:
+        dep = todo.pop()
+        if dep not in found:
+            found.add(dep)
+            todo.extend(deps.get(dep, ()))
+    return found
 
 
 def job_task_deps(job: Job) -> list[str]:

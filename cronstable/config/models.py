@@ -894,6 +894,14 @@ class TaskConfig(RunSettings):
     succeeded), ``allDone`` (whatever they ended as), ``anyFailed`` (one failed, after its
     retries), ``allFailed`` (each failed). A task whose condition can no longer hold is
     ``skipped``, and its dependents decide on that. Needs dependsOn."""
+    xcom_env: TextList = Field(
+        default_factory=list, alias="xcomEnv", examples=[["extract.rows", "extract.path"]]
+    )
+    """Values of the tasks this one depends on (directly or through others) that its
+    runs get as environment variables: each ``TASK.KEY`` (a value the task pushed with
+    ``cronstable xcom push`` or wrote into ``$CRONSTABLE_XCOM_DIR``) becomes
+    ``CRONSTABLE_XCOM_<TASK>_<KEY>``, in upper case with each character other than a
+    letter or digit written ``_``; unset when the task left no such value."""
 
     @field_validator("name")
     @classmethod

@@ -14,11 +14,15 @@ report listener is one more constructor argument of the scheduler.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cronstable.channel.locks import Locks
+from cronstable.channel.server import RunChannels
 from cronstable.cluster.claims import SlotGuard
+from cronstable.cluster.lock_section import LockSlotSection, lock_record
 from cronstable.cluster.pool_section import PoolSlotSection
 from cronstable.cluster.pool_slots import PoolSlots
 from cronstable.cluster.reboot import RebootGuard, reboot_scope
@@ -29,7 +33,7 @@ from cronstable.etcd import EtcdPools
 from cronstable.later import Later
 from cronstable.logs import LogOverrides
 from cronstable.metrics import DaemonMetrics
-from cronstable.platform import default_state_dir
+from cronstable.platform import default_state_dir, run_channel_dir
 from cronstable.reconcile.apply import Applier, LoggingSection, ReconcileStatus, Section
 from cronstable.reporting.dispatcher import ReportDispatcher
 from cronstable.reporting.statsd import StatsdListener
@@ -69,6 +73,9 @@ class NodeFacts:
     """``-l``/``--log-format`` as given: they win over the ``logging`` section."""
     limits: Limits = DEFAULT_LIMITS
     """The input limits every revision is loaded under."""
+    runtime_dir: Path | None = None
+    """``--runtime-dir``: the daemon's runtime directory, where the runs' sockets are
+    (None: the platform's, :func:`cronstable.platform.run_channel_dir`)."""
 
 
 def build_daemon(
@@ -90,7 +97,6 @@ def build_daemon(
     # starts), so this is the one hook set on something already built
     source.error_hook = metrics.source_error
     mirror = OutputMirror()
-    spawner = ProcessSpawner(mirror)
     history = RunHistory()
     flow_history = FlowHistory()
     events = EventHub()
@@ -102,6 +108,7 @@ def build_daemon(
     # schedules; metrics and statsd read the job table), so they are built first and
     # reach it through `scheduler_of`, which is set the moment the scheduler exists.
     scheduler_of: Later[Scheduler] = Later("the scheduler")
+    control_of: Later[DaemonControl] = Later("the daemon's control")
     cluster = ClusterSection(
         node.name, registry, pools=pools, on_change=lambda: scheduler_of().wake()
     )  # the gate: may this node start this job now (clusterPolicy)?
@@ -130,6 +137,19 @@ def build_daemon(
         node.name,
         on_unavailable=lambda: keeper.policy if keeper.store is not None else "degrade",
     )  # the records of scope-cluster pools in the cluster's store
+    lock_slots = PoolSlots(
+        node.name,
+        on_unavailable=lambda: keeper.policy if keeper.store is not None else "degrade",
+        title="Cluster locks",
+        naming=lock_record,
+    )  # the records of the named locks (cronstable lock) in the cluster's store
+    channels = RunChannels(
+        run_channel_dir(str(node.runtime_dir) if node.runtime_dir is not None else None),
+        states=lambda name: control_of().job_state(name),
+        locks=Locks(lock_slots),
+        xcoms=_LaterXcoms(control_of),
+    )  # every run's socket and token: what cronstable state get and lock ask
+    spawner = ProcessSpawner(mirror, channels)
     run_metrics = RunMetrics(registry, scheduler_of)
     statsd = StatsdListener(lambda name: scheduler_of().job(name))
     reports = ReportDispatcher(registry, revision=status.applied_revision)
@@ -164,16 +184,19 @@ def build_daemon(
     )
     slot_section = SlotSection(slots, registry, pools=pools)
     pool_slot_section = PoolSlotSection(pool_slots, registry, pools=pools)
+    lock_section = LockSlotSection(lock_slots, registry, pools=pools)
     # a store that does not answer: /readyz, /status and the metrics say which
     stores = StoreLinks(
         {
             "cluster": lambda: cluster.link,
             "slots": lambda: slot_section.link,
             "pool-slots": lambda: pool_slot_section.link,
+            "lock-slots": lambda: lock_section.link,
             "state": lambda: state.link,
         }
     )
     registry.register(stores.collector())
+    registry.register(channels.collector())
     control = DaemonControl(
         status=status,
         scheduler=scheduler,
@@ -190,6 +213,7 @@ def build_daemon(
         limits=node.limits,
         pauses=pauses,
     )  # what the web reads of the daemon, and the few things it may ask
+    control_of.set(control)
     web = WebSection(control, registry)
     # The sections, in the order each revision prepares and then commits them; the
     # first that cannot be prepared rejects the revision and the later ones are not.
@@ -211,6 +235,7 @@ def build_daemon(
         pauses,  # after state: it reads the store the state section committed
         slot_section,
         pool_slot_section,
+        lock_section,
         # last: it binds its listeners only once everything else is prepared, and its
         # commit serves what the others committed
         web,
@@ -221,6 +246,7 @@ def build_daemon(
     closing: list[Closer] = [
         ("backfills", control.backfills.close),  # no run of one starts any more
         ("statsd listener", statsd.close),  # first: the stop metrics of the last runs
+        ("run channels", channels.close),  # every run ended: what is left of their sockets
         ("reporting section", reports.close),  # the reports in flight, each in its timeout
         ("cluster section", cluster.close),
         ("pauses", pauses.close),
@@ -228,6 +254,7 @@ def build_daemon(
         ("cluster-slots section", slot_section.close),
         ("pools", job_pools.close),  # the pumps of the cluster pools, before their store
         ("cluster-pools section", pool_slot_section.close),
+        ("cluster-locks section", lock_section.close),  # the locks' records, with the runs
         ("web section", web.close),  # last of the sections: /status answers meanwhile
         ("etcd connections", pools.close),  # what a section did not give back
         ("source", source.close),
@@ -242,3 +269,19 @@ def build_daemon(
         closing=closing,
         notifier=notifier,
     )
+
+
+class _LaterXcoms:
+    """The daemon's control as the runs' channels keep workflow values in it (it is built
+    after the spawner that opens the channels)."""
+
+    def __init__(self, control: Later[DaemonControl]) -> None:
+        self.control = control
+
+    def xcom_push(
+        self, workflow: str, run: str, task: str, values: Mapping[str, str]
+    ) -> str | None:
+        return self.control().xcom_push(workflow, run, task, values)
+
+    def xcom_pull(self, workflow: str, run: str, task: str, key: str) -> str | None:
+        return self.control().xcom_pull(workflow, run, task, key)

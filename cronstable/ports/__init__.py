@@ -16,6 +16,8 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
   be asked of the pauses (:class:`PauseControl`);
 * :mod:`.restore`: what a previous daemon's records are put back into
   (:class:`Restorable`, :class:`History`);
+* :mod:`.channel`: a run's channel to its daemon (:class:`RunChannel`, :class:`RunGrant`),
+  which the process layer opens for each run it starts;
 * :mod:`.section`: :class:`Section`, a part of the daemon a revision configures;
 * :mod:`.views`: the read models the daemon shows of itself (:class:`Status`,
   :class:`ClusterView` …), which :mod:`cronstable.web.encode` writes as JSON.
@@ -23,13 +25,17 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 
 from __future__ import annotations
 
+from cronstable.ports.channel import RunChannel, RunGrant, RunOwner
 from cronstable.ports.flows import (
+    WORKFLOW_RUN_ENV,
     FlowKind,
     FlowListener,
     FlowRecords,
     FlowRunView,
     TaskRunView,
+    XcomValue,
     flow_run_id,
+    keep_values,
 )
 from cronstable.ports.launch import (
     BackfillRefused,
@@ -76,7 +82,9 @@ from cronstable.ports.views import (
     Forecast,
     JobForecast,
     JobRuns,
+    JobState,
     JobStatus,
+    PendingRetry,
     PoolView,
     QueuedView,
     RevisionView,
@@ -112,8 +120,10 @@ __all__ = [
     "History",
     "JobForecast",
     "JobRuns",
+    "JobState",
     "JobPauses",
     "JobStatus",
+    "PendingRetry",
     "Launch",
     "LaunchGuard",
     "LaunchKind",
@@ -130,7 +140,10 @@ __all__ = [
     "Restorable",
     "RevisionView",
     "Run",
+    "RunChannel",
     "RunEnded",
+    "RunGrant",
+    "RunOwner",
     "RunListener",
     "SharedSlots",
     "SlotsUnavailable",
@@ -145,8 +158,11 @@ __all__ = [
     "TaskDefinition",
     "TaskRunView",
     "WallClock",
+    "WORKFLOW_RUN_ENV",
+    "XcomValue",
     "WorkflowStatus",
     "flow_run_id",
+    "keep_values",
     "report_moments",
     "run_id",
     "run_outcome",

@@ -11,13 +11,16 @@ runs of the job ``WORKFLOW.TASK`` besides (run listeners hear of them as of any)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal, Protocol
 
 from cronstable.ports.runs import utc_text
 from cronstable.workflows.dag import Outcome, RunWhen, TaskState
+
+WORKFLOW_RUN_ENV = "CRONSTABLE_WORKFLOW_RUN_ID"
+"""The variable that gives a task's run the id of its workflow run."""
 
 FlowKind = Literal["fire", "reboot", "manual"]
 """What started a workflow run: a scheduled fire (catch-ups included), an @reboot
@@ -61,6 +64,19 @@ class TaskRunView:
 
 
 @dataclass(frozen=True, slots=True)
+class XcomValue:
+    """A value a task of a workflow run left for the others (:mod:`cronstable.xcom`)."""
+
+    task: str
+    """The task that left it (``extract``)."""
+    key: str
+    value: str | None
+    """None once dropped from a finished run kept in the history (its size stays)."""
+    size: int
+    """Bytes it counts (:func:`cronstable.xcom.size`)."""
+
+
+@dataclass(frozen=True, slots=True)
 class FlowRunView:
     """A workflow run, as it stands."""
 
@@ -80,6 +96,8 @@ class FlowRunView:
     detached: bool = False
     """This node stopped driving it (another node leads now): its record is the new
     leader's to write."""
+    xcom: tuple[XcomValue, ...] = ()
+    """The values its tasks left, in the order they were first left."""
 
     @property
     def running(self) -> bool:
@@ -97,6 +115,25 @@ class FlowRunView:
             if task.task == name:
                 return task
         raise KeyError(name)
+
+
+def keep_values(runs: Sequence[FlowRunView], budget: int) -> list[FlowRunView]:
+    """``runs`` (oldest first) with the values of the newest kept while they fit in
+    ``budget`` bytes together, and dropped (``value`` None) from the older ones: what
+    the history of finished runs keeps."""
+    left = budget
+    kept: list[FlowRunView] = []
+    for run in reversed(runs):
+        total = sum(item.size for item in run.xcom if item.value is not None)
+        if total <= left:
+            left -= total
+            kept.append(run)
+            continue
+        left = 0
+        dropped = tuple(XcomValue(item.task, item.key, None, item.size) for item in run.xcom)
+        kept.append(replace(run, xcom=dropped))
+    kept.reverse()
+    return kept
 
 
 class FlowRecords(Protocol):

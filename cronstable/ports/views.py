@@ -122,6 +122,32 @@ class FlowRuns:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingRetry:
+    """A retry armed and not started yet."""
+
+    attempt: int
+    """The attempt it will be (2 for the first retry)."""
+    due: datetime | None
+    """When it starts, unless a gate or concurrencyPolicy holds it back then."""
+    scheduled_time: datetime
+    """The fire it retries."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    """What ``cronstable state get`` tells a run of a job: its last run, its last success
+    and its pending retry (and the runs going, the asking one among them)."""
+
+    job: str
+    last_run: FinishedRun | None
+    last_success: FinishedRun | None
+    """Among the runs the daemon heard of (since it started, and the history a state
+    section restored); without their captured output."""
+    pending_retry: PendingRetry | None
+    running: tuple[RunStart, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class StoreView:
     """One section's link to its store (:class:`cronstable.store_link.StoreLink`)."""
 

@@ -32,6 +32,7 @@ from cronstable.ports import (
     JobForecast,
     JobPauses,
     JobRuns,
+    JobState,
     JobStatus,
     Pause,
     PauseControl,
@@ -261,6 +262,33 @@ class DaemonControl:
             running=tuple(self.history.running(name)),
             finished=tuple(reversed(self.history.finished(name))),
         )
+
+    def job_state(self, name: str) -> JobState | None:
+        """What ``cronstable state get`` shows of job ``name``; None for a job not applied."""
+        if not self.scheduler.has_job(name):
+            return None
+        return JobState(
+            job=name,
+            last_run=self.history.last(name),
+            last_success=self.history.last_success(name),
+            pending_retry=self.scheduler.pending_retry(name),
+            running=tuple(self.history.running(name)),
+        )
+
+    def xcom_push(
+        self, workflow: str, run: str, task: str, values: Mapping[str, str]
+    ) -> str | None:
+        """Keep ``values`` that ``task`` of workflow run ``run`` leaves (see
+        :meth:`cronstable.runtime.workflows.Flows.push`); why not, when they are refused."""
+        going = self.scheduler.flow_run(workflow, run)
+        if going is None:
+            return f"workflow run {run} is not going on this node"
+        return self.scheduler.flows.push(going, task, values)
+
+    def xcom_pull(self, workflow: str, run: str, task: str, key: str) -> str | None:
+        """The value ``task`` of workflow run ``run`` left under ``key``; None for none."""
+        going = self.scheduler.flow_run(workflow, run)
+        return None if going is None else self.scheduler.flows.pull(going, task, key)
 
     def next_fires(self, name: str, hours: float) -> JobForecast:
         """The job's fires in the next ``hours`` (see :mod:`~cronstable.runtime.forecast`).

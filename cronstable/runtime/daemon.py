@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 
 from cronstable.config import ConfigError, DesiredState, Job, Problem
 from cronstable.metrics import DaemonMetrics
+from cronstable.ports import RunChannel
 from cronstable.reconcile.apply import Applier
 from cronstable.reconcile.plan import Plan
 from cronstable.redact import redact
@@ -90,10 +91,12 @@ def source_reads(state: DesiredState) -> list[str]:
 
 
 class ProcessSpawner:
-    """Creates the real runs; the identities follow the applied revision."""
+    """Creates the real runs; the identities follow the applied revision.  ``channel``
+    opens each run's channel to the daemon (None: runs get none)."""
 
-    def __init__(self, mirror: OutputMirror | None) -> None:
+    def __init__(self, mirror: OutputMirror | None, channel: RunChannel | None = None) -> None:
         self.mirror = mirror
+        self.channel = channel
         self.identities: Mapping[str, Identity | None] = {}
         # copied once: copying os.environ decodes every variable, on every run (bench_runtime)
         self.base_environment = dict(os.environ)
@@ -106,6 +109,7 @@ class ProcessSpawner:
             identity=self.identities.get(job.name),
             base_environment=self.base_environment,
             mirror=self.mirror,
+            channel=self.channel,
         )
 
 

@@ -10,10 +10,19 @@ most :data:`OUTPUT_TAIL` bytes of each captured stream (the tail).  With a
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Iterable
 
-from cronstable.ports import FinishedRun, FlowRunView, RunOutcome, RunResult, RunStart
+from cronstable.ports import (
+    FinishedRun,
+    FlowRunView,
+    RunOutcome,
+    RunResult,
+    RunStart,
+    keep_values,
+)
+from cronstable.xcom import MAX_RUN
 
 HISTORY_PER_JOB = 20
 OUTPUT_TAIL = 64 * 1024
@@ -27,6 +36,9 @@ class RunHistory:
         self.per_job = per_job
         self._running: dict[str, dict[str, RunStart]] = {}
         self._finished: dict[str, deque[FinishedRun]] = {}
+        self._succeeded: dict[str, FinishedRun] = {}
+        """Each job's last success, without its output (it may be older than the
+        runs kept)."""
 
     def run_started(self, run: RunStart) -> None:
         self._running.setdefault(run.job, {})[run.id] = run
@@ -39,6 +51,8 @@ class RunHistory:
                 del self._running[run.job]
         finished = FinishedRun.of(run, result, outcome, keep=OUTPUT_TAIL)
         self._finished.setdefault(run.job, deque(maxlen=self.per_job)).append(finished)
+        if outcome == "succeeded":
+            self._succeeded[run.job] = _without_output(finished)
 
     def running(self, job: str) -> list[RunStart]:
         return list(self._running.get(job, {}).values())
@@ -57,14 +71,31 @@ class RunHistory:
         kept = deque(runs, maxlen=self.per_job)
         kept.extend(self._finished.get(job, ()))
         self._finished[job] = kept
+        if job not in self._succeeded:
+            success = next((run for run in reversed(kept) if run.outcome == "succeeded"), None)
+            if success is not None:
+                self._succeeded[job] = _without_output(success)
 
     def forget(self, jobs: Iterable[str]) -> None:
         """Drop the finished runs of jobs a revision removed (runs still going stay)."""
         for job in jobs:
             self._finished.pop(job, None)
+            self._succeeded.pop(job, None)
+
+    def last_success(self, job: str) -> FinishedRun | None:
+        """The job's last run that succeeded, without its captured output; None when none
+        did since the daemon started (or in the history a state section restored)."""
+        return self._succeeded.get(job)
+
+
+def _without_output(run: FinishedRun) -> FinishedRun:
+    return dataclasses.replace(run, stdout=None, stderr=None)
 
 
 FLOW_RUNS_PER_WORKFLOW = 20
+XCOM_KEPT = MAX_RUN
+"""Bytes of values the finished runs of one workflow keep together (the newest runs'),
+as much as one run may leave: older runs keep their keys and sizes only."""
 
 
 class FlowHistory:
@@ -82,7 +113,15 @@ class FlowHistory:
         return None
 
     def flow_finished(self, run: FlowRunView) -> None:
-        self._finished.setdefault(run.workflow, deque(maxlen=self.per_workflow)).append(run)
+        runs = self._finished.setdefault(run.workflow, deque(maxlen=self.per_workflow))
+        runs.append(run)
+        if run.xcom:
+            self._bound(run.workflow)
+
+    def _bound(self, workflow: str) -> None:
+        """The values of the newest runs kept within XCOM_KEPT bytes; older ones dropped."""
+        runs = self._finished[workflow]
+        self._finished[workflow] = deque(keep_values(list(runs), XCOM_KEPT), maxlen=runs.maxlen)
 
     def finished(self, workflow: str) -> list[FlowRunView]:
         """Newest last."""
@@ -97,6 +136,7 @@ class FlowHistory:
         kept = deque(runs, maxlen=self.per_workflow)
         kept.extend(self._finished.get(workflow, ()))
         self._finished[workflow] = kept
+        self._bound(workflow)
 
     def forget(self, workflows: Iterable[str]) -> None:
         for workflow in workflows:

@@ -37,7 +37,14 @@ from typing import Any, Literal
 from cronstable.config.desired import Job
 from cronstable.config.models import RunSettings
 from cronstable.platform import pipe_holders
-from cronstable.ports import SPAWN_FAILED_RETURNCODE, RunResult, run_id
+from cronstable.ports import (
+    SPAWN_FAILED_RETURNCODE,
+    RunChannel,
+    RunGrant,
+    RunOwner,
+    RunResult,
+    run_id,
+)
 from cronstable.runtime.child import Child, Usage, spawn
 from cronstable.runtime.identity import Identity
 from cronstable.runtime.output import CHUNK_SIZE, OutputMirror, StreamCapture, StreamName
@@ -153,7 +160,10 @@ class JobProcess:
     ``mirror`` receives captured lines (None: captured output is not mirrored);
     ``base_environment`` defaults to the daemon's ``os.environ``;
     ``stream_grace`` is how long captured pipes may outlive the main process
-    (default :data:`STREAM_GRACE`).
+    (default :data:`STREAM_GRACE`);
+    ``channel`` opens the run's channel to the daemon (:mod:`cronstable.channel`)
+    just before the spawn, whose variables the job's environment gets, and which is
+    revoked once the run ended (None: the run gets none).
     """
 
     def __init__(
@@ -167,6 +177,7 @@ class JobProcess:
         mirror: OutputMirror | None = None,
         wall_clock: Callable[[], datetime] = utc_now,
         stream_grace: float | None = None,
+        channel: RunChannel | None = None,
     ) -> None:
         self.job = job
         self.scheduled_time = scheduled_time
@@ -176,6 +187,8 @@ class JobProcess:
         self._mirror = mirror
         self._wall_clock = wall_clock
         self._stream_grace = stream_grace
+        self._channel = channel
+        self._grant: RunGrant | None = None
         self.pid: int | None = None
         self._started = False
         self._started_at: datetime | None = None
@@ -205,6 +218,13 @@ class JobProcess:
         config = self.job.config
         self._started_at = self._wall_clock()
         self._started_mono = time.monotonic()
+        if self._channel is not None:
+            identity = self.identity
+            self._grant = await self._channel.open(
+                run_id(self.name, self.scheduled_time, self.attempt),
+                self.job,
+                None if identity is None else RunOwner(identity.uid, identity.gid),
+            )
         try:
             env = job_environment(
                 self.job,
@@ -212,6 +232,8 @@ class JobProcess:
                 self.attempt,
                 os.environ if self._base_environment is None else self._base_environment,
             )
+            if self._grant is not None:
+                env.update(self._grant.environment)
             child, readers = await spawn(
                 command_argv(config),
                 env=env,
@@ -224,6 +246,7 @@ class JobProcess:
             )
         except (OSError, ValueError, UnicodeEncodeError, subprocess.SubprocessError) as exc:
             logger.error("job %s: could not start the command: %s", self.name, exc)
+            self._revoke()
             self._result = self._make_result(
                 returncode=SPAWN_FAILED_RETURNCODE,
                 outcome="exit",
@@ -295,6 +318,7 @@ class JobProcess:
         stop_task = asyncio.create_task(self._stop.wait())
         drained: asyncio.Task[None] | None = None
         outcome: Outcome = "exit"
+        orderly = False
         try:
             # 1. the main process exits (unless stopped or timed out first)
             ended = await self._until(exited, stop_task, None)
@@ -317,6 +341,7 @@ class JobProcess:
                         pid,
                     )
                 await self._terminate(child)
+            orderly = True
         except asyncio.CancelledError:
             # Torn down without an orderly cancel(): leave no orphans behind.
             self._signal_group(child, signal.SIGKILL)
@@ -326,6 +351,8 @@ class JobProcess:
                 if task is not None and not task.done():
                     task.cancel()
             child.close()
+            if not orderly:
+                self._revoke()  # the run ended: its channel's token is good no more
         exit_status = child.returncode
         returncode = TIMEOUT_RETURNCODE if outcome == "timeout" else exit_status
         if outcome == "timeout":
@@ -339,6 +366,8 @@ class JobProcess:
                 self._produced("stdout"),
                 self._produced("stderr"),
             ) or self._over_limit(child.usage)
+        left = await self._settle_grant(keep=outcome != "cancel")
+        reason = reason or left
         self._result = self._make_result(
             returncode=returncode, outcome=outcome, reason=reason, usage=child.usage
         )
@@ -370,6 +399,22 @@ class JobProcess:
         if stop_task in done:
             return "cancel"
         return "timeout" if timeout_first else "grace"
+
+    def _revoke(self) -> None:
+        grant, self._grant = self._grant, None
+        if grant is not None:
+            grant.revoke()
+
+    async def _settle_grant(self, *, keep: bool) -> str | None:
+        """The run ended: its channel takes what it left (``keep``: a workflow task's
+        values) and is revoked; why the run fails for what it left (None: nothing)."""
+        grant, self._grant = self._grant, None
+        if grant is None:
+            return None
+        if not keep:
+            grant.revoke()
+            return None
+        return await grant.finish()
 
     def _grace(self) -> float:
         return STREAM_GRACE if self._stream_grace is None else self._stream_grace

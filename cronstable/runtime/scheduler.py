@@ -75,9 +75,12 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
+from cronstable import xcom
 from cronstable.config.desired import Job, Workflow
+from cronstable.config.models import TaskConfig
 from cronstable.ports import (
     FAILURES,
+    WORKFLOW_RUN_ENV,
     ClusterGate,
     FinishedRun,
     FlowKind,
@@ -89,6 +92,7 @@ from cronstable.ports import (
     MissedFire,
     MissedReason,
     Moment,
+    PendingRetry,
     ReportListener,
     Run,
     RunListener,
@@ -141,7 +145,7 @@ class SwapSummary:
     unchanged: tuple[str, ...]
 
 
-WORKFLOW_RUN_ID = "CRONSTABLE_WORKFLOW_RUN_ID"
+WORKFLOW_RUN_ID = WORKFLOW_RUN_ENV
 """The variable that tells a task's process its workflow run's id."""
 
 
@@ -271,6 +275,37 @@ class Scheduler:
     def retry_pending(self, name: str) -> bool:
         slot = self._slots.get(name)
         return slot is not None and Retries.pending(slot)
+
+    def pending_retry(self, name: str) -> PendingRetry | None:
+        """The retry of ``name`` waiting to start (its attempt, when, the fire it
+        retries); None when none waits."""
+        task_job = self._task_jobs.get(name)
+        if task_job is not None:
+            return self._task_retry(task_job)
+        slot = self._slots.get(name)
+        if slot is None or slot.retry is None or not Retries.pending(slot):
+            return None
+        state = slot.retry
+        if state.fire is None:
+            return None
+        return PendingRetry(state.count + 1, state.due, state.fire)
+
+    def _task_retry(self, job: Job) -> PendingRetry | None:
+        """The retry of workflow task ``job`` waiting to start in one of its workflow's runs."""
+        flow = self._flows.get(str(job.workflow))
+        for run in flow.runs if flow is not None else ():
+            task = run.tasks.get(str(job.task))
+            if task is not None and task.live is None and task.retry_at is not None:
+                return PendingRetry(task.attempts + 1, task.retry_at, run.scheduled)
+        return None
+
+    def flow_run(self, workflow: str, run: str) -> FlowRun | None:
+        """The run ``run`` (its id) of workflow ``workflow`` going here; None when none is."""
+        flow = self._flows.get(workflow)
+        for going in flow.runs if flow is not None else ():
+            if going.id == run:
+                return going
+        return None
 
     # ------------------------------------------------------------ on request
 
@@ -898,7 +933,10 @@ class Scheduler:
         the workflow run's id as ``CRONSTABLE_WORKFLOW_RUN_ID`` (added to the copy of the
         task's definition the process is made from; the run is watched as ``job``)."""
         launch = Launch(job, run.scheduled, attempt, "task")
-        told = replace(job, environment={**job.environment, WORKFLOW_RUN_ID: run.id})
+        told = replace(
+            job,
+            environment={**job.environment, WORKFLOW_RUN_ID: run.id, **_xcom_env(job, run)},
+        )
         live = LiveRun(
             self.spawner(told, run.scheduled, attempt),
             launch,
@@ -1226,3 +1264,18 @@ def _log_output(record: FinishedRun) -> None:
                 text.rstrip("\n"),
                 extra={"job": record.start.job, "run_id": record.start.id, "stream": stream},
             )
+
+
+def _xcom_env(job: Job, run: FlowRun) -> dict[str, str]:
+    """The values a task declares in ``xcomEnv`` that its run's upstream tasks left, as
+    its environment has them (:func:`cronstable.xcom.env_name`)."""
+    config = job.config
+    if not isinstance(config, TaskConfig) or not config.xcom_env:
+        return {}
+    found: dict[str, str] = {}
+    for entry in config.xcom_env:
+        task, _, key = entry.partition(".")
+        value = run.xcom.get((task, key))
+        if value is not None:
+            found[xcom.env_name(task, key)] = value
+    return found

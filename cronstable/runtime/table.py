@@ -25,6 +25,7 @@ from cronstable.ports import (
     RunResult,
     RunStart,
     TaskRunView,
+    XcomValue,
 )
 from cronstable.runtime.backoff import RetryState
 from cronstable.runtime.pools import Ticket
@@ -183,6 +184,12 @@ class FlowRun:
     """Each task's level in the graph (for the views)."""
     views: dict[str, tuple[tuple[object, ...], TaskRunView]] = field(default_factory=dict)
     """Each task's last view, with the fields it was made of (rebuilt when they change)."""
+    xcom: dict[tuple[str, str], str] = field(default_factory=dict)
+    """The values its tasks left, by (task, key), in the order first left."""
+    xcom_bytes: int = 0
+    """What they count together (:func:`cronstable.xcom.size`; at most ``MAX_RUN``)."""
+    xcom_view: tuple[XcomValue, ...] = ()
+    """The values as the views show them (rebuilt when one changes)."""
 
 
 @dataclass(eq=False, slots=True)

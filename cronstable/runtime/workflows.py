@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from cronstable import xcom
 from cronstable.config.desired import Job
 from cronstable.ports import (
     FAILURES,
@@ -46,6 +47,7 @@ from cronstable.ports import (
     Moment,
     RunStart,
     TaskRunView,
+    XcomValue,
     flow_run_id,
     report_moments,
 )
@@ -189,6 +191,7 @@ class Flows:
             tasks={name: tasks[name] for name in flow.dag.tasks},
             depth=levels(flow.dag),
         )
+        _keep(run, {(item.task, item.key): item.value for item in stored.xcom if item.value})
         slot.runs.append(run)
         for seen in stored.tasks:
             task = run.tasks[seen.task]
@@ -545,6 +548,34 @@ class Flows:
             record = flow_record(view)
             host.report(run.flow.job, record, report_moments(record.outcome, False))
 
+    # ------------------------------------------------------------ values between tasks
+
+    def push(self, run: FlowRun, task: str, values: Mapping[str, str]) -> str | None:
+        """Keep ``values`` (by key) that ``task`` of ``run`` leaves for the others, replacing
+        what it left under the same keys; why not (nothing is kept) when the run ended or
+        its values would exceed :data:`cronstable.xcom.MAX_RUN` together."""
+        if run.finished_at is not None:
+            return f"workflow run {run.id} has ended"
+        total = run.xcom_bytes
+        for key, value in values.items():
+            old = run.xcom.get((task, key))
+            total += xcom.size(key, value) - (0 if old is None else xcom.size(key, old))
+        if total > xcom.MAX_RUN:
+            return (
+                f"the values of workflow run {run.id} would be {total} bytes together, at "
+                f"most {xcom.MAX_RUN}"
+            )
+        merged = dict(run.xcom)
+        merged.update({(task, key): value for key, value in values.items()})
+        _keep(run, merged)
+        self.changed(run)
+        return None
+
+    @staticmethod
+    def pull(run: FlowRun, task: str, key: str) -> str | None:
+        """The value ``task`` of ``run`` left under ``key``; None when it left none."""
+        return run.xcom.get((task, key))
+
     # ------------------------------------------------------------ what it shows
 
     def view(self, run: FlowRun) -> FlowRunView:
@@ -561,6 +592,7 @@ class Flows:
             outcome=run.outcome,
             cancelled=run.cancelled,
             detached=run.detached,
+            xcom=run.xcom_view,
         )
         run.last_view = view
         return view
@@ -610,6 +642,14 @@ class Flows:
         for task in list(self._waiting):
             task.cancel()
         await asyncio.gather(*self._waiting, return_exceptions=True)
+
+
+def _keep(run: FlowRun, values: dict[tuple[str, str], str]) -> None:
+    run.xcom = values
+    run.xcom_bytes = sum(xcom.size(key, value) for (_, key), value in values.items())
+    run.xcom_view = tuple(
+        XcomValue(task, key, value, xcom.size(key, value)) for (task, key), value in values.items()
+    )
 
 
 def flow_record(view: FlowRunView) -> FinishedRun:

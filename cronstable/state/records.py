@@ -38,6 +38,7 @@ from cronstable.ports import (
     FlowRunView,
     RunStart,
     TaskRunView,
+    XcomValue,
     utc_text,
 )
 from cronstable.state.base import Record
@@ -144,10 +145,14 @@ def _parse_utc(text: object) -> datetime:
 #                             "runId": "etl.extract@2026-05-01T03:00:00Z#1",
 #                             "startedAt": "…", "finishedAt": "…", "exitCode": 0,
 #                             "failReason": null, "retryAt": null, "queuedIn": null,
-#                             "pid": null, "startTicks": null, "bootId": null}, …}}
+#                             "pid": null, "startTicks": null, "bootId": null}, …},
+#      "xcom": [{"task": "extract", "key": "rows", "value": "42", "size": 6}, …]}
 #
 # ``node`` drove the run and ``beat`` is when it last said so; a running task's
 # ``pid``, ``startTicks`` and ``bootId`` let a restarted daemon adopt its process.
+# ``xcom``: the values its tasks left (at most 1 MiB together); in the history a
+# value dropped from an older run (to keep 1 MiB of values per workflow) is null.
+# Records written before values existed have no ``xcom`` (none).
 
 TaskProcess = tuple[int, int | None, str | None]
 """(pid, start ticks, boot id) of a running task's process."""
@@ -192,6 +197,10 @@ def flow_run_record(
         "node": node,
         "beat": utc_text(beat),
         "tasks": tasks,
+        "xcom": [
+            {"task": item.task, "key": item.key, "value": item.value, "size": item.size}
+            for item in view.xcom
+        ],
     }
 
 
@@ -263,6 +272,15 @@ def read_flow_run(data: object) -> StoredFlow | None:
         outcome = data.get("outcome")
         if kind not in ("fire", "reboot", "manual") or outcome not in (None, *OUTCOMES):
             return None
+        xcom = tuple(
+            XcomValue(
+                str(item["task"]),
+                str(item["key"]),
+                None if item.get("value") is None else str(item["value"]),
+                int(item["size"]),
+            )
+            for item in data.get("xcom") or ()
+        )
         view = FlowRunView(
             id=str(data["runId"]),
             workflow=str(data["workflow"]),
@@ -274,6 +292,7 @@ def read_flow_run(data: object) -> StoredFlow | None:
             finished_at=_maybe_time(data.get("finishedAt")),
             outcome=outcome,
             cancelled=bool(data.get("cancelled", False)),
+            xcom=xcom,
         )
         return StoredFlow(view, str(data.get("node", "")), _parse_utc(data.get("beat")), processes)
     except (KeyError, TypeError, ValueError, AttributeError):

@@ -297,9 +297,10 @@ def task_run(task: TaskRunView) -> Json:
     }
 
 
-def flow_run(run: FlowRunView) -> Json:
-    """A workflow run with each task's state (``/workflows``, ``/status``)."""
-    return {
+def flow_run(run: FlowRunView, *, values: bool = False) -> Json:
+    """A workflow run with each task's state (``/workflows``, ``/status``); ``values``:
+    with the values its tasks left, by task and key (``/workflows/{name}/runs``)."""
+    answer: Json = {
         "id": run.id,
         "workflow": run.workflow,
         "scheduledTime": utc_text(run.scheduled_time),
@@ -313,11 +314,19 @@ def flow_run(run: FlowRunView) -> Json:
         "digest": run.digest,
         "tasks": [task_run(task) for task in run.tasks],
     }
+    if values:
+        xcom: dict[str, dict[str, str | None]] = {}
+        for item in run.xcom:
+            xcom.setdefault(item.task, {})[item.key] = item.value
+        answer["xcom"] = xcom
+        answer["xcomBytes"] = sum(item.size for item in run.xcom)
+    return answer
 
 
 def flow_runs(runs: FlowRuns) -> list[Json]:
-    """Runs going first (outcome ``running``), then finished ones newest first."""
-    return [flow_run(run) for run in (*runs.running, *runs.finished)]
+    """Runs going first (outcome ``running``), then finished ones newest first, with the
+    values their tasks left."""
+    return [flow_run(run, values=True) for run in (*runs.running, *runs.finished)]
 
 
 def workflow_status(flow: WorkflowStatus) -> Json:
