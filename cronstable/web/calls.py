@@ -152,7 +152,7 @@ async def diff(daemon: DaemonApi, ref: str) -> Json:
     planned = await daemon.plan_revision(ref)
     if planned.unreadable is not None:
         raise Refused(409, f"cannot read revision '{shown(ref)}': {planned.unreadable}", ref=ref)
-    return encode.planned_revision(planned)
+    return encode.planned_revision(planned, encode.daemon_facts(daemon.status()))
 
 
 # ------------------------------------------------------------------ commands

@@ -38,6 +38,7 @@ from cronstable.ports import (
     WorkflowStatus,
     utc_text,
 )
+from cronstable.reconcile.effects import DaemonFacts, JobFacts, LastRun, PoolFacts
 from cronstable.reconcile.plan import PlannedRevision
 from cronstable.reconcile.render import plan_data
 
@@ -411,16 +412,53 @@ def cluster(view: ClusterView | None) -> Json:
     return data
 
 
-def planned_revision(view: PlannedRevision) -> Json:
+def daemon_facts(view: Status, label: str = "this daemon") -> DaemonFacts:
+    """What the daemon knows (its status) as a plan's time effects read it: the same facts
+    ``cronstable diff`` reads from a daemon's ``GET /status``."""
+
+    def last(run: FinishedRun | FlowRunView | None) -> LastRun | None:
+        if run is None:
+            return None
+        if isinstance(run, FinishedRun):
+            return LastRun(run.start.scheduled_time, run.start.started_at, run.outcome)
+        return LastRun(run.scheduled_time, run.started_at, run.outcome or "running")
+
+    def facts(pauses: JobPauses, running: int, run: Any, retry: bool = False) -> JobFacts:
+        api = pauses.api
+        return JobFacts(
+            last_run=last(run),
+            running=running,
+            retry_pending=retry,
+            api_paused=api is not None,
+            api_pause_until=api.until if api is not None else None,
+            api_pause_reason=api.reason if api is not None else None,
+        )
+
+    return DaemonFacts(
+        label,
+        jobs={
+            job.name: facts(job.pauses, len(job.running), job.last_run, job.retry_pending)
+            for job in view.jobs
+        },
+        workflows={
+            flow.name: facts(flow.pauses, len(flow.running), flow.last_run)
+            for flow in view.workflows
+        },
+        pools={p.name: PoolFacts(p.slots, p.in_use, p.queued) for p in view.pools},
+    )
+
+
+def planned_revision(view: PlannedRevision, facts: DaemonFacts | None = None) -> Json:
     """A source revision planned against the running one (the ``diff_revision`` tool):
-    its plan as ``cronstable diff --format json`` prints it, or why it does not load."""
+    its plan as ``cronstable diff --format json`` prints it, or why it does not load;
+    ``facts``: what the daemon knows (:func:`daemon_facts`), for the time effects."""
     return {
         "ref": view.ref,
         "revision": view.revision,
         "source": view.source,
         "loads": view.plan is not None,
         "errors": list(view.errors),
-        "plan": None if view.plan is None else plan_data(view.plan, view.at),
+        "plan": None if view.plan is None else plan_data(view.plan, view.at, facts),
     }
 
 
