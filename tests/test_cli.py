@@ -204,6 +204,7 @@ def test_usage_errors_exit_2() -> None:
         # client commands, against a port nothing listens on (refused at once)
         ["pause", "job", "--reason", "r", "--url", "http://127.0.0.1:9"],
         ["resume", "job", "--url", "http://127.0.0.1:9"],
+        ["status", "--fleet", "--url", "http://127.0.0.1:9"],
         [
             "backfill",
             "job",

@@ -18,11 +18,23 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
   (:class:`Restorable`, :class:`History`);
 * :mod:`.section`: :class:`Section`, a part of the daemon a revision configures;
 * :mod:`.views`: the read models the daemon shows of itself (:class:`Status`,
-  :class:`ClusterView` …), which :mod:`cronstable.web.encode` writes as JSON.
+  :class:`ClusterView` …), which :mod:`cronstable.web.encode` writes as JSON;
+* :mod:`.fleet`: the fleet view (:class:`FleetView`) and the state records it reads
+  (:class:`FleetRecords`).
 """
 
 from __future__ import annotations
 
+from cronstable.ports.fleet import (
+    FleetCluster,
+    FleetJob,
+    FleetKind,
+    FleetMember,
+    FleetRecords,
+    FleetView,
+    Placement,
+    RunRecord,
+)
 from cronstable.ports.flows import (
     FlowKind,
     FlowListener,
@@ -103,6 +115,12 @@ __all__ = [
     "EventData",
     "FinishedRun",
     "FireBand",
+    "FleetCluster",
+    "FleetJob",
+    "FleetKind",
+    "FleetMember",
+    "FleetRecords",
+    "FleetView",
     "FlowKind",
     "FlowListener",
     "FlowRecords",
@@ -126,12 +144,14 @@ __all__ = [
     "PauseControl",
     "PauseRefused",
     "PauseSource",
+    "Placement",
     "ReportListener",
     "Restorable",
     "RevisionView",
     "Run",
     "RunEnded",
     "RunListener",
+    "RunRecord",
     "SharedSlots",
     "SlotsUnavailable",
     "RunOutcome",

@@ -19,6 +19,8 @@ from cronstable.ports import (
     ClusterView,
     EventData,
     FinishedRun,
+    FleetMember,
+    FleetView,
     FlowRuns,
     FlowRunView,
     Forecast,
@@ -27,9 +29,11 @@ from cronstable.ports import (
     JobRuns,
     JobStatus,
     Pause,
+    Placement,
     PoolView,
     RevisionView,
     RunEnded,
+    RunRecord,
     RunStart,
     StateView,
     Status,
@@ -459,6 +463,70 @@ def planned_revision(view: PlannedRevision, facts: DaemonFacts | None = None) ->
         "loads": view.plan is not None,
         "errors": list(view.errors),
         "plan": None if view.plan is None else plan_data(view.plan, view.at, facts),
+    }
+
+
+def _fleet_member(member: FleetMember) -> Json:
+    return {
+        "name": member.name,
+        "instance": member.instance,
+        "revision": member.revision,
+        "jobSetId": member.job_set_id,
+        "sameJobSet": member.same_job_set,
+        "leader": member.leader,
+        "lastSeen": _time(member.last_seen),
+        "thisNode": member.this_node,
+    }
+
+
+def _run_record(run: RunRecord) -> Json:
+    return {
+        "node": run.node,
+        "id": run.run_id,
+        "scheduledTime": utc_text(run.scheduled),
+        "startedAt": utc_text(run.started_at),
+        "finishedAt": _time(run.finished_at),
+        "outcome": run.outcome,
+    }
+
+
+def _placement(where: Placement) -> Json:
+    return {"nodes": list(where.nodes), "everyNode": where.every_node, "reason": where.reason}
+
+
+def fleet(view: FleetView) -> Json:
+    """``GET /fleet``: the members, then a page of jobs (``nextAfter`` asks for the next)."""
+    cluster = view.cluster
+    return {
+        "node": view.node,
+        "at": utc_text(view.at),
+        "cluster": {
+            "backend": cluster.backend,
+            "distribution": cluster.distribution,
+            "known": cluster.known,
+            "leader": cluster.leader,
+            "unknownReason": cluster.unknown_reason,
+        },
+        "members": [_fleet_member(m) for m in cluster.members],
+        "state": {"backend": view.state_backend, "shared": view.state_shared},
+        "jobs": [
+            {
+                "name": job.name,
+                "kind": job.kind,
+                "clusterPolicy": job.cluster_policy,
+                "enabled": job.enabled,
+                "paused": job.paused,
+                "nextFire": _time(job.next_fire),
+                "nextStart": _time(job.next_start),
+                "runsNext": _placement(job.runs_next),
+                "lastRun": None if job.last_run is None else _run_record(job.last_run),
+                "running": [_run_record(run) for run in job.running],
+            }
+            for job in view.jobs
+        ],
+        "total": view.total,
+        "nextAfter": view.next_after,
+        "notes": list(view.notes),
     }
 
 
