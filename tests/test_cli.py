@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -203,6 +204,7 @@ def test_usage_errors_exit_2() -> None:
         # client commands, against a port nothing listens on (refused at once)
         ["pause", "job", "--reason", "r", "--url", "http://127.0.0.1:9"],
         ["resume", "job", "--url", "http://127.0.0.1:9"],
+        ["status", "--fleet", "--url", "http://127.0.0.1:9"],
         [
             "backfill",
             "job",
@@ -321,3 +323,26 @@ def test_validate_prints_warnings_and_stays_valid(tmp_path: Path) -> None:
         f"  warning: {config}:8:11: jobs[0].onFailure.report.sentry.dsn: fromFile and fromEnvVar "
         "are both set; only fromFile is used (the first set of value, fromFile, fromEnvVar wins)"
     ]
+
+
+def test_diff_shows_what_the_apply_runs_now(tmp_path: Path) -> None:
+    """A new @reboot job: no run at a reload, one at a daemon start, flagged in every format."""
+    old = write(
+        tmp_path / "old" / "c.yaml", "jobs: [{name: x, command: 'true', schedule: '@daily'}]\n"
+    )
+    new = write(
+        tmp_path / "new" / "c.yaml",
+        "jobs:\n  - {name: x, command: 'true', schedule: '@daily'}\n"
+        "  - {name: warm, command: 'true', schedule: '@reboot'}\n",
+    )
+    args = ("diff", str(old.parent), str(new.parent), "--at", "2026-03-29T00:30:00")
+    text = cli(*args)
+    assert text.returncode == 1, text.stderr
+    assert "  ! at apply (start): runs now: @reboot: once per boot of each machine" in text.stdout
+    assert "runs now: 0 at a reload, 1 at a start" in text.stdout
+    body = json.loads(cli(*args, "--format", "json").stdout)
+    assert body["timeEffects"]["runsNow"] == {"reload": 0, "start": 1}
+    assert (
+        "- **runs now** · job `warm` · at a daemon start"
+        in cli(*args, "--format", "markdown").stdout
+    )

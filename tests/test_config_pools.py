@@ -260,7 +260,10 @@ def test_plans_and_diffs_show_pool_changes() -> None:
     assert "- pool api (1 slot, scope node)" in text
     assert "+ pool batch (1 slot, scope node)" in text
     assert "~ pool warehouse (4 slots, scope node)\n    slots: 2 -> 4" in text
+    # more slots admit what waits at once: the one run a reload starts by itself
+    assert "  ! at apply (reload): runs now: pool: any launches waiting in its queue" in text
     body = json.loads(to_json(changes, AT))
+    grown = body["pools"][2].pop("atApply")
     assert body["pools"][2] == {
         "name": "warehouse",
         "change": "changed",
@@ -268,6 +271,8 @@ def test_plans_and_diffs_show_pool_changes() -> None:
         "scope": "node",
         "fields": [{"path": "slots", "old": 2, "new": 4}],
     }
+    assert [(e["applied"], e["kind"], e["runs"]) for e in grown] == [("reload", "pool", True)]
+    assert [p["atApply"] for p in body["pools"][:2]] == [[], []]
     assert "| ~ | `warehouse` | 4 slots, scope node | slots: `2` → `4` |" in to_markdown(
         changes, AT
     )

@@ -250,6 +250,9 @@ async def test_diff_and_rejection_of_revisions_pushed_to_the_repository(served: 
             ("new", "added"),
             ("greet", "changed"),
         ]
+        # the daemon plans with what it knows itself: nothing is left unknown
+        assert plan["timeEffects"]["facts"] == "this daemon"
+        assert plan["timeEffects"]["unknown"] == []
         missing = await mcp.call_tool("diff_revision", {"ref": "no-such-branch"})
         assert missing.is_error and missing.structured_content["status"] == 409
         # a broken revision pushed to main: rejected, and the tool says why

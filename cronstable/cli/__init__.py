@@ -370,10 +370,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     client = _client_options()
     exits = "exit 0 done, 1 refused, 2 usage, 3 unreachable, 4 unauthorized"
-    sub.add_parser(
+    p = sub.add_parser(
         "status",
         parents=[client],
         help=f"show a running daemon's revision and jobs ({exits})",
+    )
+    p.add_argument(
+        "--fleet",
+        action="store_true",
+        help="the whole cluster as the daemon sees it in its stores (GET /fleet): every "
+        "member, and per job its next fire, the node that will run it and where it last ran",
     )
     p = sub.add_parser("start", parents=[client], help="start a job now, even a disabled one")
     p.add_argument("job", metavar="JOB")
@@ -696,6 +702,16 @@ def run_cli(argv: list[str]) -> int:
         from cronstable.cli.diff import cmd_diff
 
         return cmd_diff(args.old, args.new, args.format, args.at, limits_from(args))
+    if command == "status" and args.fleet:
+        from cronstable.cli.fleet import cmd_fleet
+
+        return cmd_fleet(
+            url=args.url,
+            token_file=args.token_file,
+            as_json=args.json,
+            timeout=args.timeout,
+            cafile=args.cacert,
+        )
     if command in ("status", "start", "cancel", "runs", "reload", "pause", "resume"):
         from cronstable.cli.client import cmd_client
 

@@ -52,6 +52,12 @@ class Member:
     """Random id of the daemon process (a restart gets a new one)."""
     job_set_id: str
     """The job-set id of the revision that node applied."""
+    revision: str = ""
+    """The revision that node applied (its source's id: a commit sha, an etcd revision);
+    empty from a daemon that does not write it."""
+    seen: float | None = None
+    """Wall time (seconds since the epoch) of the member's last round, as its record says;
+    None when the record does not say."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +123,8 @@ class Leadership(ABC):
         self.interval = self.ttl / 4
         self.job_set_id = ""
         """The applied revision's job-set id, kept in this node's membership record."""
+        self.revision = ""
+        """The applied revision, kept in this node's membership record (the fleet view)."""
         self.on_change: Callable[[], None] | None = None
         self._view = _View()
         self._task: asyncio.Task[None] | None = None

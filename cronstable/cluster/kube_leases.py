@@ -37,6 +37,8 @@ LABEL_MEMBERSHIP = "cronstable.io/membership"
 ANNOTATION_INSTANCE = "cronstable.io/instance"
 """The holder's daemon instance (a restart under the same node name gets a new one)."""
 ANNOTATION_JOB_SET = "cronstable.io/job-set-id"
+ANNOTATION_REVISION = "cronstable.io/revision"
+"""On a member Lease: the revision its node applied (the fleet view)."""
 ANNOTATION_JOB = "cronstable.io/job"
 """On a slot Lease: the job's name as written."""
 ANNOTATION_CANCEL = "cronstable.io/cancel"
@@ -51,6 +53,18 @@ _NAME_LIMIT = 253
 def micro_time(at: datetime | None = None) -> str:
     """A Kubernetes ``MicroTime``: RFC 3339 in UTC with microseconds."""
     return (at or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def epoch_of(text: str | None) -> float | None:
+    """A ``MicroTime`` (or RFC 3339 time) as seconds since the epoch; None if it is not one.
+    Shown only (the fleet view's last seen): expiry never reads a wall clock."""
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.timestamp() if moment.tzinfo is not None else None
 
 
 def _segment(text: str, room: int) -> str:

@@ -58,12 +58,14 @@ from cronstable.cluster.kube_leases import (
     ANNOTATION_INSTANCE,
     ANNOTATION_JOB_SET,
     ANNOTATION_REBOOT,
+    ANNOTATION_REVISION,
     LABEL_CLUSTER,
     LABEL_MEMBERSHIP,
     LABEL_ROLE,
     Lease,
     Sightings,
     duplicate_name,
+    epoch_of,
     holding,
     member_name,
     membership_selector,
@@ -174,7 +176,11 @@ class KubernetesLeadership(Leadership):
             if role == "member":
                 members.append(
                     Member(
-                        lease.holder, lease.instance, lease.annotations.get(ANNOTATION_JOB_SET, "")
+                        lease.holder,
+                        lease.instance,
+                        lease.annotations.get(ANNOTATION_JOB_SET, ""),
+                        lease.annotations.get(ANNOTATION_REVISION, ""),
+                        epoch_of(lease.renew_time),
                     )
                 )
             elif (
@@ -191,7 +197,11 @@ class KubernetesLeadership(Leadership):
         return Observation(leader, None if duplicate else fence, tuple(members), duplicate)
 
     def _member_annotations(self) -> dict[str, str | None]:
-        return {ANNOTATION_INSTANCE: self.instance, ANNOTATION_JOB_SET: self.job_set_id}
+        return {
+            ANNOTATION_INSTANCE: self.instance,
+            ANNOTATION_JOB_SET: self.job_set_id,
+            ANNOTATION_REVISION: self.revision,
+        }
 
     def _labels(self, role: str) -> dict[str, str]:
         labels = {LABEL_CLUSTER: self.lease_name, LABEL_ROLE: role}
@@ -220,6 +230,7 @@ class KubernetesLeadership(Leadership):
                 annotations={
                     ANNOTATION_INSTANCE: self.instance,
                     ANNOTATION_JOB_SET: self.job_set_id,
+                    ANNOTATION_REVISION: self.revision,
                 },
             )
             try:

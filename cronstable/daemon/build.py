@@ -41,6 +41,7 @@ from cronstable.runtime.clock import Clock, SystemClock
 from cronstable.runtime.control import DaemonControl, RunRecordsSection
 from cronstable.runtime.daemon import Closer, Daemon, JobsSection, ProcessSpawner, request_reload
 from cronstable.runtime.events import EventHub
+from cronstable.runtime.fleet import Fleet
 from cronstable.runtime.history import FlowHistory, RunHistory
 from cronstable.runtime.output import OutputMirror
 from cronstable.runtime.pool_section import PoolsSection
@@ -49,6 +50,7 @@ from cronstable.runtime.run_metrics import RunMetrics
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.runtime.sdnotify import ServiceNotifier
 from cronstable.sources.base import Source
+from cronstable.state.fleet import LastRuns, StoreFleetRecords
 from cronstable.state.keeper import StateKeeper
 from cronstable.state.pauses import PauseBook, PauseGate
 from cronstable.state.section import StateSection
@@ -164,6 +166,7 @@ def build_daemon(
         registry=registry,
         workflows=lambda: scheduler_of().workflows,
     )  # suspend and the API's pauses, kept in the state store; the gate asks it
+    last_runs = LastRuns(node.name, keeper.submit)  # the fleet view's last run of each job
     scheduler = Scheduler(
         clock,
         spawner,
@@ -172,9 +175,9 @@ def build_daemon(
         # @reboot ran-set is written last, once nothing else refuses
         guards=(slots, keeper, reboot),
         hooks=keeper,
-        run_listeners=(history, run_metrics, events, statsd, keeper),
+        run_listeners=(history, run_metrics, events, statsd, keeper, last_runs),
         report_listeners=(reports,),
-        flow_listeners=(flow_history, run_metrics, statsd, keeper),
+        flow_listeners=(flow_history, run_metrics, statsd, keeper, last_runs),
         pools=job_pools,
     )
     scheduler_of.set(scheduler)
@@ -197,6 +200,23 @@ def build_daemon(
     )
     registry.register(stores.collector())
     registry.register(channels.collector())
+    # each applied revision goes into this node's membership record (the fleet view)
+    status.observers.append(
+        lambda record: (
+            cluster.revision_applied(record.revision) if record.outcome != "rejected" else None
+        )
+    )
+    fleet = Fleet(
+        node.name,
+        scheduler,
+        history,
+        flow_history,
+        now=clock.now,
+        cluster=cluster.fleet,
+        placement=cluster.placement,
+        records=StoreFleetRecords(lambda: keeper.store),
+        pauses=pauses,
+    )  # GET /fleet: the members' records and the state store's run records, no node asked
     control = DaemonControl(
         status=status,
         scheduler=scheduler,
@@ -212,6 +232,7 @@ def build_daemon(
         flow_history=flow_history,
         limits=node.limits,
         pauses=pauses,
+        fleet=fleet,
     )  # what the web reads of the daemon, and the few things it may ask
     control_of.set(control)
     web = WebSection(control, registry)

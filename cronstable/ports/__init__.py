@@ -20,12 +20,24 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
   which the process layer opens for each run it starts;
 * :mod:`.section`: :class:`Section`, a part of the daemon a revision configures;
 * :mod:`.views`: the read models the daemon shows of itself (:class:`Status`,
-  :class:`ClusterView` …), which :mod:`cronstable.web.encode` writes as JSON.
+  :class:`ClusterView` …), which :mod:`cronstable.web.encode` writes as JSON;
+* :mod:`.fleet`: the fleet view (:class:`FleetView`) and the state records it reads
+  (:class:`FleetRecords`).
 """
 
 from __future__ import annotations
 
 from cronstable.ports.channel import RunChannel, RunGrant, RunOwner
+from cronstable.ports.fleet import (
+    FleetCluster,
+    FleetJob,
+    FleetKind,
+    FleetMember,
+    FleetRecords,
+    FleetView,
+    Placement,
+    RunRecord,
+)
 from cronstable.ports.flows import (
     WORKFLOW_RUN_ENV,
     FlowKind,
@@ -111,6 +123,12 @@ __all__ = [
     "EventData",
     "FinishedRun",
     "FireBand",
+    "FleetCluster",
+    "FleetJob",
+    "FleetKind",
+    "FleetMember",
+    "FleetRecords",
+    "FleetView",
     "FlowKind",
     "FlowListener",
     "FlowRecords",
@@ -136,6 +154,7 @@ __all__ = [
     "PauseControl",
     "PauseRefused",
     "PauseSource",
+    "Placement",
     "ReportListener",
     "Restorable",
     "RevisionView",
@@ -145,6 +164,7 @@ __all__ = [
     "RunGrant",
     "RunOwner",
     "RunListener",
+    "RunRecord",
     "SharedSlots",
     "SlotsUnavailable",
     "RunOutcome",

@@ -27,6 +27,7 @@ from cronstable.ports import (
     AppliedConfig,
     BackfillView,
     ClusterView,
+    FleetView,
     FlowRuns,
     FlowRunView,
     JobForecast,
@@ -49,6 +50,7 @@ from cronstable.reconcile.apply import ReconcileStatus
 from cronstable.reconcile.plan import Plan, PlannedRevision, plan
 from cronstable.runtime.backfill import Backfills
 from cronstable.runtime.events import EventHub, Subscription
+from cronstable.runtime.fleet import DEFAULT_PAGE, Fleet
 from cronstable.runtime.forecast import forecast
 from cronstable.runtime.history import FlowHistory, RunHistory
 from cronstable.runtime.run_metrics import RunMetrics
@@ -79,6 +81,7 @@ class DaemonControl:
         limits: Limits = DEFAULT_LIMITS,
         pauses: PauseControl | None = None,
         backfills: Backfills | None = None,
+        fleet: Fleet | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -116,6 +119,12 @@ class DaemonControl:
             else Backfills(scheduler, paused=lambda name: self._paused(name))
         )
         """The jobs' backfills (:mod:`~cronstable.runtime.backfill`)."""
+        self._fleet: Final = (
+            fleet
+            if fleet is not None
+            else Fleet("", scheduler, history, self.flow_history, now=now, pauses=pauses)
+        )
+        """What ``GET /fleet`` shows (:mod:`~cronstable.runtime.fleet`)."""
 
     # ------------------------------------------------------------ reading
 
@@ -193,6 +202,10 @@ class DaemonControl:
             workflows=self.workflows(),
             pools=self.pools(),
         )
+
+    async def fleet(self, after: str | None = None, limit: int = DEFAULT_PAGE) -> FleetView:
+        """A page of the fleet view (``GET /fleet``)."""
+        return await self._fleet.view(after, limit)
 
     def workflows(self) -> tuple[WorkflowStatus, ...]:
         """Every applied workflow, its tasks, runs going and last run (``GET /workflows``)."""

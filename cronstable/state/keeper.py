@@ -283,6 +283,12 @@ class StateKeeper:
     def _key(self, *rest: str) -> str:
         return node_key(self.node, *rest)
 
+    def submit(self, key_text: str, record: Record | None) -> None:
+        """Queue ``record`` (None: remove) at ``key_text`` through the writer, as this
+        keeper's own records go (coalesced, retried, bounded); nothing without a store.
+        For records of others that share the store (the fleet view's last runs)."""
+        self._submit(key_text, record)
+
     def _submit(self, key_text: str, record: Record | None) -> asyncio.Future[bool] | None:
         if self.writer is None:
             return None

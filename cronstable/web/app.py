@@ -132,6 +132,13 @@ class Api:
     async def cluster(self, request: web.Request) -> web.StreamResponse:
         return web.json_response(encode.cluster(self.daemon.cluster_view()))
 
+    async def fleet(self, request: web.Request) -> web.StreamResponse:
+        after, limit = request.query.get("after"), calls.limit_of(request.query.get("limit"))
+        try:
+            return web.json_response(await calls.fleet(self.daemon, after, limit))
+        except calls.Refused as refusal:
+            return refused(refusal)
+
     async def metrics(self, request: web.Request) -> web.StreamResponse:
         body, content_type = self.daemon.metrics_text()
         response = web.Response(body=body)

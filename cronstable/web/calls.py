@@ -26,6 +26,9 @@ Json = dict[str, Any]
 DEFAULT_HOURS = 24.0
 """The window of :func:`next_fires` when none is asked for."""
 MAX_HOURS = 24 * 7
+FLEET_PAGE = 100
+"""Jobs in a page of :func:`fleet` when no ``limit`` is asked for."""
+FLEET_MAX_PAGE = 500
 MAX_REF_LENGTH = 256
 """The longest source ref :func:`diff` takes (a branch, a tag, a sha with ``~N``)."""
 SHOWN_LENGTH = 64
@@ -152,7 +155,7 @@ async def diff(daemon: DaemonApi, ref: str) -> Json:
     planned = await daemon.plan_revision(ref)
     if planned.unreadable is not None:
         raise Refused(409, f"cannot read revision '{shown(ref)}': {planned.unreadable}", ref=ref)
-    return encode.planned_revision(planned)
+    return encode.planned_revision(planned, encode.daemon_facts(daemon.status()))
 
 
 # ------------------------------------------------------------------ commands
@@ -218,3 +221,19 @@ def reload(daemon: DaemonApi) -> Json:
     """``POST /reload``: the source looks for a new revision now (answered 202)."""
     daemon.reload()
     return {"reload": "requested"}
+
+
+def limit_of(text: str | None) -> int:
+    """The ``?limit=`` of ``GET /fleet`` (0 when it is not a whole number: refused)."""
+    if text is None:
+        return FLEET_PAGE
+    return int(text) if text.isdigit() and len(text) <= 6 else 0
+
+
+async def fleet(daemon: DaemonApi, after: str | None = None, limit: int = FLEET_PAGE) -> Json:
+    """``GET /fleet``: the members and a page of jobs, in name order after ``after``."""
+    if not 1 <= limit <= FLEET_MAX_PAGE:
+        raise Refused(400, f"limit must be a whole number from 1 to {FLEET_MAX_PAGE}")
+    if after is not None and (len(after) > 1024 or not after):
+        raise Refused(400, "after must be a job's name (at most 1024 characters)")
+    return encode.fleet(await daemon.fleet(after, limit))

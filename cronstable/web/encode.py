@@ -19,6 +19,8 @@ from cronstable.ports import (
     ClusterView,
     EventData,
     FinishedRun,
+    FleetMember,
+    FleetView,
     FlowRuns,
     FlowRunView,
     Forecast,
@@ -27,9 +29,11 @@ from cronstable.ports import (
     JobRuns,
     JobStatus,
     Pause,
+    Placement,
     PoolView,
     RevisionView,
     RunEnded,
+    RunRecord,
     RunStart,
     StateView,
     Status,
@@ -38,6 +42,7 @@ from cronstable.ports import (
     WorkflowStatus,
     utc_text,
 )
+from cronstable.reconcile.effects import DaemonFacts, JobFacts, LastRun, PoolFacts
 from cronstable.reconcile.plan import PlannedRevision
 from cronstable.reconcile.render import plan_data
 
@@ -420,16 +425,117 @@ def cluster(view: ClusterView | None) -> Json:
     return data
 
 
-def planned_revision(view: PlannedRevision) -> Json:
+def daemon_facts(view: Status, label: str = "this daemon") -> DaemonFacts:
+    """What the daemon knows (its status) as a plan's time effects read it: the same facts
+    ``cronstable diff`` reads from a daemon's ``GET /status``."""
+
+    def last(run: FinishedRun | FlowRunView | None) -> LastRun | None:
+        if run is None:
+            return None
+        if isinstance(run, FinishedRun):
+            return LastRun(run.start.scheduled_time, run.start.started_at, run.outcome)
+        return LastRun(run.scheduled_time, run.started_at, run.outcome or "running")
+
+    def facts(pauses: JobPauses, running: int, run: Any, retry: bool = False) -> JobFacts:
+        api = pauses.api
+        return JobFacts(
+            last_run=last(run),
+            running=running,
+            retry_pending=retry,
+            api_paused=api is not None,
+            api_pause_until=api.until if api is not None else None,
+            api_pause_reason=api.reason if api is not None else None,
+        )
+
+    return DaemonFacts(
+        label,
+        jobs={
+            job.name: facts(job.pauses, len(job.running), job.last_run, job.retry_pending)
+            for job in view.jobs
+        },
+        workflows={
+            flow.name: facts(flow.pauses, len(flow.running), flow.last_run)
+            for flow in view.workflows
+        },
+        pools={p.name: PoolFacts(p.slots, p.in_use, p.queued) for p in view.pools},
+    )
+
+
+def planned_revision(view: PlannedRevision, facts: DaemonFacts | None = None) -> Json:
     """A source revision planned against the running one (the ``diff_revision`` tool):
-    its plan as ``cronstable diff --format json`` prints it, or why it does not load."""
+    its plan as ``cronstable diff --format json`` prints it, or why it does not load;
+    ``facts``: what the daemon knows (:func:`daemon_facts`), for the time effects."""
     return {
         "ref": view.ref,
         "revision": view.revision,
         "source": view.source,
         "loads": view.plan is not None,
         "errors": list(view.errors),
-        "plan": None if view.plan is None else plan_data(view.plan, view.at),
+        "plan": None if view.plan is None else plan_data(view.plan, view.at, facts),
+    }
+
+
+def _fleet_member(member: FleetMember) -> Json:
+    return {
+        "name": member.name,
+        "instance": member.instance,
+        "revision": member.revision,
+        "jobSetId": member.job_set_id,
+        "sameJobSet": member.same_job_set,
+        "leader": member.leader,
+        "lastSeen": _time(member.last_seen),
+        "thisNode": member.this_node,
+    }
+
+
+def _run_record(run: RunRecord) -> Json:
+    return {
+        "node": run.node,
+        "id": run.run_id,
+        "scheduledTime": utc_text(run.scheduled),
+        "startedAt": utc_text(run.started_at),
+        "finishedAt": _time(run.finished_at),
+        "outcome": run.outcome,
+    }
+
+
+def _placement(where: Placement) -> Json:
+    return {"nodes": list(where.nodes), "everyNode": where.every_node, "reason": where.reason}
+
+
+def fleet(view: FleetView) -> Json:
+    """``GET /fleet``: the members, then a page of jobs (``nextAfter`` asks for the next)."""
+    cluster = view.cluster
+    return {
+        "node": view.node,
+        "at": utc_text(view.at),
+        "cluster": {
+            "backend": cluster.backend,
+            "distribution": cluster.distribution,
+            "known": cluster.known,
+            "leader": cluster.leader,
+            "unknownReason": cluster.unknown_reason,
+        },
+        "members": [_fleet_member(m) for m in cluster.members],
+        "state": {"backend": view.state_backend, "shared": view.state_shared},
+        "jobs": [
+            {
+                "name": job.name,
+                "kind": job.kind,
+                "clusterPolicy": job.cluster_policy,
+                "enabled": job.enabled,
+                "paused": job.paused,
+                "nextFire": _time(job.next_fire),
+                "nextStart": _time(job.next_start),
+                "runsNext": _placement(job.runs_next),
+                "lastRun": None if job.last_run is None else _run_record(job.last_run),
+                "running": [_run_record(run) for run in job.running],
+            }
+            for job in view.jobs
+        ],
+        "total": view.total,
+        "nextAfter": view.next_after,
+        "notes": list(view.notes),
     }
 
 

@@ -110,6 +110,23 @@ def document() -> dict[str, Any]:
                     "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 168},
                 }
             )
+        if route.handler == "fleet":
+            parameters += [
+                {
+                    "name": "after",
+                    "in": "query",
+                    "required": False,
+                    "description": "The page after this job's name (the last page's nextAfter).",
+                    "schema": {"type": "string", "maxLength": 1024},
+                },
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "required": False,
+                    "description": "Jobs (and workflows) in the page (default 100, at most 500).",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": 500},
+                },
+            ]
         if parameters:
             operation["parameters"] = parameters
         body = _BODIES.get(route.handler)

@@ -101,6 +101,10 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/pools", "read",
           "Every pool: slots, slots in use, the queue in admission order, the oldest wait.",
           "pools"),
+    Route("GET", "/fleet", "read",
+          "Every member (revision, job-set id, leader, last seen) and a page of jobs "
+          "(?after=NAME&limit=100): where each last ran, its next fire, which node runs it.",
+          "fleet", (200, 400)),
 )  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from cronstable.ports import (
     BackfillView,
     ClusterView,
     EventData,
+    FleetView,
     FlowRuns,
     JobForecast,
     JobPauses,
@@ -47,6 +48,11 @@ class DaemonApi(Protocol):
 
     def cluster_view(self) -> ClusterView | None:
         """The leadership as this node sees it (None without a cluster section)."""
+        ...
+
+    async def fleet(self, after: str | None = None, limit: int = 100) -> FleetView:
+        """A page of the fleet: the members, and the jobs named after ``after`` (at most
+        ``limit``) with where each last ran, its next fire and which node runs it."""
         ...
 
     async def start(self, name: str) -> tuple[str | None, str]:
