@@ -230,3 +230,107 @@ def test_diff_renders_the_operator_keys_in_text_json_and_markdown() -> None:
     plain = ok('jobs: [{name: r, command: "true", schedule: "@hourly", suspend: yes}]')
     assert "    suspend: null -> true" in to_text(plan(plain, before), at)
     assert "    suspend: true -> null" in to_text(plan(before, plain), at)
+
+
+# ------------------------------------------------------------------ buffered overlap
+
+
+def test_buffer_policies_and_their_limit() -> None:
+    state = ok(
+        """\
+        defaults:
+          bufferLimit: 4
+        jobs:
+          - {name: one, command: "true", schedule: "@hourly", concurrencyPolicy: BufferOne}
+          - {name: all, command: "true", schedule: "@hourly", concurrencyPolicy: BufferAll}
+          - name: few
+            command: "true"
+            schedule: "@hourly"
+            concurrencyPolicy: BufferAll
+            bufferLimit: 2
+        """
+    )
+    assert state.jobs["one"].config.concurrency_policy == "BufferOne"
+    assert state.jobs["all"].config.buffer_limit == 4
+    assert state.jobs["few"].config.buffer_limit == 2
+    plain = ok('jobs: [{name: p, command: "true", schedule: "@hourly"}]')
+    assert plain.jobs["p"].config.buffer_limit == 10
+
+
+@pytest.mark.parametrize(
+    ("written", "where", "message"),
+    [
+        (
+            "concurrencyPolicy: bufferAll",
+            "5:5: jobs[0].concurrencyPolicy",
+            "did you mean 'BufferAll'",
+        ),
+        ("bufferLimit: 0", "5:5: jobs[0].bufferLimit", "must be at least 1, got 0"),
+        ("bufferLimit: 5000", "5:5: jobs[0].bufferLimit", "must be at most 1000"),
+        ("bufferLimit: lots", "5:5: jobs[0].bufferLimit", "expected an integer"),
+    ],
+)
+def test_a_bad_buffer_setting_names_file_line_and_key(
+    written: str, where: str, message: str
+) -> None:
+    found = errors(
+        f"""\
+        jobs:
+          - name: report
+            command: ./report.sh
+            schedule: "0 * * * *"
+            {written}
+        """
+    )
+    assert any(problem.startswith(f"c.yaml:{where}") and message in problem for problem in found), (
+        found
+    )
+
+
+def test_a_workflow_refuses_the_buffer_policies_with_why() -> None:
+    [own] = errors(
+        """\
+        workflows:
+          - name: etl
+            schedule: "@hourly"
+            concurrencyPolicy: BufferOne
+            tasks: [{name: t, command: "true"}]
+        """
+    )
+    assert own.startswith("c.yaml:4:5: workflows[0].concurrencyPolicy: BufferOne buffers a job")
+    assert "a workflow's runs are not buffered" in own
+    [inherited] = errors(
+        """\
+        defaults:
+          concurrencyPolicy: BufferAll
+        jobs:
+          - {name: j, command: "true", schedule: "@hourly"}
+        workflows:
+          - name: etl
+            schedule: "@hourly"
+            tasks: [{name: t, command: "true"}]
+        """
+    )
+    assert inherited.startswith("c.yaml:2:3: defaults.concurrencyPolicy: BufferAll"), inherited
+    assert "set it on the jobs instead" in inherited
+
+
+def test_diff_renders_the_buffer_keys() -> None:
+    from datetime import UTC, datetime
+
+    from cronstable.reconcile.plan import plan
+    from cronstable.reconcile.render import to_json, to_markdown, to_text
+
+    at = datetime(2026, 6, 1, tzinfo=UTC)
+    before = ok('jobs: [{name: r, command: "true", schedule: "@hourly"}]')
+    after = ok(
+        'jobs: [{name: r, command: "true", schedule: "@hourly", concurrencyPolicy: BufferAll,'
+        " bufferLimit: 3}]"
+    )
+    change = plan(after, before)
+    text = to_text(change, at)
+    assert "    concurrencyPolicy: 'Allow' -> 'BufferAll'" in text, text
+    assert "    bufferLimit: 10 -> 3" in text, text
+    assert '"path": "bufferLimit"' in to_json(change, at)
+    assert "| `bufferLimit` | `10` | `3` |" in to_markdown(change, at)
+    assert after.jobs["r"].digest != before.jobs["r"].digest

@@ -293,5 +293,12 @@ def test_the_mutations_reach_the_operator_keys() -> None:
     """The keys of issue 18 (``jitter``, ``suspend``, ``onPaused``) are in the corpus
     (``test_config_ops.py``), each value of them mutated to every other kind."""
     places = {key.split(":", 1)[1].rsplit("=", 1)[0] for key in MUTATIONS}
-    for needle in ("jitter", "suspend", "onPaused", "alertAfter"):
+    for needle in (
+        "jitter",
+        "suspend",
+        "onPaused",
+        "alertAfter",
+        "concurrencyPolicy",
+        "bufferLimit",
+    ):
         assert any(needle in place for place in places), needle

@@ -593,6 +593,26 @@ Principal = Annotated[str | None, BeforeValidator(_principal)]
 
 _PREFIX_FIELDS = frozenset({"job_name", "stream_name"})
 
+ConcurrencyPolicy = Literal["Allow", "Forbid", "Replace", "BufferOne", "BufferAll"]
+BUFFER_POLICIES = frozenset({"BufferOne", "BufferAll"})
+"""The policies under which a fire waits for the runs going instead of starting."""
+DEFAULT_BUFFER_LIMIT = 10
+MAX_BUFFER_LIMIT = 1000
+"""The largest ``bufferLimit``: a job's buffer is a bound, not a backlog store."""
+
+
+def _workflow_policy(value: Any) -> Any:
+    """A workflow's runs are not buffered: BufferOne and BufferAll are refused with why."""
+    if isinstance(value, str) and value in BUFFER_POLICIES:
+        raise PydanticCustomError(
+            "workflow_buffer",
+            "{policy} buffers a job's fires; a workflow's runs are not buffered: use Allow, "
+            "Forbid or Replace here (a file's defaults give concurrencyPolicy to its workflows "
+            "too: set it on the jobs instead)",
+            {"policy": value},
+        )
+    return value
+
 
 class JobSettings(Model):
     """Every job setting that may also be given under ``defaults``."""
@@ -631,11 +651,16 @@ class JobSettings(Model):
     on_missed: OnMissed = Field(default_factory=_shared_factory(OnMissed()), alias="onMissed")
     """Reports for a fire that did not run (skipped by Forbid, found too late after a
     clock jump, past startingDeadlineSeconds)."""
-    concurrency_policy: Literal["Allow", "Forbid", "Replace"] = Field(
-        "Allow", alias="concurrencyPolicy"
-    )
+    concurrency_policy: ConcurrencyPolicy = Field("Allow", alias="concurrencyPolicy")
     """What a fire does while a run is still going: start another (Allow), skip (Forbid),
-    or stop the old run and start anew (Replace)."""
+    stop the old run and start anew (Replace), wait for it (BufferOne: one fire waits,
+    later ones are skipped as ``buffer_full``), or queue behind it (BufferAll: up to
+    ``bufferLimit`` fires wait and run one after another)."""
+    buffer_limit: Int = Field(
+        DEFAULT_BUFFER_LIMIT, alias="bufferLimit", ge=1, le=MAX_BUFFER_LIMIT, examples=[10, 3]
+    )
+    """Under ``concurrencyPolicy: BufferAll``, the most fires that wait for the runs going
+    (a fire past it is skipped as ``buffer_full``); other policies ignore it."""
     execution_timeout: OptNumber = Field(None, alias="executionTimeout", gt=0)
     """Seconds a run may take before it is stopped and fails with code -100."""
     kill_timeout: Number = Field(30, alias="killTimeout", ge=0)
@@ -931,11 +956,12 @@ class WorkflowSettings(Model):
     )
     """Which nodes of a cluster start the workflow's runs (a run's tasks run where the
     run started)."""
-    concurrency_policy: Literal["Allow", "Forbid", "Replace"] = Field(
-        "Allow", alias="concurrencyPolicy"
-    )
+    concurrency_policy: Annotated[
+        Literal["Allow", "Forbid", "Replace"], BeforeValidator(_workflow_policy)
+    ] = Field("Allow", alias="concurrencyPolicy")
     """What a fire does while a run is still going: start another (Allow), skip (Forbid),
-    or cancel the old run and start anew (Replace)."""
+    or cancel the old run and start anew (Replace). BufferOne and BufferAll are for jobs:
+    a workflow's runs are not buffered."""
     on_failure: OnReport = Field(default_factory=_shared_factory(OnReport()), alias="onFailure")
     """Reports once a run ended failed (a task failed: after its retries)."""
     on_success: OnReport = Field(default_factory=_shared_factory(OnReport()), alias="onSuccess")

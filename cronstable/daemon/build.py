@@ -119,6 +119,9 @@ def build_daemon(
         # the state section's onStoreUnavailable; without one, degrade
         on_unavailable=lambda: keeper.policy if keeper.store is not None else "degrade",
         stopping=lambda: scheduler_of().stopping,
+        # BufferOne, BufferAll: a launch waiting for another node's run counts as buffered
+        waiting=lambda launch, node: scheduler_of().slot_wait(launch, node),
+        abandoned=lambda launch: scheduler_of().abandoned(launch),
     )  # a launch guard: concurrencyScope cluster holds the job's slot in the cluster's store
     reboot = RebootGuard(
         lambda: cluster.leadership,
