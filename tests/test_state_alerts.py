@@ -27,7 +27,7 @@ from cronstable.config import DesiredState, MemoryTree, load
 from cronstable.config.desired import Job
 from cronstable.ports import StuckRun
 from cronstable.runtime.clock import ManualClock
-from cronstable.runtime.history import RunHistory
+from cronstable.runtime.history import FlowHistory, RunHistory
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.state.alerts import LATE_KEEP, AlertWatch, late_key, p95
 from cronstable.state.base import StateStore
@@ -87,6 +87,7 @@ class Node:
         self.sink = Sink()
         self.heard = HeardReports()
         self.history = RunHistory()
+        self.flows = FlowHistory()
         self.behaviour: dict[str, tuple[float, int]] = {}
         self.registry = CollectorRegistry()
 
@@ -104,8 +105,12 @@ class Node:
             gate=self.gate.allows,
             paused=lambda job: job.name in self.paused,
             start_of=lambda job, fire: self.scheduler.start_of(job, fire),
-            durations=self.history.success_durations,
-            last_success=self.history.last_success,
+            durations=lambda name: (
+                self.history.success_durations(name) or self.flows.success_durations(name)
+            ),
+            last_success=lambda name: (
+                self.history.last_success(name) or self.flows.last_success(name)
+            ),
             sink=self.sink,
             registry=self.registry,
         )
@@ -115,14 +120,16 @@ class Node:
             gate=self.gate,
             run_listeners=[self.history, self.watch],
             report_listeners=[self.heard, self.watch],
+            flow_listeners=[self.flows, self.watch],
         )
-        self.scheduler.replace_jobs(self.state.jobs)
+        self.scheduler.replace_jobs(self.state.jobs, self.state.workflows)
         self.watch.commit(None, self.state)
         self.task: asyncio.Task[None] | None = None
 
     @property
     def jobs(self) -> Mapping[str, Job]:
-        return self.scheduler.jobs
+        flows = self.scheduler.workflows
+        return {**self.scheduler.jobs, **{name: flow.job for name, flow in flows.items()}}
 
     def start(self) -> Node:
         self.task = asyncio.create_task(self.scheduler.run())
@@ -370,6 +377,68 @@ async def test_a_pause_holds_off_stale_alerts_and_restarts_the_clock(
     assert node.sink.stale == []  # judged from the end of the pause
     await node.clock.advance(31 * 60)
     assert len(node.sink.stale) == 1
+
+
+# ------------------------------------------------------------------ workflows
+
+
+@pytest.mark.asyncio
+async def test_a_workflow_is_judged_as_a_job_and_its_tasks_take_on_stuck(
+    cluster: Callable[..., Node],
+) -> None:
+    node = cluster(
+        """        defaults:
+          onStuck: {expectedDuration: 5m}
+        workflows:
+          - name: etl
+            schedule: "0 * * * *"
+            onStuck: {expectedDuration: 15m}
+            onStale: {maxSuccessAge: 30m}
+            onLate: {grace: 1m, rateLimit: 0}
+            tasks:
+              - {name: extract, command: "true"}
+              - {name: load, command: "true", dependsOn: [extract]}
+        """
+    )
+    node.behaviour["etl.extract"] = (10 * 60.0, 1)  # 10 min, and it fails
+    node.behaviour["etl.load"] = (1.0, 0)
+    await node.clock.advance(3600 + 11 * 60)
+    # the task ran past its 5 minutes (the file's defaults); the workflow run ended
+    # failed after 10 min, within its own 15
+    assert [(name, run.basis) for name, run in node.sink.stuck] == [
+        ("etl.extract", "expectedDuration")
+    ]
+    # no success since it was applied (71 min > 30 min): stale, once
+    assert [(name, last) for name, last, _ in node.sink.stale] == [("etl", None)]
+    assert node.sink.late == []  # the 13:00 fire started its run on time
+    node.gate.reason = "leadership_unknown"
+    await node.clock.advance(3600)
+    assert [(name, fire) for name, fire, _, _ in node.sink.late] == [
+        ("etl", T0 + timedelta(hours=2))
+    ]
+
+
+@pytest.mark.asyncio
+async def test_a_workflow_run_going_too_long_is_stuck(cluster: Callable[..., Node]) -> None:
+    node = cluster(
+        """        workflows:
+          - name: etl
+            schedule: "0 * * * *"
+            onStuck: {expectedDuration: 15m}
+            tasks:
+              - {name: extract, command: "true"}
+              - {name: load, command: "true", dependsOn: [extract]}
+        """
+    )
+    node.behaviour["etl.extract"] = (10 * 60.0, 0)
+    node.behaviour["etl.load"] = (10 * 60.0, 0)
+    await node.clock.advance(3600 + 14 * 60)
+    assert node.sink.stuck == []
+    await node.clock.advance(2 * 60)
+    [(name, run)] = node.sink.stuck
+    assert (name, run.id, run.threshold) == ("etl", "etl@2026-06-01T13:00:00Z", 900.0)
+    await node.clock.advance(10 * 60)
+    assert len(node.sink.stuck) == 1
 
 
 # ------------------------------------------------------------------ two nodes, one store

@@ -213,6 +213,8 @@ class AlertWatch:
         self.stale_total: dict[str, int] = {}
         self._writes = TaskSet("alerts")
         self._checking = asyncio.Lock()
+        self._store_failed = False
+        """The store failed once this round: the late fires left are reported unasked."""
         self._task: asyncio.Task[None] | None = None
         if registry is not None:
             registry.register(_AlertCollector(self))
@@ -337,6 +339,7 @@ class AlertWatch:
             await self._check()
 
     async def _check(self) -> None:
+        self._store_failed = False
         now = self.now()
         shared = self._shared()
         jobs = dict(self._scheduled())
@@ -419,7 +422,7 @@ class AlertWatch:
         self, job: Job, fire: datetime, planned: datetime, grace: float, shared: StateStore | None
     ) -> None:
         name = job.name
-        if shared is not None:
+        if shared is not None and not self._store_failed:
             record = {
                 "job": name,
                 "fire": utc_text(fire),
@@ -431,6 +434,7 @@ class AlertWatch:
                 if not await shared.create(late_key(name, fire), record):
                     return  # started, skipped or reported by a node: not this one's to report
             except StateError as exc:
+                self._store_failed = True  # not asked again this round: each try is bounded
                 logger.warning(
                     "Job %s: cannot tell whether the fire at %s started on another node "
                     "(%s); reporting it late",
@@ -643,6 +647,7 @@ class AlertWatch:
             self._stale,
             self._stale_now,
             self._age,
+            self._shared_success,
             self.late_total,
             self.stale_total,
         ):
