@@ -55,7 +55,18 @@ class Node:
         self.name = name
         self.replaced: list[tuple[str, str]] = []
         self.policy = policy
-        self.guard = SlotGuard(name, replace_runs=self._replace, on_unavailable=lambda: self.policy)
+        self.waits: list[tuple[str, str | None]] = []
+        """(launch id, node) the guard told: a launch waits for that node's run (None: no
+        longer)."""
+        self.gone: set[str] = set()
+        """Launch ids the scheduler would call abandoned."""
+        self.guard = SlotGuard(
+            name,
+            replace_runs=self._replace,
+            on_unavailable=lambda: self.policy,
+            waiting=lambda launch, node: self.waits.append((launch.id, node)),
+            abandoned=lambda launch: launch.id in self.gone,
+        )
         self.guard.use(make_slots(config, name, self.guard.instance))
 
     def _replace(self, job: str, why: str) -> list[str]:
@@ -165,3 +176,56 @@ async def test_a_store_that_cannot_answer_degrades_or_fails_closed(
     (tmp_path / "gone").rename(tmp_path / "shared")
     lax.guard.release(launch(forbid))
     assert await strict.guard.admit(launch(forbid, 1)) is None
+
+
+async def test_buffer_waits_for_the_holders_run_and_runs_each_fire_once(make: Make) -> None:
+    """BufferOne across the cluster: b's fire waits for a's run (told to the scheduler as
+    waiting), starts once a lets go; the same fire waiting on a third node never runs."""
+    a, b, c = make("a"), make("b"), make("c")
+    buffered = job("BufferOne")
+    first = launch(buffered)
+    assert await a.guard.admit(first) is None
+    nxt = launch(buffered, 30)
+    on_b = asyncio.create_task(b.guard.admit(nxt))
+    await until(lambda: b.waits == [(nxt.id, "a")])
+    await asyncio.sleep(TTL)  # no deadline: it waits as long as the run goes
+    assert not on_b.done()
+    # the same fire on c (EveryNode: every node fires it) waits as well
+    on_c = asyncio.create_task(c.guard.admit(launch(buffered, 30)))
+    await until(lambda: len(c.waits) == 1)
+    a.guard.release(first)
+    # whichever of b and c gets the slot first records the fire and runs it; the other
+    # finds the record (once it has the slot, or while it waits) and gives up
+    answers = await asyncio.wait_for(asyncio.gather(on_b, on_c), 10)
+    assert sorted(answers, key=str) == [None, "fire_taken"], answers
+    winner = b if answers[0] is None else c
+    assert b.waits[-1] == (nxt.id, None) and c.waits[-1][1] is None
+    assert winner.guard.held() == ["report"]
+    winner.guard.release(nxt)
+    await until(lambda: winner.guard.held() == [])
+    # the first fire, late on a node that never ran it, does not run either
+    assert await a.guard.admit(launch(buffered, 0)) == "fire_taken"
+    await until(lambda: a.guard.held() == [])  # the slot it took for it goes back
+    # a retry of a fire is no fire: it is not compared with the record
+    retry = Launch(buffered, T0.replace(second=30), 2, "retry")
+    assert await a.guard.admit(retry) is None
+    a.guard.release(retry)
+
+
+async def test_buffer_refuses_a_start_on_request_and_gives_up_when_abandoned(
+    make: Make,
+) -> None:
+    a, b = make("a"), make("b")
+    buffered = job("BufferAll")
+    assert await a.guard.admit(launch(buffered)) is None
+    assert await b.guard.admit(launch(buffered, 1, "manual")) == "slot_held"
+    assert await b.guard.refusal(buffered) == (
+        "node a holds its cluster slot (concurrencyPolicy BufferAll, concurrencyScope "
+        "cluster: a start on request is not buffered)"
+    )
+    waiting = launch(buffered, 2)
+    task = asyncio.create_task(b.guard.admit(waiting))
+    await until(lambda: b.waits == [(waiting.id, "a")])
+    b.gone.add(waiting.id)  # cancelled, its job removed, the daemon stopping
+    assert await asyncio.wait_for(task, 10) == "slot_not_freed"
+    assert b.waits[-1] == (waiting.id, None)

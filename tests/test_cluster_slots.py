@@ -135,3 +135,26 @@ def test_slot_names_are_one_segment_never_hidden_and_bounded() -> None:
     long = slot_name("é" * 200)
     assert long.startswith("%%") and len(long) == 66
     assert slot_name("é" * 200) != slot_name("é" * 199)
+
+
+@pytest.mark.asyncio
+async def test_a_fire_mark_records_each_fire_once_and_only_moves_forward(make: Make) -> None:
+    """BufferOne and BufferAll: the holder records the fire it starts; a fire at or before
+    the mark ran already, whoever asks; the mark outlives the hold."""
+    from datetime import UTC, datetime, timedelta
+
+    a, b = make("a"), make("b")
+    t1 = datetime(2026, 6, 1, 12, 1, tzinfo=UTC)
+    assert await a.last_fire(JOB) is None
+    hold = await take(a)
+    assert await a.mark_fire(JOB, t1)
+    assert not await a.mark_fire(JOB, t1)  # the same fire again: taken
+    assert await b.last_fire(JOB) == t1
+    await a.release(JOB, hold)
+    await take(b)
+    assert not await b.mark_fire(JOB, t1)  # it ran on a: not again on b
+    assert not await b.mark_fire(JOB, t1 - timedelta(minutes=1))  # an older one neither
+    t2 = t1 + timedelta(minutes=1, microseconds=250)
+    assert await b.mark_fire(JOB, t2)
+    assert await a.last_fire(JOB) == t2
+    assert await a.last_fire("another job") is None

@@ -320,12 +320,14 @@ def test_retry_ranges(setting: str, message: str) -> None:
     [
         (
             "concurrencyPolicy: forbid",
-            "jobs[0].concurrencyPolicy: expected one of Allow, Forbid, Replace, got 'forbid' "
+            "jobs[0].concurrencyPolicy: expected one of Allow, Forbid, Replace, BufferOne, "
+            "BufferAll, got 'forbid' "
             "(did you mean 'Forbid'?)",
         ),
         (
             "concurrencyPolicy: Replce",
-            "jobs[0].concurrencyPolicy: expected one of Allow, Forbid, Replace, got 'Replce' "
+            "jobs[0].concurrencyPolicy: expected one of Allow, Forbid, Replace, BufferOne, "
+            "BufferAll, got 'Replce' "
             "(did you mean 'Replace'?)",
         ),
         (
@@ -340,7 +342,8 @@ def test_retry_ranges(setting: str, message: str) -> None:
         ),
         (
             "concurrencyPolicy: whatever",
-            "jobs[0].concurrencyPolicy: expected one of Allow, Forbid, Replace, got 'whatever'",
+            "jobs[0].concurrencyPolicy: expected one of Allow, Forbid, Replace, BufferOne, "
+            "BufferAll, got 'whatever'",
         ),
     ],
 )
@@ -1024,7 +1027,7 @@ def test_an_error_from_included_defaults_is_reported_where_it_is_written() -> No
     }
     assert lines(files) == [
         "lib/a.yaml:2:3: defaults.concurrencyPolicy: expected one of Allow, Forbid, Replace, "
-        "got 'forbid' (did you mean 'Forbid'?)",
+        "BufferOne, BufferAll, got 'forbid' (did you mean 'Forbid'?)",
         "lib/a.yaml:4:5: defaults.failsWhen.producesStdout: expected true or false "
         "(also yes/no, on/off, y/n, 1/0), got 'maybe'",
     ]

@@ -290,8 +290,23 @@ def test_loader_and_schema_agree_on_kinds_of_every_value(name: str) -> None:
 
 
 def test_the_mutations_reach_the_operator_keys() -> None:
-    """The keys of issue 18 (``jitter``, ``suspend``, ``onPaused``) are in the corpus
+    """The keys of issue 18 (``jitter``, ``suspend``, ``onPaused``, the buffer policies,
+    ``onLate``, ``onStuck``, ``onStale``) are in the corpus
     (``test_config_ops.py``), each value of them mutated to every other kind."""
     places = {key.split(":", 1)[1].rsplit("=", 1)[0] for key in MUTATIONS}
-    for needle in ("jitter", "suspend", "onPaused", "alertAfter"):
+    for needle in (
+        "jitter",
+        "suspend",
+        "onPaused",
+        "alertAfter",
+        "concurrencyPolicy",
+        "bufferLimit",
+        "onLate",
+        "grace",
+        "onStuck",
+        "expectedDuration",
+        "p95Factor",
+        "onStale",
+        "maxSuccessAge",
+    ):
         assert any(needle in place for place in places), needle

@@ -182,6 +182,9 @@ def status_text(status: dict[str, Any]) -> str:
         next_fire = _when(job.get("nextFire")) if job.get("enabled") else "disabled"
         if job.get("retryPending"):
             next_fire += " (retry pending)"
+        waiting = job.get("buffered") or []
+        if waiting:
+            next_fire += f" ({len(waiting)} buffered)"
         if job.get("paused"):
             next_fire = "paused"
         rows.append(

@@ -14,6 +14,17 @@ renewed every quarter of ``leaseTtl``, and released when the last one ends.
   ``leaseTtl`` (``slot_not_freed``, a WARNING): no run rather than a double run.
   The holder finds the record at its next renewal and stops its runs of the job
   as replaced (no report, no retry), through ``replace_runs``.
+* ``BufferOne`` and ``BufferAll``: a live holder on another node makes the launch
+  *wait* for the slot (polling, every ``leaseTtl``/8, no deadline: as a buffered fire
+  waits for the run going on its own node), and the scheduler counts it as the job's
+  buffered fire here meanwhile (``waiting``); it gives up only when it is
+  ``abandoned`` (cancelled, its job removed, the daemon stopping).  A start on request
+  is refused instead (``slot_held``), as locally.  Before a scheduled fire starts, its
+  time is recorded beside the slot (:meth:`SlotStore.mark_fire`): a fire at or before
+  the recorded one ran already (on another node, or a later fire did) and does not
+  run again (``fire_taken``), so the nodes of an ``EveryNode`` job, which all buffer
+  the same fires, run each once.  A waiting fire looks at that record each time it
+  polls, and gives up at once when the fire ran elsewhere.
 * A store that cannot answer: ``onStoreUnavailable`` of the state section
   (``degrade`` without one): ``degrade`` starts the run with node-local
   enforcement only (a WARNING), ``fail-closed`` refuses it (``slot_unavailable``).
@@ -36,8 +47,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from cronstable.cluster.slots import Claim, Holder, SlotError, SlotStore
+from cronstable.cluster.slots import Claim, Holder, SlotError, SlotStore, later_or_same
 from cronstable.config import Job
+from cronstable.config.models import BUFFER_POLICIES
 from cronstable.ports import Launch
 from cronstable.redact import redact
 from cronstable.tasks import TaskSet
@@ -69,7 +81,9 @@ def uses_slot(job: Job) -> bool:
 class SlotGuard:
     """See the module docstring.  ``replace_runs(job, why)`` stops the local runs of
     ``job`` as replaced; ``on_unavailable()`` says what a store that cannot answer
-    means; ``stopping()`` whether the daemon stops (a waiting Replace gives up)."""
+    means; ``stopping()`` whether the daemon stops (a waiting Replace gives up);
+    ``waiting(launch, node)`` tells the scheduler a launch waits for ``node``'s run (None:
+    no longer); ``abandoned(launch)`` whether a waiting launch should give up."""
 
     def __init__(
         self,
@@ -80,8 +94,12 @@ class SlotGuard:
         stopping: Callable[[], bool] = lambda: False,
         instance: str | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        waiting: Callable[[Launch, str | None], None] = lambda launch, node: None,
+        abandoned: Callable[[Launch], bool] = lambda launch: False,
     ) -> None:
         self.node = node
+        self.waiting = waiting
+        self.abandoned = abandoned
         self.instance = instance or uuid.uuid4().hex[:16]
         self.replace_runs = replace_runs
         self.on_unavailable = on_unavailable
@@ -104,6 +122,8 @@ class SlotGuard:
         self._obeyed: dict[str, Holder] = {}
         """This node's hold a cancel record stopped, by job (obeyed once)."""
         self._failing = False
+        self._waits: dict[str, str] = {}
+        """Launches waiting for another node's run (BufferOne, BufferAll): that node."""
         self._task: asyncio.Task[None] | None = None
         self._background = TaskSet("Cluster slots")
         """Slots being freed."""
@@ -180,6 +200,9 @@ class SlotGuard:
             self._stale.add(launch.job.name)  # the claim may have been taken all the same
             reason = self._failed(store, exc)
             return self._unavailable(launch, reason)
+        finally:
+            if self._waits.pop(launch.id, None) is not None:
+                self.waiting(launch, None)  # it waits no longer (started or refused)
 
     def _count(self, launch: Launch) -> None:
         name = launch.job.name
@@ -189,12 +212,14 @@ class SlotGuard:
     async def _admit(self, store: SlotStore, launch: Launch) -> str | None:
         job = launch.job
         name = job.name
+        policy = job.config.concurrency_policy
+        buffering = policy in BUFFER_POLICIES
         deadline: float | None = None
         while True:
             async with self._io:
                 if name in self._held:
                     self._count(launch)  # a local run holds it already (Replace, here)
-                    return None
+                    return await self._fire_marked(store, launch) if buffering else None
                 claim = (await self._bounded(store, store.claim([name])))[name]
                 holder = claim.holder
                 if store.mine(holder):
@@ -202,8 +227,12 @@ class SlotGuard:
                     self._lost.pop(name, None)
                     self._asked.pop(name, None)
                     self._count(launch)
-                    return None
-                if job.config.concurrency_policy == "Forbid":
+                    return await self._fire_marked(store, launch) if buffering else None
+                if buffering:
+                    refused = await self._buffer_wait(store, launch, holder)
+                    if refused is not None:
+                        return refused
+                elif policy == "Forbid":
                     logger.warning(
                         "Job %s: %s at %s not started: node %s holds its cluster slot "
                         "(concurrencyPolicy Forbid, concurrencyScope cluster)",
@@ -214,7 +243,7 @@ class SlotGuard:
                         extra={"job": name, "holder": holder.node},
                     )
                     return "slot_held"
-                if self._asked.get(name) != holder:
+                elif self._asked.get(name) != holder:
                     await self._bounded(store, store.request_cancel(name, holder))
                     self._asked[name] = holder
                     self.stats.cancels_sent += 1
@@ -227,6 +256,9 @@ class SlotGuard:
                         launch.scheduled.isoformat(),
                         extra={"job": name, "holder": holder.node},
                     )
+            if buffering:
+                await asyncio.sleep(max(0.1, store.ttl / 8))  # no deadline: it waits its turn
+                continue
             now = self.monotonic()
             if deadline is None:
                 deadline = now + 2 * store.ttl
@@ -245,6 +277,76 @@ class SlotGuard:
                 )
                 return "slot_not_freed"
             await asyncio.sleep(min(max(0.1, store.ttl / 8), deadline - now))
+
+    async def _fire_marked(self, store: SlotStore, launch: Launch) -> str | None:
+        """BufferOne, BufferAll, with the slot held for ``launch`` (counted): a scheduled
+        fire records its time beside the slot, unless it (or a later fire) started
+        already; then it does not start (``fire_taken``)."""
+        if launch.kind not in ("fire", "reboot"):
+            return None
+        name = launch.job.name
+        try:
+            marked = await self._bounded(store, store.mark_fire(name, launch.scheduled))
+        except (SlotError, TimeoutError):
+            self.release(launch)  # not started: the slot goes back unless a run keeps it
+            raise
+        if marked:
+            return None
+        self.release(launch)
+        logger.info(
+            "Job %s: the fire at %s ran already in the cluster (or a later one did); not "
+            "started here (concurrencyPolicy %s, concurrencyScope cluster)",
+            name,
+            launch.scheduled.isoformat(),
+            launch.job.config.concurrency_policy,
+            extra={"job": name},
+        )
+        return "fire_taken"
+
+    async def _buffer_wait(self, store: SlotStore, launch: Launch, holder: Holder) -> str | None:
+        """BufferOne, BufferAll: node ``holder.node`` holds the slot, and ``launch`` waits
+        for it (told to the scheduler once); a refusal ends the wait."""
+        job = launch.job
+        name = job.name
+        if launch.kind == "manual":
+            logger.warning(
+                "Job %s: start on request refused: node %s holds its cluster slot "
+                "(concurrencyPolicy %s, concurrencyScope cluster: a start is not buffered)",
+                name,
+                holder.node,
+                job.config.concurrency_policy,
+                extra={"job": name, "holder": holder.node},
+            )
+            return "slot_held"
+        if self.abandoned(launch):
+            return "slot_not_freed"  # not started anyway: cancelled, removed, stopping
+        if launch.kind in ("fire", "reboot"):
+            last = await self._bounded(store, store.last_fire(name))
+            if later_or_same(last, launch.scheduled):
+                logger.info(
+                    "Job %s: the fire at %s runs on node %s (or a later one did); not "
+                    "waiting for it here (concurrencyPolicy %s, concurrencyScope cluster)",
+                    name,
+                    launch.scheduled.isoformat(),
+                    holder.node,
+                    job.config.concurrency_policy,
+                    extra={"job": name, "holder": holder.node},
+                )
+                return "fire_taken"
+        if self._waits.get(launch.id) != holder.node:
+            self._waits[launch.id] = holder.node
+            self.waiting(launch, holder.node)
+            logger.info(
+                "Job %s: the %s at %s waits for node %s's run (concurrencyPolicy %s, "
+                "concurrencyScope cluster)",
+                name,
+                launch.kind,
+                launch.scheduled.isoformat(),
+                holder.node,
+                job.config.concurrency_policy,
+                extra={"job": name, "holder": holder.node},
+            )
+        return None
 
     def _unavailable(self, launch: Launch, reason: str) -> str | None:
         if self.on_unavailable() == "fail-closed":
@@ -307,7 +409,12 @@ class SlotGuard:
         """Why a manual start of ``job`` would be refused for its slot now (Forbid and a
         holder on another node, or fail-closed and no store); None when it may start."""
         store = self.store
-        if store is None or not uses_slot(job) or job.config.concurrency_policy != "Forbid":
+        policy = job.config.concurrency_policy
+        if (
+            store is None
+            or not uses_slot(job)
+            or (policy != "Forbid" and policy not in BUFFER_POLICIES)
+        ):
             return None
         if job.name in self._held:
             return None  # local runs: the local concurrencyPolicy answers
@@ -326,7 +433,9 @@ class SlotGuard:
             return None
         return (
             f"node {holder.node} holds its cluster slot "
-            "(concurrencyPolicy Forbid, concurrencyScope cluster)"
+            f"(concurrencyPolicy {policy}, concurrencyScope cluster"
+            + ("" if policy == "Forbid" else ": a start on request is not buffered")
+            + ")"
         )
 
     # ------------------------------------------------------------ renewal

@@ -43,6 +43,9 @@ ANNOTATION_JOB = "cronstable.io/job"
 """On a slot Lease: the job's name as written."""
 ANNOTATION_CANCEL = "cronstable.io/cancel"
 """On a slot Lease: a cancel record (JSON: instance, fence, by) aimed at one hold."""
+ANNOTATION_FIRE = "cronstable.io/fire"
+"""On a slot Lease: the latest scheduled fire started under it (ISO 8601, UTC;
+concurrencyPolicy BufferOne and BufferAll)."""
 ANNOTATION_REBOOT = "cronstable.io/reboot-ran"
 """On the leader Lease: the @reboot ran-set (JSON, :mod:`.kubernetes`)."""
 

@@ -21,6 +21,15 @@ are), taken and renewed the same way (:mod:`.pool_slots`).
   (:data:`~.shareddir.CLOCK_SKEW`); releasing sets ``expires`` to 0 and keeps the
   counter.
 
+A *fire mark* (concurrencyPolicy BufferOne and BufferAll) keeps, beside each job's
+slot, the latest scheduled fire that started under it, so every fire runs once
+across the cluster: the holder records a fire before its run starts, and a fire at
+or before the recorded one does not run again (every node of an ``EveryNode`` job
+buffers the same fires; the first to get the slot runs each).  etcd:
+``<prefix>slots/<job>/fire`` (no lease: it outlives the holds); directory:
+``slots/<job>.fire``; Kubernetes: the slot Lease's annotation ``cronstable.io/fire``.
+One small record per job, kept when the slot is released.
+
 A *cancel record* (concurrencyPolicy Replace) asks one hold to end: it names the
 holder's instance and fence, so it never reaches a later hold; taking a slot
 anew drops it.  etcd: ``<prefix>slots/<job>/cancel``; directory:
@@ -37,6 +46,7 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from urllib.parse import quote
 
 
@@ -71,6 +81,27 @@ def slot_name(job: str, *, limit: int = 200) -> str:
     if len(quoted) > limit:
         return "%%" + hashlib.sha256(job.encode()).hexdigest()  # quote never writes "%%"
     return quoted
+
+
+def fire_text(fire: datetime) -> str:
+    """A fire mark's time: ISO 8601 in UTC, microseconds kept."""
+    return fire.astimezone(UTC).isoformat()
+
+
+def read_fire(text: object) -> datetime | None:
+    """The time a fire mark holds; None for anything else."""
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
+def later_or_same(recorded: datetime | None, fire: datetime) -> bool:
+    """Whether a recorded fire mark stands for ``fire`` already (it, or a later fire)."""
+    return recorded is not None and recorded >= fire
 
 
 class SlotStore(ABC):
@@ -109,6 +140,16 @@ class SlotStore(ABC):
     @abstractmethod
     async def request_cancel(self, job: str, hold: Holder) -> None:
         """Ask ``hold`` (another node's) to end: write the cancel record aimed at it."""
+
+    @abstractmethod
+    async def mark_fire(self, job: str, fire: datetime) -> bool:
+        """Record that ``job``'s scheduled fire at ``fire`` starts now (called while this
+        instance holds the job's slot); False, and nothing written, when the mark already
+        stands for it (this fire or a later one started)."""
+
+    @abstractmethod
+    async def last_fire(self, job: str) -> datetime | None:
+        """The latest fire of ``job`` recorded by :meth:`mark_fire` (read only)."""
 
     async def close(self) -> None:
         """Free what the store holds open; slots still held end (etcd: with the lease)

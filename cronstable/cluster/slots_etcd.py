@@ -16,10 +16,21 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import TypeVar
 
-from cronstable.cluster.slots import Claim, Holder, SlotError, SlotStore, slot_name
+from cronstable.cluster.slots import (
+    Claim,
+    Holder,
+    SlotError,
+    SlotStore,
+    fire_text,
+    later_or_same,
+    read_fire,
+    slot_name,
+)
 from cronstable.etcd import (
+    JSON,
     EtcdClient,
     EtcdLeaseNotFound,
     EtcdPool,
@@ -86,6 +97,9 @@ class EtcdSlots(SlotStore):
 
     def cancel_key(self, job: str) -> str:
         return self.key(job) + "/cancel"
+
+    def fire_key(self, job: str) -> str:
+        return self.key(job) + "/fire"
 
     async def _call(self, request: Callable[[EtcdClient], Awaitable[_T]]) -> _T:
         return await self.pool.call_as(SlotError, request)
@@ -175,6 +189,43 @@ class EtcdSlots(SlotStore):
             }
         ).encode()
         await self._call(lambda etcd: etcd.put(key, value))
+
+    async def mark_fire(self, job: str, fire: datetime) -> bool:
+        key = self.fire_key(job)
+        value = json.dumps(
+            {
+                "version": FORMAT_VERSION,
+                "fire": fire_text(fire),
+                "node": self.node,
+                "instance": self.instance,
+            }
+        ).encode()
+        for _ in range(3):  # another write between the read and the compare: again
+            found = await self._call(lambda etcd: etcd.range(key))
+            kv = found.kvs[0] if found.kvs else None
+            if later_or_same(read_fire(_json(kv).get("fire")), fire):
+                return False
+            seen = kv.mod_revision if kv is not None else 0
+            unchanged = (
+                compare(key, "mod_revision", "==", seen)
+                if seen
+                else compare(key, "version", "==", 0)
+            )
+            done = await self._call(self._writing(unchanged, key, value))
+            if done.succeeded:
+                return True
+        raise SlotError(f"etcd fire mark {key} changes too fast to be written")
+
+    @staticmethod
+    def _writing(
+        unchanged: JSON, key: str, value: bytes
+    ) -> Callable[[EtcdClient], Awaitable[TxnResult]]:
+        return lambda etcd: etcd.txn([unchanged], [request_put(key, value)])
+
+    async def last_fire(self, job: str) -> datetime | None:
+        key = self.fire_key(job)
+        found = await self._call(lambda etcd: etcd.range(key))
+        return read_fire(_json(found.kvs[0] if found.kvs else None).get("fire"))
 
     async def close(self) -> None:
         try:

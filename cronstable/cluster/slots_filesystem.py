@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,7 +25,16 @@ from cronstable.cluster.shareddir import (
     usable,
     write,
 )
-from cronstable.cluster.slots import Claim, Holder, SlotError, SlotStore, slot_name
+from cronstable.cluster.slots import (
+    Claim,
+    Holder,
+    SlotError,
+    SlotStore,
+    fire_text,
+    later_or_same,
+    read_fire,
+    slot_name,
+)
 
 _T = TypeVar("_T")
 
@@ -49,6 +59,9 @@ class FilesystemSlots(SlotStore):
 
     def cancel_file(self, job: str) -> Path:
         return self.slots / f"{slot_name(job)}.cancel"
+
+    def fire_file(self, job: str) -> Path:
+        return self.slots / f"{slot_name(job)}.fire"
 
     async def _locked(self, work: Callable[[], _T]) -> _T:
         def run() -> _T:
@@ -123,6 +136,26 @@ class FilesystemSlots(SlotStore):
             "by": self.node,
         }
         await self._locked(lambda: write(self.cancel_file(job), record))
+
+    async def mark_fire(self, job: str, fire: datetime) -> bool:
+        def mark() -> bool:
+            held = read(self.fire_file(job)) or {}
+            if later_or_same(read_fire(held.get("fire")), fire):
+                return False
+            record = {
+                "version": FORMAT_VERSION,
+                "job": job,
+                "fire": fire_text(fire),
+                "node": self.node,
+                "instance": self.instance,
+            }
+            write(self.fire_file(job), record)
+            return True
+
+        return await self._locked(mark)
+
+    async def last_fire(self, job: str) -> datetime | None:
+        return await self._locked(lambda: read_fire((read(self.fire_file(job)) or {}).get("fire")))
 
 
 def _fence(record: dict[str, Any]) -> int:

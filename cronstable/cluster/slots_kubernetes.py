@@ -26,11 +26,13 @@ import json
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from cronstable.cluster.kube_api import KubeClient, KubeConflict, KubeError
 from cronstable.cluster.kube_leases import (
     ANNOTATION_CANCEL,
+    ANNOTATION_FIRE,
     ANNOTATION_INSTANCE,
     ANNOTATION_JOB,
     LABEL_CLUSTER,
@@ -42,7 +44,15 @@ from cronstable.cluster.kube_leases import (
     released,
     slot_lease_name,
 )
-from cronstable.cluster.slots import Claim, Holder, SlotError, SlotStore
+from cronstable.cluster.slots import (
+    Claim,
+    Holder,
+    SlotError,
+    SlotStore,
+    fire_text,
+    later_or_same,
+    read_fire,
+)
 
 _T = TypeVar("_T")
 ATTEMPTS = 3
@@ -196,6 +206,31 @@ class KubernetesSlots(SlotStore):
             self.sightings.see(written, self.monotonic())
             return
         raise SlotError(f"slot Lease {name} changes too fast to write a cancel record")
+
+    async def mark_fire(self, job: str, fire: datetime) -> bool:
+        return await self._call(self._mark_fire(job, fire))
+
+    async def _mark_fire(self, job: str, fire: datetime) -> bool:
+        name = self.lease(job)
+        for _ in range(ATTEMPTS):
+            lease = await self.api.get(name)
+            if lease is None:
+                raise SlotError(f"slot Lease {name} is gone: the fire cannot be recorded")
+            if later_or_same(read_fire(lease.annotations.get(ANNOTATION_FIRE)), fire):
+                return False
+            try:
+                written = await self.api.replace(
+                    lease, lease.changed(annotations={ANNOTATION_FIRE: fire_text(fire)})
+                )
+            except KubeConflict:
+                continue
+            self.sightings.see(written, self.monotonic())
+            return True
+        raise SlotError(f"slot Lease {name} changes too fast to record a fire")
+
+    async def last_fire(self, job: str) -> datetime | None:
+        lease = await self._call(self.api.get(self.lease(job)))
+        return None if lease is None else read_fire(lease.annotations.get(ANNOTATION_FIRE))
 
     async def close(self) -> None:
         try:

@@ -112,6 +112,9 @@ def workflow_job(
         suspend=config.suspend,
         on_paused=config.on_paused,
         jitter=config.jitter,
+        on_late=config.on_late,
+        on_stuck=config.on_stuck,
+        on_stale=config.on_stale,
     )
     return Job(
         config=settings,

@@ -477,6 +477,51 @@ class OnPaused(Model):
     """Send at most one report per this many seconds (0: every one)."""
 
 
+class OnLate(Model):
+    """Reports for a scheduled fire that has not started within ``grace`` of its planned
+    start (the leader down, the pool full, the node dead), once per fire across the
+    cluster when the nodes share a state store."""
+
+    grace: OptDuration = Field(None, ge=0, examples=["5m", 120])
+    """How long after its planned start (its time, delayed by ``jitter``) a fire may still
+    start before it is reported late (seconds, or a duration like ``5m``); unset: no late
+    alerts."""
+    report: Report = _shared(Report())
+    rate_limit: Number = _rate_limit(3600)
+    """Send at most one report per this many seconds (0: every one); the ones held back
+    are counted and summarised in the next one sent."""
+
+
+class OnStuck(Model):
+    """Reports for a run that has been going for longer than it should, once per run."""
+
+    expected_duration: OptDuration = Field(
+        None, alias="expectedDuration", gt=0, examples=["30m", 1800]
+    )
+    """A run going for longer than this is reported stuck (seconds, or a duration like
+    ``1h30m``); it is not stopped (that is ``executionTimeout``'s)."""
+    p95_factor: OptNumber = Field(None, alias="p95Factor", gt=0, examples=[3])
+    """Without ``expectedDuration``: a run going for longer than this many times the 95th
+    percentile of the durations of the last 20 runs (the successful ones; at least 5 of
+    them, else nothing is judged) is reported stuck."""
+    report: Report = _shared(Report())
+    rate_limit: Number = _rate_limit(0)
+    """Send at most one report per this many seconds (0: every one)."""
+
+
+class OnStale(Model):
+    """Reports when the last successful run is older than ``maxSuccessAge``, once until a
+    run succeeds again."""
+
+    max_success_age: OptDuration = Field(None, alias="maxSuccessAge", gt=0, examples=["26h", 90000])
+    """How old the last success may grow (seconds, or a duration like ``26h``); a job
+    that never succeeded counts from when this daemon first applied it. Unset: no stale
+    alerts."""
+    report: Report = _shared(Report())
+    rate_limit: Number = _rate_limit(0)
+    """Send at most one report per this many seconds (0: every one)."""
+
+
 class Suspend(Model):
     """A pause written in the repository: fires are skipped (counted as ``paused``) while
     it holds; a start on request still runs."""
@@ -593,6 +638,26 @@ Principal = Annotated[str | None, BeforeValidator(_principal)]
 
 _PREFIX_FIELDS = frozenset({"job_name", "stream_name"})
 
+ConcurrencyPolicy = Literal["Allow", "Forbid", "Replace", "BufferOne", "BufferAll"]
+BUFFER_POLICIES = frozenset({"BufferOne", "BufferAll"})
+"""The policies under which a fire waits for the runs going instead of starting."""
+DEFAULT_BUFFER_LIMIT = 10
+MAX_BUFFER_LIMIT = 1000
+"""The largest ``bufferLimit``: a job's buffer is a bound, not a backlog store."""
+
+
+def _workflow_policy(value: Any) -> Any:
+    """A workflow's runs are not buffered: BufferOne and BufferAll are refused with why."""
+    if isinstance(value, str) and value in BUFFER_POLICIES:
+        raise PydanticCustomError(
+            "workflow_buffer",
+            "{policy} buffers a job's fires; a workflow's runs are not buffered: use Allow, "
+            "Forbid or Replace here (a file's defaults give concurrencyPolicy to its workflows "
+            "too: set it on the jobs instead)",
+            {"policy": value},
+        )
+    return value
+
 
 class JobSettings(Model):
     """Every job setting that may also be given under ``defaults``."""
@@ -631,11 +696,16 @@ class JobSettings(Model):
     on_missed: OnMissed = Field(default_factory=_shared_factory(OnMissed()), alias="onMissed")
     """Reports for a fire that did not run (skipped by Forbid, found too late after a
     clock jump, past startingDeadlineSeconds)."""
-    concurrency_policy: Literal["Allow", "Forbid", "Replace"] = Field(
-        "Allow", alias="concurrencyPolicy"
-    )
+    concurrency_policy: ConcurrencyPolicy = Field("Allow", alias="concurrencyPolicy")
     """What a fire does while a run is still going: start another (Allow), skip (Forbid),
-    or stop the old run and start anew (Replace)."""
+    stop the old run and start anew (Replace), wait for it (BufferOne: one fire waits,
+    later ones are skipped as ``buffer_full``), or queue behind it (BufferAll: up to
+    ``bufferLimit`` fires wait and run one after another)."""
+    buffer_limit: Int = Field(
+        DEFAULT_BUFFER_LIMIT, alias="bufferLimit", ge=1, le=MAX_BUFFER_LIMIT, examples=[10, 3]
+    )
+    """Under ``concurrencyPolicy: BufferAll``, the most fires that wait for the runs going
+    (a fire past it is skipped as ``buffer_full``); other policies ignore it."""
     execution_timeout: OptNumber = Field(None, alias="executionTimeout", gt=0)
     """Seconds a run may take before it is stopped and fails with code -100."""
     kill_timeout: Number = Field(30, alias="killTimeout", ge=0)
@@ -667,6 +737,13 @@ class JobSettings(Model):
     duration like ``90s`` or ``1h30m``), the same on every node: a hash of the job's name
     and the fire's time, kept below the next fire. Never applied to retries, catch-ups,
     backfills or starts on request; the run's scheduled time stays the fire's."""
+    on_late: OnLate = Field(default_factory=_shared_factory(OnLate()), alias="onLate")
+    """Reports for a fire not started within ``grace`` of its planned start."""
+    on_stuck: OnStuck = Field(default_factory=_shared_factory(OnStuck()), alias="onStuck")
+    """Reports for a run going longer than ``expectedDuration`` (or ``p95Factor`` times
+    the 95th percentile of its last runs)."""
+    on_stale: OnStale = Field(default_factory=_shared_factory(OnStale()), alias="onStale")
+    """Reports when the last success is older than ``maxSuccessAge``."""
     cluster_policy: Literal["EveryNode", "Leader", "PreferLeader"] = Field(
         "EveryNode", alias="clusterPolicy"
     )
@@ -713,9 +790,10 @@ class JobSettings(Model):
         return prefix
 
 
-def report_moments(
-    settings: JobSettings,
-) -> tuple[tuple[str, OnReport | OnFailure | OnMissed | OnPaused], ...]:
+ReportMoment = OnReport | OnFailure | OnMissed | OnPaused | OnLate | OnStuck | OnStale
+
+
+def report_moments(settings: JobSettings) -> tuple[tuple[str, ReportMoment], ...]:
     """(YAML key, settings) of each report moment of a job."""
     return (
         ("onFailure", settings.on_failure),
@@ -723,6 +801,9 @@ def report_moments(
         ("onSuccess", settings.on_success),
         ("onMissed", settings.on_missed),
         ("onPaused", settings.on_paused),
+        ("onLate", settings.on_late),
+        ("onStuck", settings.on_stuck),
+        ("onStale", settings.on_stale),
     )
 
 
@@ -860,7 +941,7 @@ RunWhenName = Literal["allSucceeded", "allDone", "anyFailed", "allFailed"]
 """cronstable.workflows.dag.RunWhen, spelled out (the schema lists the values)."""
 
 
-WORKFLOW_ONLY_KEYS = ("suspend", "onPaused", "jitter")
+WORKFLOW_ONLY_KEYS = ("suspend", "onPaused", "jitter", "onLate", "onStale")
 """Job settings a task does not take: they belong to what is scheduled, its workflow
 (a file's ``defaults`` give them to the workflow, not to its tasks)."""
 
@@ -874,7 +955,8 @@ def _without_workflow_keys(schema: dict[str, Any]) -> None:
 
 class TaskConfig(RunSettings):
     """One task of a workflow: a job without a schedule of its own (every job setting
-    applies but ``suspend``, ``onPaused`` and ``jitter``, which are the workflow's, and
+    applies but ``suspend``, ``onPaused``, ``jitter``, ``onLate`` and ``onStale``, which are
+    the workflow's, and
     the file's defaults reach it as they reach jobs), started by its workflow's runs once
     its dependencies allow. Its name everywhere a job name appears (logs, metrics, the
     API, durable state) is ``WORKFLOW.TASK``."""
@@ -939,11 +1021,12 @@ class WorkflowSettings(Model):
     )
     """Which nodes of a cluster start the workflow's runs (a run's tasks run where the
     run started)."""
-    concurrency_policy: Literal["Allow", "Forbid", "Replace"] = Field(
-        "Allow", alias="concurrencyPolicy"
-    )
+    concurrency_policy: Annotated[
+        Literal["Allow", "Forbid", "Replace"], BeforeValidator(_workflow_policy)
+    ] = Field("Allow", alias="concurrencyPolicy")
     """What a fire does while a run is still going: start another (Allow), skip (Forbid),
-    or cancel the old run and start anew (Replace)."""
+    or cancel the old run and start anew (Replace). BufferOne and BufferAll are for jobs:
+    a workflow's runs are not buffered."""
     on_failure: OnReport = Field(default_factory=_shared_factory(OnReport()), alias="onFailure")
     """Reports once a run ended failed (a task failed: after its retries)."""
     on_success: OnReport = Field(default_factory=_shared_factory(OnReport()), alias="onSuccess")
@@ -968,6 +1051,14 @@ class WorkflowSettings(Model):
     fire's time, kept below the next fire. Never applied to catch-ups or starts on
     request; the run's scheduled time (its tasks' ``CRONSTABLE_SCHEDULED_TIME``) stays
     the fire's."""
+    on_late: OnLate = Field(default_factory=_shared_factory(OnLate()), alias="onLate")
+    """Reports for a fire that started no run within ``grace`` of its planned start."""
+    on_stuck: OnStuck = Field(default_factory=_shared_factory(OnStuck()), alias="onStuck")
+    """Reports for a run of the workflow going longer than ``expectedDuration`` (or
+    ``p95Factor`` times the 95th percentile of its last runs); a file's defaults give
+    ``onStuck`` to its jobs and tasks, not to the workflow."""
+    on_stale: OnStale = Field(default_factory=_shared_factory(OnStale()), alias="onStale")
+    """Reports when the workflow's last successful run is older than ``maxSuccessAge``."""
 
     @field_validator("name")
     @classmethod
@@ -995,9 +1086,12 @@ WORKFLOW_DEFAULT_KEYS = (
     "suspend",
     "onPaused",
     "jitter",
+    "onLate",
+    "onStale",
 )
 """The keys of a file's ``defaults`` that reach its workflows too (``onFailure`` without
-its ``retry``: a workflow's retries are its tasks')."""
+its ``retry``: a workflow's retries are its tasks'; not ``onStuck``: a task's expected
+duration is not its workflow run's)."""
 
 
 class WorkflowConfig(WorkflowSettings):

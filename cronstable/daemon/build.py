@@ -50,6 +50,7 @@ from cronstable.runtime.run_metrics import RunMetrics
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.runtime.sdnotify import ServiceNotifier
 from cronstable.sources.base import Source
+from cronstable.state.alerts import AlertWatch
 from cronstable.state.fleet import LastRuns, StoreFleetRecords
 from cronstable.state.keeper import StateKeeper
 from cronstable.state.pauses import PauseBook, PauseGate
@@ -128,6 +129,9 @@ def build_daemon(
         # the state section's onStoreUnavailable; without one, degrade
         on_unavailable=lambda: keeper.policy if keeper.store is not None else "degrade",
         stopping=lambda: scheduler_of().stopping,
+        # BufferOne, BufferAll: a launch waiting for another node's run counts as buffered
+        waiting=lambda launch, node: scheduler_of().slot_wait(launch, node),
+        abandoned=lambda launch: scheduler_of().abandoned(launch),
     )  # a launch guard: concurrencyScope cluster holds the job's slot in the cluster's store
     reboot = RebootGuard(
         lambda: cluster.leadership,
@@ -167,6 +171,26 @@ def build_daemon(
         workflows=lambda: scheduler_of().workflows,
     )  # suspend and the API's pauses, kept in the state store; the gate asks it
     last_runs = LastRuns(node.name, keeper.submit)  # the fleet view's last run of each job
+    alerts = AlertWatch(
+        node.name,
+        lambda: keeper.store,
+        lambda: {
+            **scheduler_of().jobs,
+            **{name: flow.job for name, flow in scheduler_of().workflows.items()},
+        },
+        lambda name: scheduler_of().job(name),
+        clock.now,
+        sleep=clock.sleep,
+        gate=lambda job: scheduler_of().gate_says(job),
+        paused=lambda job: pauses.holding(job) is not None,
+        start_of=lambda job, fire: scheduler_of().start_of(job, fire),
+        durations=lambda name: (
+            history.success_durations(name) or flow_history.success_durations(name)
+        ),
+        last_success=lambda name: history.last_success_at(name) or flow_history.last_success(name),
+        sink=reports,
+        registry=registry,
+    )  # onLate, onStuck, onStale: a run, report and workflow listener with rounds of its own
     scheduler = Scheduler(
         clock,
         spawner,
@@ -175,9 +199,9 @@ def build_daemon(
         # @reboot ran-set is written last, once nothing else refuses
         guards=(slots, keeper, reboot),
         hooks=keeper,
-        run_listeners=(history, run_metrics, events, statsd, keeper, last_runs),
-        report_listeners=(reports,),
-        flow_listeners=(flow_history, run_metrics, statsd, keeper, last_runs),
+        run_listeners=(history, run_metrics, events, statsd, keeper, last_runs, alerts),
+        report_listeners=(reports, alerts),
+        flow_listeners=(flow_history, run_metrics, statsd, keeper, last_runs, alerts),
         pools=job_pools,
     )
     scheduler_of.set(scheduler)
@@ -254,6 +278,7 @@ def build_daemon(
         cluster,
         state,
         pauses,  # after state: it reads the store the state section committed
+        alerts,  # after state too, for the same reason
         slot_section,
         pool_slot_section,
         lock_section,
@@ -271,6 +296,7 @@ def build_daemon(
         ("reporting section", reports.close),  # the reports in flight, each in its timeout
         ("cluster section", cluster.close),
         ("pauses", pauses.close),
+        ("alerts", alerts.close),  # before the state section closes the store it writes
         ("state section", state.close),  # what is queued is written (bounded)
         ("cluster-slots section", slot_section.close),
         ("pools", job_pools.close),  # the pumps of the cluster pools, before their store

@@ -12,6 +12,8 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 * :mod:`.listeners`: who hears of runs (:class:`RunListener`, :class:`ReportListener`);
 * :mod:`.flows`: workflow runs (:class:`FlowRunView`, :class:`TaskRunView`) and who hears
   of them (:class:`FlowListener`);
+* :mod:`.alerts`: what a late fire, a stuck run and a stale job are reported with
+  (:class:`StuckRun`, :class:`AlertSink`);
 * :mod:`.pauses`: a job held back (:class:`Pause`, :class:`JobPauses`) and what may
   be asked of the pauses (:class:`PauseControl`);
 * :mod:`.restore`: what a previous daemon's records are put back into
@@ -27,6 +29,7 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 
 from __future__ import annotations
 
+from cronstable.ports.alerts import AlertSink, StuckRun
 from cronstable.ports.channel import RunChannel, RunGrant, RunOwner
 from cronstable.ports.fleet import (
     FleetCluster,
@@ -113,6 +116,7 @@ __all__ = [
     "MISSED_REASONS",
     "RUN_OUTCOMES",
     "SPAWN_FAILED_RETURNCODE",
+    "AlertSink",
     "AppliedConfig",
     "BackfillRefused",
     "BackfillView",
@@ -175,6 +179,7 @@ __all__ = [
     "StateView",
     "Status",
     "StoreView",
+    "StuckRun",
     "TaskDefinition",
     "TaskRunView",
     "WallClock",

@@ -36,13 +36,20 @@ FAILURES: frozenset[RunOutcome] = frozenset({"failed", "timed_out", "spawn_faile
 """The outcomes that are failures (reported, retried)."""
 
 MissedReason = Literal[
-    "forbid", "daemon_down", "clock_jump", "deadline", "pool_timeout", "pool_full"
+    "forbid",
+    "daemon_down",
+    "clock_jump",
+    "deadline",
+    "pool_timeout",
+    "pool_full",
+    "buffer_full",
 ]
 """Why a fire did not run: skipped by concurrencyPolicy Forbid, missed while the daemon
 was down, found too late after the clock jumped (or the daemon stalled), past
-``startingDeadlineSeconds``, waited in its pool's queue past ``poolTimeout``, or found
-its pool's queue full.  A launch that is not a fire (a retry, a start on request)
-skipped by its pool is reported the same way."""
+``startingDeadlineSeconds``, waited in its pool's queue past ``poolTimeout``, found
+its pool's queue full, or found the job's buffer full (concurrencyPolicy BufferOne,
+or BufferAll at ``bufferLimit``).  A launch that is not a fire (a retry, a start on
+request) skipped by its pool is reported the same way."""
 MISSED_REASONS: tuple[MissedReason, ...] = get_args(MissedReason)
 
 Moment = Literal["failure", "permanent_failure", "success"]

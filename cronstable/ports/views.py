@@ -79,6 +79,9 @@ class JobStatus:
     """The pauses holding it now, the repository's and the API's apart."""
     backfill: BackfillView | None = None
     """Its backfill running now, or the last one this daemon ran."""
+    buffered: tuple[datetime, ...] = ()
+    """The fires waiting for its runs going, the next first (concurrencyPolicy BufferOne,
+    BufferAll)."""
 
 
 @dataclass(frozen=True, slots=True)

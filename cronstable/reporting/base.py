@@ -61,6 +61,52 @@ _PAUSED_DEFAULTS = {
 }
 """A pause that lasted onPaused.alertAfter: no run, no output."""
 
+LATE_SUBJECT_TEMPLATE = (
+    "Cron job '{{name}}' is late: the fire at {{scheduled_time}} has not started"
+)
+LATE_BODY_TEMPLATE = (
+    "The fire of job '{{name}}' at {{scheduled_time}} (planned to start at {{planned_start}}) "
+    "has not started within its grace of {{grace}} s (seen by {{hostname}}).\n"
+    "Is its node down, its pool full, or its leader gone?\n"
+    "{% if suppressed_count %}({{suppressed_count}} earlier reports held back by rateLimit)\n"
+    "{% endif %}"
+)
+STUCK_SUBJECT_TEMPLATE = "Cron job '{{name}}' is stuck: running for {{running_for_text}}"
+STUCK_BODY_TEMPLATE = (
+    "Run {{run_id}} of job '{{name}}' (scheduled {{scheduled_time}}, started {{started_at}}, "
+    "attempt {{attempt}}) has been going for {{running_for_text}}, longer than "
+    "{{threshold}} s ({{threshold_basis}}).\nIt is not stopped.\n"
+    "{% if suppressed_count %}({{suppressed_count}} earlier reports held back by rateLimit)\n"
+    "{% endif %}"
+)
+STALE_SUBJECT_TEMPLATE = "Cron job '{{name}}' is stale: no success for {{success_age_text}}"
+STALE_BODY_TEMPLATE = (
+    "Job '{{name}}' {% if last_success %}last succeeded at {{last_success}}, "
+    "{{success_age_text}} ago{% else %}has not succeeded since it was applied, "
+    "{{success_age_text}} ago{% endif %}: more than its maxSuccessAge of "
+    "{{max_success_age}} s.\n"
+    "{% if suppressed_count %}({{suppressed_count}} earlier reports held back by rateLimit)\n"
+    "{% endif %}"
+)
+
+
+def _defaults(subject: str, body: str) -> dict[str, str]:
+    """The default run templates (mail's subject and body, and both joined) replaced."""
+    return {
+        DEFAULT_SUBJECT_TEMPLATE: subject,
+        DEFAULT_BODY_TEMPLATE: body,
+        DEFAULT_SUBJECT_TEMPLATE + "\n" + DEFAULT_BODY_TEMPLATE: subject + "\n" + body,
+    }
+
+
+_ALERT_DEFAULTS = {
+    "late": _defaults(LATE_SUBJECT_TEMPLATE, LATE_BODY_TEMPLATE),
+    "stuck": _defaults(STUCK_SUBJECT_TEMPLATE, STUCK_BODY_TEMPLATE),
+    "stale": _defaults(STALE_SUBJECT_TEMPLATE, STALE_BODY_TEMPLATE),
+}
+"""Late fires, stuck runs, stale jobs: no output of their own, messages of their own."""
+ALERT_MOMENTS = frozenset(_ALERT_DEFAULTS)
+
 
 def job_environment(job: Job) -> dict[str, str]:
     """The environment a template (and a shell report) sees: the daemon's, then the job's."""
@@ -78,7 +124,7 @@ class Message:
     job: Job
     """The definition that ran (or would have run)."""
     moment: str
-    """failure, permanent_failure, success, missed or paused."""
+    """failure, permanent_failure, success, missed, paused, late, stuck or stale."""
     variables: dict[str, Any]
     """What templates see (see docs/reporting.md)."""
     run: FinishedRun | None = None
@@ -95,6 +141,8 @@ class Message:
             template = _MISSED_DEFAULTS.get(template, template)
         elif self.moment == "paused":
             template = _PAUSED_DEFAULTS.get(template, template)
+        elif self.moment in _ALERT_DEFAULTS:
+            template = _ALERT_DEFAULTS[self.moment].get(template, template)
         try:
             return render(template, self.variables, autoescape=autoescape)
         except Exception as exc:
@@ -113,6 +161,21 @@ class Message:
     def fallback(self) -> str:
         """A plain text summary, when a template fails."""
         v = self.variables
+        if self.moment == "late":
+            return (
+                f"Job {v['name']}: the fire at {v['scheduled_time']} has not started within "
+                f"{v['grace']} s"
+            )
+        if self.moment == "stuck":
+            return (
+                f"Job {v['name']}: run {v['run_id']} has been going for {v['running_for']} s "
+                f"(more than {v['threshold']} s)"
+            )
+        if self.moment == "stale":
+            return (
+                f"Job {v['name']}: last success {v['last_success'] or 'never'}, "
+                f"{v['success_age']} s ago (more than {v['max_success_age']} s)"
+            )
         if self.moment == "paused":
             return (
                 f"Job {v['name']} has been paused for {v['paused_for']} "

@@ -29,8 +29,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from cronstable.config.desired import DesiredState, Job
-from cronstable.config.models import OnMissed, OnPaused, OnReport, Report
-from cronstable.ports import FinishedRun, MissedFire, Moment, Pause, utc_text
+from cronstable.config.models import OnLate, OnMissed, OnPaused, OnReport, OnStale, OnStuck, Report
+from cronstable.ports import FinishedRun, MissedFire, Moment, Pause, StuckRun, utc_text
 from cronstable.reconcile.plan import Plan
 from cronstable.redact import redact
 from cronstable.reporting.base import Message, job_environment
@@ -180,6 +180,89 @@ class ReportDispatcher:
             extra={"job": job.name},
         )
         self._dispatch(settings.report, Message(job, "paused", variables))
+
+    # ------------------------------------------------------------ late, stuck, stale
+
+    def fire_late(self, job: Job, fire: datetime, planned: datetime, grace: float) -> None:
+        """``job``'s fire at ``fire`` has not started within ``onLate.grace``."""
+        settings: OnLate = job.config.on_late
+        if not self._wanted(settings.report):
+            return
+        held = self._let_through(job.name, ("late",), settings.rate_limit)
+        if held is None:
+            return
+        variables = {
+            "name": job.name,
+            "success": False,
+            "moment": "late",
+            "reason": "late",
+            "scheduled_time": utc_text(fire),
+            "planned_start": utc_text(planned),
+            "grace": round(grace, 3),
+            "suppressed_count": held,
+            **self._job_variables(job),
+        }
+        self._dispatch(settings.report, Message(job, "late", variables))
+
+    def run_stuck(self, job: Job, run: StuckRun) -> None:
+        """A run of ``job`` has been going for longer than its ``onStuck`` threshold."""
+        settings: OnStuck = job.config.on_stuck
+        if not self._wanted(settings.report):
+            return
+        held = self._let_through(job.name, ("stuck",), settings.rate_limit)
+        if held is None:
+            return
+        variables = {
+            "name": job.name,
+            "success": False,
+            "moment": "stuck",
+            "reason": "stuck",
+            "run_id": run.id,
+            "scheduled_time": utc_text(run.scheduled),
+            "started_at": utc_text(run.started_at),
+            "attempt": run.attempt,
+            "pid": run.pid,
+            "running_for": round(run.running_for, 3),
+            "running_for_text": _lasted(run.running_for),
+            "threshold": round(run.threshold, 3),
+            "threshold_basis": run.basis,
+            "suppressed_count": held,
+            **self._job_variables(job),
+        }
+        self._dispatch(settings.report, Message(job, "stuck", variables))
+
+    def success_stale(
+        self, job: Job, last_success: datetime | None, age: float, limit: float
+    ) -> None:
+        """``job``'s last success is older than its ``onStale.maxSuccessAge``."""
+        settings: OnStale = job.config.on_stale
+        if not self._wanted(settings.report):
+            return
+        held = self._let_through(job.name, ("stale",), settings.rate_limit)
+        if held is None:
+            return
+        variables = {
+            "name": job.name,
+            "success": False,
+            "moment": "stale",
+            "reason": "stale",
+            "last_success": utc_text(last_success) if last_success is not None else None,
+            "scheduled_time": utc_text(last_success) if last_success is not None else None,
+            "success_age": round(age, 3),
+            "success_age_text": _lasted(age),
+            "max_success_age": round(limit, 3),
+            "suppressed_count": held,
+            **self._job_variables(job),
+        }
+        self._dispatch(settings.report, Message(job, "stale", variables))
+
+    def _job_variables(self, job: Job) -> dict[str, Any]:
+        return {
+            **self._daemon_variables(),
+            "command": job.config.command,
+            "shell": job.config.shell,
+            "environment": job_environment(job),
+        }
 
     # ------------------------------------------------------------ internals
 

@@ -7,7 +7,8 @@ STDERR (the last :data:`STREAM_LIMIT` bytes, with a marker when cut: Linux
 refuses one environment string over 128 KiB), and ours: OUTCOME, MOMENT,
 SCHEDULED_TIME, ATTEMPT, RUN_ID (a missed fire: REASON, MISSED_COUNT; a pause that
 lasted onPaused.alertAfter: PAUSE_SOURCE, PAUSE_REASON, PAUSED_BY, PAUSED_SINCE,
-PAUSED_UNTIL).  The
+PAUSED_UNTIL; a late fire: PLANNED_START, GRACE; a stuck run: STARTED_AT,
+RUNNING_FOR, THRESHOLD; a stale job: LAST_SUCCESS, SUCCESS_AGE, MAX_SUCCESS_AGE).  The
 command's output is logged; a non-zero exit is a failed report.  It runs in a
 session of its own and is killed (the whole group) when the timeout ends.
 """
@@ -24,7 +25,13 @@ from typing import Any
 
 from cronstable.config.models import ShellReport
 from cronstable.ports import tail_text
-from cronstable.reporting.base import Message, Reporter, ReportError, job_environment
+from cronstable.reporting.base import (
+    ALERT_MOMENTS,
+    Message,
+    Reporter,
+    ReportError,
+    job_environment,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +45,10 @@ def _stream(text: str | None) -> str:
     if not kept:
         return ""
     return f"[{dropped} bytes discarded]\n{kept}" if dropped else kept
+
+
+def _text(value: object) -> str:
+    return "" if value is None else str(value)
 
 
 def report_environment(message: Message) -> dict[str, str]:
@@ -56,7 +67,10 @@ def report_environment(message: Message) -> dict[str, str]:
     }
     ours = {
         "OUTCOME": str(
-            v.get("outcome", message.moment if message.moment == "paused" else "missed")
+            v.get(
+                "outcome",
+                message.moment if message.moment in ("paused", *ALERT_MOMENTS) else "missed",
+            )
         ),
         "MOMENT": message.moment,
         "SCHEDULED_TIME": str(v.get("scheduled_time", "")),
@@ -70,6 +84,14 @@ def report_environment(message: Message) -> dict[str, str]:
         "PAUSED_SINCE": str(v.get("paused_since") or ""),
         "PAUSED_UNTIL": str(v.get("paused_until") or ""),
         "SUPPRESSED_COUNT": str(v.get("suppressed_count", 0)),
+        "PLANNED_START": str(v.get("planned_start") or ""),
+        "GRACE": _text(v.get("grace")),
+        "STARTED_AT": str(v.get("started_at") or ""),
+        "RUNNING_FOR": _text(v.get("running_for")),
+        "THRESHOLD": _text(v.get("threshold")),
+        "LAST_SUCCESS": str(v.get("last_success") or ""),
+        "SUCCESS_AGE": _text(v.get("success_age")),
+        "MAX_SUCCESS_AGE": _text(v.get("max_success_age")),
     }
     env = job_environment(job)
     for key, value in fields.items():

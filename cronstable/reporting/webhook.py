@@ -47,6 +47,25 @@ def payload(message: Message, text: str) -> dict[str, Any]:
     }
     if message.missed is not None:
         data |= {"reason": v["reason"], "missedCount": v["missed_count"]}
+    elif message.moment == "late":
+        data |= {"reason": "late", "plannedStart": v["planned_start"], "grace": v["grace"]}
+    elif message.moment == "stuck":
+        data |= {
+            "reason": "stuck",
+            "runId": v["run_id"],
+            "attempt": v["attempt"],
+            "startedAt": v["started_at"],
+            "runningFor": v["running_for"],
+            "threshold": v["threshold"],
+            "thresholdBasis": v["threshold_basis"],
+        }
+    elif message.moment == "stale":
+        data |= {
+            "reason": "stale",
+            "lastSuccess": v["last_success"],
+            "successAge": v["success_age"],
+            "maxSuccessAge": v["max_success_age"],
+        }
     elif message.moment == "paused":
         data |= {
             "reason": "paused",

@@ -183,6 +183,7 @@ class DaemonControl:
                 if self.pause_control is not None
                 else JobPauses(),
                 backfill=self.backfills.view(name),
+                buffered=self.scheduler.buffered(name),
                 running=tuple(self.history.running(name)),
                 last_run=self.history.last(name),
                 retry_pending=self.scheduler.retry_pending(name),

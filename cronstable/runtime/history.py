@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 from collections.abc import Iterable
+from datetime import datetime
 
 from cronstable.ports import (
     FinishedRun,
@@ -64,6 +65,16 @@ class RunHistory:
     def last(self, job: str) -> FinishedRun | None:
         runs = self._finished.get(job)
         return runs[-1] if runs else None
+
+    def success_durations(self, job: str) -> list[float]:
+        """The durations of the successful runs among the last ones kept (onStuck's
+        ``p95Factor`` judges from them), oldest first."""
+        return [run.duration for run in self._finished.get(job, ()) if run.outcome == "succeeded"]
+
+    def last_success_at(self, job: str) -> datetime | None:
+        """When the job's last successful run ended (onStale); None when none is known."""
+        run = self._succeeded.get(job)
+        return run.finished_at if run is not None else None
 
     def restore(self, job: str, runs: Iterable[FinishedRun]) -> None:
         """Put back the finished runs a previous daemon kept (oldest first), before any
@@ -130,6 +141,21 @@ class FlowHistory:
     def last(self, workflow: str) -> FlowRunView | None:
         runs = self._finished.get(workflow)
         return runs[-1] if runs else None
+
+    def success_durations(self, workflow: str) -> list[float]:
+        """The durations of the successful runs among the last ones kept, oldest first."""
+        return [
+            run.duration
+            for run in self._finished.get(workflow, ())
+            if run.outcome == "succeeded" and run.duration is not None
+        ]
+
+    def last_success(self, workflow: str) -> datetime | None:
+        """When the newest successful run kept ended; None when none is kept."""
+        for run in reversed(self._finished.get(workflow, ())):
+            if run.outcome == "succeeded" and run.finished_at is not None:
+                return run.finished_at
+        return None
 
     def restore(self, workflow: str, runs: Iterable[FlowRunView]) -> None:
         """Put back the finished runs a previous daemon kept (oldest first)."""

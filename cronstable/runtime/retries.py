@@ -31,7 +31,7 @@ from cronstable.ports import FinishedRun, LaunchKind, Moment, StateHooks, report
 from cronstable.runtime.backoff import RetryState
 from cronstable.runtime.clock import Clock
 from cronstable.runtime.concurrency import Admission
-from cronstable.runtime.table import JobSlot, LiveRun, SchedulerStats
+from cronstable.runtime.table import Buffered, JobSlot, LiveRun, SchedulerStats
 
 # the scheduler's own lines: a logging section quiets them by its name (docs/configuration.md)
 logger = logging.getLogger("cronstable.runtime.scheduler")
@@ -66,7 +66,15 @@ class RetryHost(Protocol):
 
     def held_back(self, job: Job, scheduled: datetime, what: str) -> str | None: ...
 
-    def admit(self, slot: JobSlot) -> Admission: ...
+    def admit(self, slot: JobSlot, kind: LaunchKind = "fire") -> Admission: ...
+
+    def buffer(self, slot: JobSlot, entry: Buffered, room: Admission) -> None:
+        """``entry`` waits in ``slot``'s buffer (BufferOne, BufferAll)."""
+        ...
+
+    def drain_buffer(self, slot: JobSlot) -> None:
+        """Launch the head of ``slot``'s buffer if the job is idle."""
+        ...
 
     def launch(
         self,
@@ -183,11 +191,18 @@ class Retries:
         while not gone() and host.gate_says(slot.job) == "leadership_unknown":
             await host.clock.sleep(UNKNOWN_RECHECK)
         if gone():
+            self._then_drain(slot)
             return
         if host.held_back(slot.job, scheduled, f"retry {state.count}") is not None:
             self.settle(slot.job, "not_here")
+            self._then_drain(slot)
             return
-        room = host.admit(slot)
+        room = host.admit(slot, "retry")
+        if room.buffer:
+            # BufferOne, BufferAll: it waits for the run going, at the buffer's head
+            entry = Buffered(scheduled, "retry", state.count + 1, state, since=host.clock.now())
+            host.buffer(slot, entry, room)
+            return
         if room.forbidden:
             logger.info(
                 "Job %s: retry skipped, a run is still going (concurrencyPolicy Forbid)",
@@ -197,6 +212,11 @@ class Retries:
             self.settle(slot.job, "forbid")
             return
         host.launch(slot, scheduled, state.count + 1, state, room.waits, kind="retry")
+
+    def _then_drain(self, slot: JobSlot) -> None:
+        """Once this retry's task is over, the fires buffered behind it may go."""
+        if slot.buffer:
+            asyncio.get_running_loop().call_soon(self.host.drain_buffer, slot)
 
     def settle(self, job: Job, reason: str) -> None:
         """Tell durable state ``job``'s pending retry will not run from its record."""

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cronstable.config.models import BUFFER_POLICIES
 from cronstable.ports import RUN_OUTCOMES, FlowRunView, RunOutcome, RunResult, RunStart
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.workflows.dag import OUTCOMES
@@ -35,6 +36,9 @@ class _SchedulerCollector(Collector):
             "cronstable_workflow_next_fire_timestamp_seconds", "", labels=["workflow"]
         )
         yield CounterMetricFamily("cronstable_fires_skipped", "", labels=["reason"])
+        yield GaugeMetricFamily("cronstable_job_fires_buffered", "", labels=["job"])
+        yield CounterMetricFamily("cronstable_fires_buffered", "")
+        yield CounterMetricFamily("cronstable_fires_buffer_dropped", "")
 
     def collect(self) -> Iterator[Metric]:
         nxt = GaugeMetricFamily(
@@ -63,18 +67,44 @@ class _SchedulerCollector(Collector):
             "Scheduled fires that did not start a run, by reason: missed (found too late: "
             "clock jump, suspend, stall), forbid (a run was still going, concurrencyPolicy "
             "Forbid), pool_timeout (waited poolTimeout in its pool's queue; retries and "
-            "starts on request too) or pool_full (the pool's queue was full); with leader "
+            "starts on request too), pool_full (the pool's queue was full) or buffer_full "
+            "(the job's buffer was full: concurrencyPolicy BufferOne, BufferAll); with leader "
             "election, the cluster gate's reasons (not_leader, not_owner, leadership_unknown, "
-            "node_name_conflict).",
+            "node_name_conflict); with concurrencyScope cluster, the slot's (slot_held, "
+            "slot_not_freed, slot_unavailable, fire_taken).",
             labels=["reason"],
         )
         skipped.add_metric(["missed"], stats.missed)
         skipped.add_metric(["forbid"], stats.skipped_forbid)
         skipped.add_metric(["pool_timeout"], stats.skipped_pool_timeout)
         skipped.add_metric(["pool_full"], stats.skipped_pool_full)
+        skipped.add_metric(["buffer_full"], stats.skipped_buffer_full)
         for reason, count in sorted(stats.skipped_cluster.items()):
             skipped.add_metric([reason], count)
         yield skipped
+        waiting = GaugeMetricFamily(
+            "cronstable_job_fires_buffered",
+            "Fires of the job waiting now for its runs going (concurrencyPolicy BufferOne or "
+            "BufferAll; with concurrencyScope cluster, also a launch waiting for another "
+            "node's run); absent for jobs of the other policies.",
+            labels=["job"],
+        )
+        for name, job in self.scheduler.jobs.items():
+            if job.config.concurrency_policy in BUFFER_POLICIES:
+                waiting.add_metric([name], len(self.scheduler.buffered(name)))
+        yield waiting
+        yield CounterMetricFamily(
+            "cronstable_fires_buffered",
+            "Fires (and retries) that waited in their job's buffer for the runs going "
+            "(concurrencyPolicy BufferOne, BufferAll).",
+            value=stats.buffered,
+        )
+        yield CounterMetricFamily(
+            "cronstable_fires_buffer_dropped",
+            "Buffered fires that never ran: their job was removed or disabled, or the daemon "
+            "stopped.",
+            value=stats.buffer_dropped,
+        )
 
 
 class RunMetrics:

@@ -38,6 +38,12 @@
   as a :class:`~cronstable.ports.MissedFire` (``pool_timeout``, ``pool_full``).
   A retry and a start on request queue alike.  The slot is held until the run
   ends.  A launch still waiting when the daemon stops does not run.
+* **Buffers.** Under concurrencyPolicy BufferOne and BufferAll a fire that finds
+  the job busy waits in the job's buffer (:meth:`Scheduler.buffer`) and is launched
+  when the job is idle again (:meth:`Scheduler.drain_buffer`, after every run of the
+  job ends and after a retry sequence ends without a run), asking the gate again;
+  one past the bound is told as a :class:`~cronstable.ports.MissedFire`
+  (``buffer_full``).  A removed or disabled job, and the daemon's stop, drop it.
 * Beside it, one job each: :mod:`~cronstable.runtime.concurrency` (may a new
   run start while others go: Allow, Forbid, Replace; with ``concurrencyScope:
   cluster`` a launch guard also holds the job's slot in the cluster's store and
@@ -110,7 +116,14 @@ from cronstable.runtime.concurrency import Admission, runs_going
 from cronstable.runtime.pools import Pools, Ticket
 from cronstable.runtime.restore import Restore
 from cronstable.runtime.retries import Retries
-from cronstable.runtime.table import FlowRun, FlowSlot, JobSlot, LiveRun, SchedulerStats
+from cronstable.runtime.table import (
+    Buffered,
+    FlowRun,
+    FlowSlot,
+    JobSlot,
+    LiveRun,
+    SchedulerStats,
+)
 from cronstable.runtime.workflows import Flows
 from cronstable.tasks import TaskSet
 
@@ -121,7 +134,7 @@ LATE_TOLERANCE = 5.0
 BIG_STEP = 3 * 3600.0
 """A backward clock step at least this long (seconds) re-plans every job, fixed-time
 ones too (Vixie cron's limit); a shorter one re-plans wildcard jobs only."""
-EXPLAINED = frozenset({"reboot_ran", "slot_held", "slot_not_freed"})
+EXPLAINED = frozenset({"reboot_ran", "slot_held", "slot_not_freed", "fire_taken"})
 """Refusals whose guard logged why (naming what the reason alone cannot): the
 scheduler's own line for them is DEBUG; any other refusal is a WARNING."""
 MISSED_SCAN_LIMIT = 10_000
@@ -326,10 +339,12 @@ class Scheduler:
         slot = self._slots[name]
         if self._stopping:
             raise StartRefused("the daemon is shutting down")
-        room = self.admit(slot)
+        room = self.admit(slot, "manual")
         if room.forbidden:
+            policy = slot.job.config.concurrency_policy
             raise StartRefused(
-                f"{runs_going(room.going)} still going and concurrencyPolicy is Forbid"
+                f"{runs_going(room.going)} still going and concurrencyPolicy is {policy}"
+                + (" (a start on request is not buffered)" if policy != "Forbid" else "")
             )
         inst = self.launch(slot, when, 1, None, room.waits, kind="manual")
         return run_id(name, inst.scheduled_time, inst.attempt)
@@ -474,6 +489,8 @@ class Scheduler:
                 self.retries.end(slot, "disabled" if disabled else "redefined")
                 slot.job = job
                 slot.order = order
+                if disabled:
+                    self._drop_buffer(slot, "the job was disabled")
                 if retimed:
                     # a new fire sequence: none of it from before the swap; the cursor
                     # is later than now only after a backward clock step, when a
@@ -488,7 +505,11 @@ class Scheduler:
             slot.generation = next(self._generations)
             slot.next_fire = None
             self.retries.end(slot, "removed")
+            self._drop_buffer(slot, "the job was removed")
         self._slots = slots
+        for name in changed:
+            # its pending retry ended: the fires waiting for it need not wait any more
+            self.drain_buffer(slots[name])
         self._wake.set()
         return SwapSummary(tuple(added), tuple(removed), tuple(changed), tuple(unchanged))
 
@@ -572,6 +593,8 @@ class Scheduler:
         """Stop spawning; :meth:`run` then cancels pending retries and waits for running jobs.
         Launches waiting in a pool's queue do not run."""
         self._stopping = True
+        for slot in self._slots.values():
+            self._drop_buffer(slot, "the daemon stops")
         dropped = self.pools.withdraw_all()
         if dropped:
             logger.info(
@@ -856,7 +879,14 @@ class Scheduler:
         if isinstance(slot, FlowSlot):
             self._fire_flow(slot, scheduled, "reboot" if reboot else "fire")
             return
-        room = self.admit(slot)
+        kind: LaunchKind = "reboot" if reboot else "fire"
+        room = self.admit(slot, kind)
+        if room.full:
+            self._buffer_full(slot, scheduled, room)
+            return
+        if room.buffer:
+            self.buffer(slot, Buffered(scheduled, kind, since=self.clock.now()), room)
+            return
         if room.forbidden:
             self.stats.skipped_forbid += 1
             logger.info(
@@ -870,7 +900,140 @@ class Scheduler:
             return
         self.retries.begin(slot)
         self.stats.fires += 1
-        self.launch(slot, scheduled, 1, slot.retry, room.waits, kind="reboot" if reboot else "fire")
+        self.launch(slot, scheduled, 1, slot.retry, room.waits, kind=kind)
+
+    # ------------------------------------------------------------ the buffer
+
+    def buffer(self, slot: JobSlot, entry: Buffered, room: Admission) -> None:
+        """``entry`` waits in ``slot``'s buffer for the runs going (BufferOne, BufferAll):
+        a retry at the head, a fire at the back."""
+        job = slot.job
+        if entry.kind == "retry":
+            slot.buffer.appendleft(entry)
+        else:
+            slot.buffer.append(entry)
+        self.stats.buffered += 1
+        logger.info(
+            "Job %s: %s at %s buffered, %s (concurrencyPolicy %s; %d of %d waiting)",
+            job.name,
+            "retry" if entry.kind == "retry" else "fire",
+            entry.scheduled.isoformat(),
+            f"waits for {runs_going(room.going)}" if room.going else "waits for its pending retry",
+            job.config.concurrency_policy,
+            concurrency.buffered(slot),
+            concurrency.buffer_bound(job),
+            extra={"job": job.name, "scheduled_time": entry.scheduled.isoformat()},
+        )
+
+    def _buffer_full(self, slot: JobSlot, scheduled: datetime, room: Admission) -> None:
+        job = slot.job
+        self.stats.skipped_buffer_full += 1
+        policy = job.config.concurrency_policy
+        logger.info(
+            "Job %s: fire at %s skipped, its buffer is full (%d waiting, %s going; "
+            "concurrencyPolicy %s%s)",
+            job.name,
+            scheduled.isoformat(),
+            room.buffered,
+            runs_going(room.going),
+            policy,
+            f", bufferLimit {job.config.buffer_limit}" if policy == "BufferAll" else "",
+            extra={"job": job.name, "scheduled_time": scheduled.isoformat()},
+        )
+        self._missed(job, MissedFire(job.name, scheduled, "buffer_full"))
+
+    def buffered(self, name: str) -> tuple[datetime, ...]:
+        """The fires (and retries) of job ``name`` waiting in its buffer, the next first,
+        with the launches waiting for another node's run before them."""
+        slot = self._slots.get(name)
+        if slot is None:
+            return ()
+        waiting = [live.scheduled_time for live in slot.running if live.waiting_for]
+        return (*waiting, *(entry.scheduled for entry in slot.buffer))
+
+    def drain_buffer(self, slot: JobSlot) -> None:
+        """Launch the head of ``slot``'s buffer once the job is idle: no run going, no
+        retry pending.  A buffered fire asks the cluster gate again (a pause or a lost
+        leadership since it was buffered drops it, counted under the gate's reason)."""
+        while slot.buffer:
+            if slot.running or concurrency.retry_pending(slot):
+                return
+            if self._stopping or not self.applied(slot):
+                self._drop_buffer(
+                    slot, "the daemon stops" if self._stopping else "the job was removed"
+                )
+                return
+            entry = slot.buffer.popleft()
+            job = slot.job
+            waited = (
+                (self.clock.now() - entry.since).total_seconds() if entry.since is not None else 0.0
+            )
+            if entry.kind == "retry":
+                state = entry.retry
+                if state is None or state.cancelled or state is not slot.retry:
+                    continue  # its sequence ended while it waited
+                logger.info(
+                    "Job %s: buffered retry %d starts (it waited %.1f s)",
+                    job.name,
+                    state.count,
+                    waited,
+                    extra={"job": job.name},
+                )
+                self.launch(slot, entry.scheduled, entry.attempt, state, kind="retry")
+                return
+            if self.held_back(job, entry.scheduled, "buffered fire") is not None:
+                continue
+            logger.info(
+                "Job %s: buffered fire at %s starts (it waited %.1f s; %d still waiting)",
+                job.name,
+                entry.scheduled.isoformat(),
+                waited,
+                len(slot.buffer),
+                extra={"job": job.name, "scheduled_time": entry.scheduled.isoformat()},
+            )
+            self.retries.begin(slot)
+            self.stats.fires += 1
+            self.launch(slot, entry.scheduled, 1, slot.retry, kind=entry.kind)
+            return
+
+    def _drop_buffer(self, slot: JobSlot, why: str) -> None:
+        """The fires waiting in ``slot``'s buffer will not run (logged, counted)."""
+        if not slot.buffer:
+            return
+        dropped = len(slot.buffer)
+        slot.buffer.clear()
+        self.stats.buffer_dropped += dropped
+        logger.warning(
+            "Job %s: %d buffered fire%s will not run: %s",
+            slot.job.name,
+            dropped,
+            "" if dropped == 1 else "s",
+            why,
+            extra={"job": slot.job.name},
+        )
+
+    def slot_wait(self, launch: Launch, node: str | None) -> None:
+        """``launch`` waits for node ``node``'s run of its job before it may start (None:
+        no longer): concurrencyPolicy BufferOne or BufferAll with concurrencyScope cluster.
+        While it waits it counts as the job's buffered fire here."""
+        for live in self._live:
+            if live.launch is launch:
+                live.waiting_for = node
+                return
+
+    def abandoned(self, launch: Launch) -> bool:
+        """Whether ``launch`` no longer wants to start: cancelled, replaced, its job
+        removed, or the daemon stopping (a launch waiting for another node gives up)."""
+        if self._stopping and launch.kind != "manual":
+            return True
+        for live in self._live:
+            if live.launch is launch:
+                if live.cancelled or live.replaced:
+                    return True
+                if live.flow is not None:
+                    return live.flow.cancelled or live.flow.retired
+                return self._slots.get(launch.job.name) is None
+        return True
 
     def _fire_flow(self, slot: FlowSlot, scheduled: datetime, kind: FlowKind) -> None:
         """A fire of a workflow: concurrencyPolicy over its runs going, then (once the
@@ -966,9 +1129,9 @@ class Scheduler:
             except Exception:
                 logger.exception("A workflow listener failed (%s)", event)
 
-    def admit(self, slot: JobSlot) -> Admission:
+    def admit(self, slot: JobSlot, kind: LaunchKind = "fire") -> Admission:
         """concurrencyPolicy's answer for a new run of ``slot``'s job (counted)."""
-        room = concurrency.admit(slot)
+        room = concurrency.admit(slot, kind)
         if room.replaced:
             self.stats.replaced += room.replaced
         return room
@@ -1012,6 +1175,8 @@ class Scheduler:
         try:
             await self._watch_run(slot, inst, waits)
         finally:
+            if inst.flow is None and slot.buffer:
+                self.drain_buffer(slot)
             if inst.on_end is not None:
                 try:
                     inst.on_end(inst)

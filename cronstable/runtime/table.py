@@ -10,6 +10,7 @@ restore); the rules live there, not here.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,6 +21,7 @@ from cronstable.ports import (
     FlowKind,
     FlowRunView,
     Launch,
+    LaunchKind,
     Run,
     RunOutcome,
     RunResult,
@@ -54,6 +56,12 @@ class SchedulerStats:
     """Fires and retries the cluster gate held back, by reason."""
     flow_runs: int = 0
     """Workflow runs started (fires, catch-ups, @reboot and starts on request)."""
+    buffered: int = 0
+    """Fires (and retries) that waited in their job's buffer (BufferOne, BufferAll)."""
+    skipped_buffer_full: int = 0
+    """Fires that found their job's buffer full."""
+    buffer_dropped: int = 0
+    """Buffered fires that never ran: the job was removed, the daemon stopped."""
 
 
 @dataclass(eq=False, slots=True)
@@ -86,6 +94,10 @@ class LiveRun:
     """Why a launch guard refused it (it never started)."""
     ticket: Ticket | None = None
     """Its claim on a slot of its job's pool (None: the job names no pool)."""
+    waiting_for: str | None = None
+    """The node whose run of the job it waits for before it starts (concurrencyPolicy
+    BufferOne or BufferAll with concurrencyScope cluster): it counts as the job's buffered
+    fire on this node, not as a run going."""
 
     @property
     def job(self) -> Job:
@@ -103,6 +115,20 @@ class LiveRun:
     def manual(self) -> bool:
         """Started on request (no scheduled fire, no retry)."""
         return self.launch.kind == "manual"
+
+
+@dataclass(frozen=True, slots=True)
+class Buffered:
+    """A launch waiting in its job's buffer for the runs going (BufferOne, BufferAll)."""
+
+    scheduled: datetime
+    kind: LaunchKind
+    """``fire`` (a scheduled fire or catch-up), ``reboot`` or ``retry``."""
+    attempt: int = 1
+    retry: RetryState | None = None
+    """A retry's sequence (it goes to the head of the buffer)."""
+    since: datetime | None = None
+    """When it began to wait."""
 
 
 @dataclass(eq=False, slots=True)
@@ -127,6 +153,8 @@ class JobSlot:
     resumed: bool = False
     """The cursor came from durable state: fires missed before it were missed while the
     daemon was down."""
+    buffer: deque[Buffered] = field(default_factory=deque)
+    """Launches waiting for the runs going (BufferOne, BufferAll), the next first."""
 
     def active(self) -> list[LiveRun]:
         """The runs going that no Replace is stopping already."""

@@ -184,6 +184,7 @@ def job_status(job: JobStatus) -> Json:
         "running": [run_start(run) for run in job.running],
         "lastRun": _last_run(job.last_run),
         "retryPending": job.retry_pending,
+        "buffered": [utc_text(fire) for fire in job.buffered],
         "paused": job.pauses.paused,
         "pause": job_pauses(job.pauses),
         "backfill": None if job.backfill is None else _backfill_progress(job.backfill),
