@@ -41,10 +41,16 @@ def canonical_job(
     return data
 
 
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def canonical_json(data: Any) -> bytes:
-    return json.dumps(
-        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    """``json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+    allow_nan=False)`` as UTF-8, through one encoder made once (``dumps`` with options
+    makes a new encoder for every call: a third of the cost of a job's digest)."""
+    return _ENCODER.encode(data).encode("utf-8")
 
 
 def job_digest(config: JobConfig, schedule: Schedule, environment: Mapping[str, str]) -> str:
@@ -54,7 +60,7 @@ def job_digest(config: JobConfig, schedule: Schedule, environment: Mapping[str, 
 
 def job_set_id(digests: Iterable[str]) -> str:
     h = hashlib.sha256(SCHEME_VERSION.encode())
-    for digest in sorted(digests):
-        h.update(b"\n")
-        h.update(digest.encode())
+    ordered = sorted(digests)
+    if ordered:  # "\n" before each digest, in one update (the bytes of one update per part)
+        h.update(("\n" + "\n".join(ordered)).encode())
     return f"{SCHEME_VERSION}:{h.hexdigest()}"

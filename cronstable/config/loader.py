@@ -267,6 +267,7 @@ class _Loader:
         self.listed: list[str] = []
         self._docs: dict[str, dict[str, Any] | None] = {}
         self._nodes: dict[str, Node | None] = {}
+        self._job_lines: dict[str, list[int]] = {}
         self._results: dict[str, _FileResult] = {}
         self._crontabs: dict[str, Crontab] = {}
         self._stack: list[str] = []
@@ -417,6 +418,8 @@ class _Loader:
         """Once per crontab: lines read in UTC for want of a zone; MAILTO that cannot send."""
         unzoned: dict[str, int] = {}
         unsent: dict[str, int] = {}
+        if not self._crontabs:
+            return
         for entry in entries:
             crontab = self._crontabs.get(entry.file)
             name = entry.raw.get("name")
@@ -818,8 +821,9 @@ class _Loader:
 
     def _build_job(self, entry: _JobEntry) -> tuple[Job, tuple[str, ...]] | None:
         """The job and the env files it read."""
-        merged: dict[str, Any] = {}
-        for layer in entry.layers:
+        # merge() copies what it merges into, so the first layer needs no copy of its own
+        merged: dict[str, Any] = entry.layers[0].data
+        for layer in entry.layers[1:]:
             merged = merge(merged, layer.data)
         try:
             config = JobConfig.model_validate(merged)
@@ -841,17 +845,27 @@ class _Loader:
             )
             return None
         zone = job_zone(config, schedule.zone)
-        position = self.position(entry.file, ("jobs", entry.index))
         job = Job(
             config=config,
             schedule=schedule,
             timezone=zone,
             environment=environment,
             file=entry.file,
-            line=position[0] if position else 0,
+            line=self._job_line(entry.file, entry.index),
             digest=job_digest(config, schedule, environment),
         )
         return job, env_files
+
+    def _job_line(self, file: str, index: int) -> int:
+        """The line of the file's ``jobs`` item ``index`` (0 if unknown); a file's lines
+        are found once, not by a walk from the document's root for every job."""
+        if file in self._crontabs:
+            position = self.position(file, ("jobs", index))
+            return position[0] if position else 0
+        lines = self._job_lines.get(file)
+        if lines is None:
+            lines = self._job_lines[file] = yamlread.item_lines(self._nodes.get(file), "jobs") or []
+        return lines[index] if index < len(lines) else 0
 
     def _environment(
         self, config: JobConfig, entry: _JobEntry

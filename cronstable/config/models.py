@@ -97,7 +97,7 @@ class Model(BaseModel):
     @classmethod
     def _empty_section_is_default(cls, data: Any) -> Any:
         """``onFailure:`` with nothing after it means the defaults, not an error."""
-        if isinstance(data, dict):
+        if isinstance(data, dict) and None in data.values():  # a C scan; rarely true
             nested = section_keys(cls)
             if nested and any(data.get(key, 0) is None for key in nested):
                 data = {k: v for k, v in data.items() if not (v is None and k in nested)}

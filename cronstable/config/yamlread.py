@@ -444,6 +444,19 @@ def _entries(node: MappingNode) -> list[tuple[Node, Node]]:
     return merged + own
 
 
+def item_lines(root: Node | None, key: str) -> list[int] | None:
+    """The line (1-based) of each item of the list under the top-level ``key``, or None
+    when there is no such list: :func:`locate` of ``(key, i)`` for every ``i`` at once."""
+    if not isinstance(root, MappingNode):
+        return None
+    for name, value in reversed(_entries(root)):
+        if isinstance(name, ScalarNode) and name.value == key:
+            if isinstance(value, SequenceNode):
+                return [item.start_mark.line + 1 for item in value.value]
+            return None
+    return None
+
+
 def locate(root: Node | None, path: KeyPath) -> tuple[int, int] | None:
     """Line and column (1-based) of the deepest node along ``path``.
 
