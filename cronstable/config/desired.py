@@ -10,6 +10,7 @@ from cronstable.config.models import (
     ClusterConfig,
     JobConfig,
     LoggingConfig,
+    MetricsConfig,
     StateConfig,
     WebConfig,
 )
@@ -64,6 +65,8 @@ class DesiredState:
     """Leader election between the nodes (None: every job runs on every node)."""
     state: StateConfig | None = None
     """Durable state (None: retries, last fires and run history live in memory only)."""
+    metrics: MetricsConfig | None = None
+    """What ``GET /metrics`` serves (None: the defaults)."""
     secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     """The inline secrets written in the revision (see :mod:`cronstable.config.secrets`),
     masked in every error found after loading (:meth:`Problem.hiding`)."""

@@ -55,6 +55,7 @@ from cronstable.config.models import (
     JobConfig,
     JobDefaults,
     LoggingConfig,
+    MetricsConfig,
     SecretSource,
     StateConfig,
     WebConfig,
@@ -277,6 +278,7 @@ class _Loader:
         self.logging: LoggingConfig | None = None
         self.cluster: ClusterConfig | None = None
         self.state: StateConfig | None = None
+        self.metrics: MetricsConfig | None = None
 
     # ------------------------------------------------------------ problems
 
@@ -572,6 +574,7 @@ class _Loader:
             ("logging", LoggingConfig),
             ("cluster", ClusterConfig),
             ("state", StateConfig),
+            ("metrics", MetricsConfig),
         )
         for key, model in sections:
             if key not in doc or doc[key] is None:
@@ -599,6 +602,8 @@ class _Loader:
                 self.cluster = section
             elif isinstance(section, StateConfig):
                 self.state = section
+            elif isinstance(section, MetricsConfig):
+                self.metrics = section
 
     def store_needs(self, jobs: Mapping[str, Job]) -> None:
         """What needs a shared store has one: ``state.backend: etcd`` the etcd of the
@@ -979,6 +984,7 @@ def load(
         logging=loader.logging,
         cluster=loader.cluster,
         state=loader.state,
+        metrics=loader.metrics,
         job_set_id=job_set_id(job.digest for job in jobs.values()),
         files=tuple(loader.read_order),
         directories=tuple(dict.fromkeys(loader.listed)),

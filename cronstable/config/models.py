@@ -44,6 +44,7 @@ from cronstable.config.types import (
     OptText,
     Size,
     Text,
+    to_flag,
     to_list,
     to_text,
 )
@@ -1168,6 +1169,23 @@ class StateConfig(Model):
     runs anyway as if stateless (and logs it); ``fail-closed`` skips that launch."""
 
 
+PER_JOB_METRICS_UP_TO = 10_000
+"""Without ``metrics.perJob``, per-job metric series are kept up to this many jobs."""
+
+
+def _optional_flag(value: Any) -> Any:
+    return None if value is None else to_flag(value)
+
+
+class MetricsConfig(Model):
+    """The daemon's Prometheus metrics (``GET /metrics``)."""
+
+    per_job: Annotated[bool | None, BeforeValidator(_optional_flag)] = Field(None, alias="perJob")
+    """Keep the series labelled by job (runs, durations, CPU, memory, retries, runs going,
+    last success, next fire). Unset: on up to 10,000 jobs, off above (a log line says so);
+    off, the daemon-wide series stay and a scrape costs the same for any number of jobs."""
+
+
 class ConfigFile(Model):
     """One configuration file."""
 
@@ -1187,3 +1205,5 @@ class ConfigFile(Model):
     """Leader election between the daemons that follow this configuration."""
     state: StateConfig | None = None
     """Durable state kept across restarts of the daemon."""
+    metrics: MetricsConfig | None = None
+    """What ``GET /metrics`` serves."""

@@ -16,7 +16,7 @@ from cronstable.config.models import JobConfig
 from cronstable.published import hide_secrets
 
 JobChangeKind = Literal["added", "removed", "changed"]
-SECTIONS = ("web", "logging", "cluster", "state")
+SECTIONS = ("web", "logging", "cluster", "state", "metrics")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,8 @@ and metric series of jobs a revision removes, at the commit that removes them.
 
 from __future__ import annotations
 
+import base64
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
@@ -19,6 +21,7 @@ from typing import Final
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from cronstable.config import DesiredState, Job
+from cronstable.config.models import PER_JOB_METRICS_UP_TO
 from cronstable.metrics import DaemonMetrics
 from cronstable.ports import (
     AppliedConfig,
@@ -41,7 +44,16 @@ from cronstable.runtime.run_metrics import RunMetrics
 from cronstable.runtime.scheduler import Scheduler, StartRefused
 from cronstable.sources.base import Source
 
-__all__ = ["DaemonControl", "RunRecordsSection", "StartRefused"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["DaemonControl", "RunRecordsSection", "StartRefused", "page_cursor"]
+
+
+def page_cursor(position: int, job: Job) -> str:
+    """The cursor of a ``/status`` page starting at ``job`` (at ``position`` in the table):
+    opaque to clients, URL-safe."""
+    text = f"{position}:{job.name}".encode()
+    return base64.urlsafe_b64encode(text).decode("ascii").rstrip("=")
 
 
 class DaemonControl:
@@ -123,21 +135,30 @@ class DaemonControl:
         origin = self.source.origin() if self.source is not None else None
         return None if origin is None else (origin.url, origin.ref)
 
-    def status(self) -> Status:
+    def status(self, limit: int | None = None, cursor: str | None = None) -> Status:
+        """The daemon at a glance; its jobs in configuration order, every one, or at most
+        ``limit`` from ``cursor`` (a previous page's ``next_cursor``; ValueError when it
+        is not one).  A page costs what it holds, however many jobs there are."""
         status = self.reconciled
+        scheduler = self.scheduler
+        count = scheduler.job_count()
+        start = 0 if cursor is None else self._resume(cursor)
+        page = scheduler.page(start, count if limit is None else limit)
         jobs = tuple(
             JobStatus(
-                name=name,
+                name=job.name,
                 schedule=job.schedule.text,
                 timezone=str(job.timezone),
                 enabled=job.config.enabled,
-                next_fire=self.scheduler.next_fire(name),
-                running=tuple(self.history.running(name)),
-                last_run=self.history.last(name),
-                retry_pending=self.scheduler.retry_pending(name),
+                next_fire=scheduler.next_fire(job.name),
+                running=tuple(self.history.running(job.name)),
+                last_run=self.history.last(job.name),
+                retry_pending=scheduler.retry_pending(job.name),
             )
-            for name, job in self.scheduler.jobs.items()
+            for _, job in page
         )
+        following = scheduler.page(page[-1][0] + 1, 1) if page else []
+        next_cursor = page_cursor(*following[0]) if following else None
         rejected = status.last_failed
         applied = status.applied
         if rejected is not None and applied is not None and rejected.time < applied.time:
@@ -148,7 +169,23 @@ class DaemonControl:
             jobs=jobs,
             state=self.state() if self.state is not None else None,
             stores=self._stores(),
+            job_count=count,
+            next_cursor=next_cursor,
         )
+
+    def _resume(self, cursor: str) -> int:
+        """Where the page a cursor names starts: at its job, or where that job was when a
+        revision removed it since (jobs may then be skipped or shown twice)."""
+        try:
+            text = base64.urlsafe_b64decode(cursor.encode("ascii") + b"==").decode("utf-8")
+            index, name = text.split(":", 1)
+            where = int(index)
+        except (ValueError, UnicodeError) as exc:
+            raise ValueError("not a cursor this daemon gave") from exc
+        if where < 0:
+            raise ValueError("not a cursor this daemon gave")
+        found = self.scheduler.position(name)
+        return found if found is not None else where
 
     def _stores(self) -> Mapping[str, StoreView]:
         return self.stores() if self.stores is not None else {}
@@ -224,8 +261,24 @@ class DaemonControl:
             self.source.nudge(revision)
 
 
+def per_job_metrics(desired: DesiredState) -> tuple[bool, str]:
+    """Whether a revision keeps per-job metric series, and why (``metrics.perJob``; unset:
+    up to :data:`~cronstable.config.models.PER_JOB_METRICS_UP_TO` jobs)."""
+    chosen = desired.metrics.per_job if desired.metrics is not None else None
+    if chosen is not None:
+        return chosen, f"metrics.perJob is {'true' if chosen else 'false'}"
+    count = len(desired.jobs)
+    if count > PER_JOB_METRICS_UP_TO:
+        return False, (
+            f"the revision has {count:,} jobs, over {PER_JOB_METRICS_UP_TO:,} "
+            "(metrics.perJob: true keeps them)"
+        )
+    return True, f"the revision has {count:,} jobs"
+
+
 class RunRecordsSection:
-    """Drops the history and metric series of removed jobs when a revision commits."""
+    """Drops the history and metric series of removed jobs when a revision commits, and
+    keeps per-job metric series or not (``metrics.perJob``)."""
 
     name = "run-records"
 
@@ -234,17 +287,29 @@ class RunRecordsSection:
         self.metrics = metrics
 
     def affected(self, plan: Plan) -> bool:
-        return any(change.kind == "removed" for change in plan.jobs)
+        return any(change.kind != "changed" for change in plan.jobs) or any(
+            change.section == "metrics" for change in plan.sections
+        )
 
-    async def prepare(self, desired: DesiredState) -> list[str]:
-        """The jobs running now that ``desired`` removes (before any section commits)."""
-        return [name for name in self.metrics.scheduler.jobs if name not in desired.jobs]
+    async def prepare(self, desired: DesiredState) -> tuple[list[str], bool, str]:
+        """The jobs running now that ``desired`` removes (before any section commits), and
+        whether per-job series are kept, with why."""
+        removed = [name for name in self.metrics.scheduler.jobs if name not in desired.jobs]
+        return (removed, *per_job_metrics(desired))
 
-    def commit(self, prepared: list[str], desired: DesiredState) -> None:
-        self.history.forget(prepared)
-        self.metrics.forget(prepared)
+    def commit(self, prepared: tuple[list[str], bool, str], desired: DesiredState) -> None:
+        removed, per_job, why = prepared
+        self.history.forget(removed)
+        self.metrics.forget(removed)
+        if per_job != self.metrics.per_job:
+            logger.info(
+                "Per-job metric series %s: %s",
+                "on" if per_job else "off (each job's series dropped)",
+                why,
+            )
+            self.metrics.keep_per_job(per_job)
 
-    async def discard(self, prepared: list[str]) -> None:
+    async def discard(self, prepared: tuple[list[str], bool, str]) -> None:
         return None
 
     async def close(self) -> None:

@@ -150,6 +150,8 @@ class Scheduler:
         self.late_tolerance = late_tolerance
         self.stats = SchedulerStats()
         self._slots: dict[str, JobSlot] = {}
+        self._names: list[str] | None = None
+        """The table's names in order, made when a page is read (None: not since the swap)."""
         self._heap: list[tuple[datetime, int, int, str]] = []
         self._wake = asyncio.Event()
         self._stopping = False
@@ -187,6 +189,25 @@ class Scheduler:
 
     def has_job(self, name: str) -> bool:
         return name in self._slots
+
+    def job_count(self) -> int:
+        return len(self._slots)
+
+    def page(self, start: int, limit: int) -> list[tuple[int, Job]]:
+        """At most ``limit`` jobs from position ``start`` of the table (configuration
+        order), each with its position: what a page of ``/status`` reads, in time of the
+        page, not of the table."""
+        names = self._names
+        if names is None:  # once per swap, when a page is first asked for
+            names = self._names = list(self._slots)
+        return [
+            (i, self._slots[name].job) for i, name in enumerate(names[start : start + limit], start)
+        ]
+
+    def position(self, name: str) -> int | None:
+        """Where ``name`` is in the table (configuration order); None if it is not there."""
+        slot = self._slots.get(name)
+        return slot.order if slot is not None else None
 
     def job(self, name: str) -> Job | None:
         """The applied definition of ``name``; None for a job not (or no longer) applied."""
@@ -310,6 +331,7 @@ class Scheduler:
             slot.next_fire = None
             self.retries.end(slot, "removed")
         self._slots = slots
+        self._names = None
         self._wake.set()
         return SwapSummary(tuple(added), tuple(removed), tuple(changed), tuple(unchanged))
 
