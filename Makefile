@@ -88,6 +88,7 @@ bench: $(STAMP) deps $(SHIM)
 	$(BIN)/python bench/bench_runtime.py
 	$(BIN)/python bench/bench_limits.py
 	$(BIN)/python bench/bench_webhook.py
+	$(BIN)/python bench/bench_scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis $(SHIM)
