@@ -67,6 +67,10 @@ class DesiredState:
     """Durable state (None: retries, last fires and run history live in memory only)."""
     metrics: MetricsConfig | None = None
     """What ``GET /metrics`` serves (None: the defaults)."""
+    groups: tuple[Mapping[str, Job], ...] = field(default=(), repr=False, compare=False)
+    """Every job again, by the file (batch) it came from: a load with a cache hands a file
+    that did not change the same mapping as the revision before, so a plan compares those
+    by identity and the jobs of the others one by one (empty: compare every job)."""
     secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     """The inline secrets written in the revision (see :mod:`cronstable.config.secrets`),
     masked in every error found after loading (:meth:`Problem.hiding`)."""

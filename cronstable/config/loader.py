@@ -47,7 +47,12 @@ from cronstable.config.crontab import Crontab, base_defaults, is_crontab_name, p
 from cronstable.config.desired import DesiredState, Job
 from cronstable.config.envfile import EnvFileError, parse_env_file
 from cronstable.config.errors_map import clean_loc, describe, known_keys, suggest
-from cronstable.config.fingerprint import job_digest, job_set_id
+from cronstable.config.fingerprint import (
+    job_digest,
+    job_set_id_of_joined,
+    joined_digests,
+    splice_digests,
+)
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.config.models import (
     ClusterConfig,
@@ -93,11 +98,40 @@ class _JobEntry:
 @dataclass(slots=True)
 class _FileResult:
     defaults_layers: list[_Layer] = field(default_factory=list)
-    jobs: list[_JobEntry] = field(default_factory=list)
+    jobs: list[_JobEntry | _Reused] = field(default_factory=list)
 
 
-_Batch = tuple[dict[int, Job], tuple[tuple[str, bytes], ...]]
-"""One file's built jobs (by index in the file) and the (env file, digest) they read."""
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """One file's built jobs and what building them found, kept from load to load."""
+
+    jobs: dict[int, Job]
+    """By index in the file."""
+    deps: tuple[tuple[str, bytes], ...]
+    """The (env file, digest) they read."""
+    by_name: dict[str, Job] = field(default_factory=dict)
+    """The same jobs by name, in the file's order (a revision's ``groups``)."""
+    warnings: tuple[Problem, ...] = ()
+    problems: tuple[Problem, ...] = ()
+    """What the scans after building said of these jobs (secrets given twice, reporters
+    set in part), located: a load that reuses the batch says it again."""
+    scoped: tuple[Job, ...] = ()
+    """The jobs with ``concurrencyScope: cluster`` (they need a cluster section)."""
+    digests: tuple[str, ...] = ()
+    """The jobs' digests, sorted."""
+
+
+@dataclass(slots=True)
+class _Reused:
+    """Every job of one file, its batch reused whole: no entry per job is made (a one-file
+    edit in 100,000 jobs costs that file).  :meth:`_Loader.expand` makes the entries after
+    all when a name clashes with another file's."""
+
+    file: str
+    key: Hashable
+    batch: _Batch
+    raws: list[Any]
+    base: list[_Layer]
 
 
 class LoadCache:
@@ -121,6 +155,11 @@ class LoadCache:
         self._tried: tuple[dict[bytes, yamlread.Document], dict[Hashable, _Batch]] = ({}, {})
         self._used_documents: dict[bytes, yamlread.Document] = {}
         self._used_batches: dict[Hashable, _Batch] = {}
+        self._secrets: dict[bytes, frozenset[str]] = {}
+        """Each held document's inline secrets, by the digest of its bytes."""
+        self._good_digests: bytes | None = None
+        """The good load's job digests, sorted and joined (its job-set id hashes them)."""
+        self._digests: bytes | None = None
 
     def document(self, digest: bytes) -> yamlread.Document | None:
         doc = self._good[0].get(digest) or self._tried[0].get(digest)
@@ -131,19 +170,46 @@ class LoadCache:
     def keep_document(self, digest: bytes, doc: yamlread.Document) -> None:
         self._used_documents[digest] = doc
 
+    def secrets(self, digest: bytes) -> frozenset[str] | None:
+        """The inline secrets of the document of ``digest``, if found before."""
+        return self._secrets.get(digest)
+
+    def keep_secrets(self, digest: bytes, found: frozenset[str]) -> None:
+        self._secrets[digest] = found
+
     def batch(self, key: Hashable) -> _Batch | None:
         return self._good[1].get(key) or self._tried[1].get(key)
 
-    def keep_batch(
-        self, key: Hashable, jobs: dict[int, Job], deps: tuple[tuple[str, bytes], ...]
-    ) -> None:
-        self._used_batches[key] = (jobs, deps)
+    def keep_batch(self, key: Hashable, batch: _Batch) -> None:
+        self._used_batches[key] = batch
+
+    def joined_digests(self) -> bytes | None:
+        """What the job-set id hashes (:func:`~cronstable.config.fingerprint.joined_digests`)
+        for the batches this load used, made from the good load's by splicing out the
+        digests of the batches it used that this one does not and in the others': a
+        one-file edit costs that file and one copy (None: not made so; make it whole).
+        Only for a load without problems, where every job is in exactly one batch."""
+        old = self._good_digests
+        if old is None:
+            return None
+        good = self._good[1]
+        used = self._used_batches
+        gone = [d for k, b in good.items() if used.get(k) is not b for d in b.digests]
+        new = [d for k, b in used.items() if good.get(k) is not b for d in b.digests]
+        joined = splice_digests(old, gone, new)
+        self._digests = joined
+        return joined
+
+    def keep_digests(self, joined: bytes) -> None:
+        """This load's joined digests: the good ones if it succeeds."""
+        self._digests = joined
 
     def finish(self, ok: bool = True) -> None:
         """End a load: ``ok`` if it produced a state (else it was rejected)."""
         used = (self._used_documents, self._used_batches)
         if ok:
             self._good, self._tried = used, ({}, {})
+            self._good_digests = self._digests
         else:  # what the good load holds already is not held twice
             documents, batches = self._good
             self._tried = (
@@ -151,6 +217,9 @@ class LoadCache:
                 {k: v for k, v in used[1].items() if k not in batches},
             )
         self._used_documents, self._used_batches = {}, {}
+        self._digests = None
+        held = self._good[0].keys() | self._tried[0].keys()
+        self._secrets = {k: v for k, v in self._secrets.items() if k in held}
 
     def entries(self) -> int:
         """How many parsed files and built batches are held (for tests and metrics)."""
@@ -241,6 +310,10 @@ def _attribute(layers: list[_Layer], loc: KeyPath) -> tuple[_Layer, KeyPath] | N
     return candidates[-1]
 
 
+class _Clash(Exception):
+    """A reused file's job has the name of another job: build without reuse."""
+
+
 class _Abort(Exception):
     """A revision-wide limit was passed: reading more would only cost memory."""
 
@@ -269,6 +342,11 @@ class _Loader:
         self._docs: dict[str, dict[str, Any] | None] = {}
         self._nodes: dict[str, Node | None] = {}
         self._job_lines: dict[str, list[int]] = {}
+        self._scoped: list[Job] = []
+        """The jobs with concurrencyScope cluster (store_needs)."""
+        self.groups: list[Mapping[str, Job]] = []
+        """Each batch's jobs by name, in order (with a cache: a reused batch is the same
+        mapping from revision to revision, which plan() compares by identity)."""
         self._results: dict[str, _FileResult] = {}
         self._crontabs: dict[str, Crontab] = {}
         self._stack: list[str] = []
@@ -330,11 +408,19 @@ class _Loader:
             self.problem(layer.file, (*layer.prefix, *shown), message, at=(*layer.prefix, *path))
 
     def inline_secrets(self) -> set[str]:
-        """The inline secrets written in every document read (see :mod:`.secrets`)."""
+        """The inline secrets written in every document read (see :mod:`.secrets`); a
+        cached document's are found once."""
         found: set[str] = set()
-        for doc in self._docs.values():
-            if doc is not None:
-                found |= inline_secrets(doc)
+        for path, doc in self._docs.items():
+            if doc is None:
+                continue
+            digest = self._digests.get(path)
+            known = self.cache.secrets(digest) if self.cache is not None and digest else None
+            if known is None:
+                known = frozenset(inline_secrets(doc))
+                if self.cache is not None and digest is not None:
+                    self.cache.keep_secrets(digest, known)
+            found |= known
         return found
 
     # ------------------------------------------------------------ reading
@@ -416,13 +502,15 @@ class _Loader:
         self._docs[path] = doc
         return doc
 
-    def crontab_warnings(self, entries: list[_JobEntry], jobs: dict[str, Job]) -> None:
+    def crontab_warnings(self, entries: list[_JobEntry | _Reused], jobs: dict[str, Job]) -> None:
         """Once per crontab: lines read in UTC for want of a zone; MAILTO that cannot send."""
         unzoned: dict[str, int] = {}
         unsent: dict[str, int] = {}
         if not self._crontabs:
             return
         for entry in entries:
+            if isinstance(entry, _Reused):
+                continue  # a YAML file's jobs
             crontab = self._crontabs.get(entry.file)
             name = entry.raw.get("name")
             job = jobs.get(name) if isinstance(name, str) else None
@@ -454,7 +542,7 @@ class _Loader:
         line, column = position if position else (None, None)
         self.warnings.append(Problem(self.shown(file), line, column, (), message))
 
-    def load_entry(self, entry: str) -> list[_JobEntry]:
+    def load_entry(self, entry: str) -> list[_JobEntry | _Reused]:
         if entry == "" or self.tree.is_dir(entry):
             self.listed.append(entry)
             files = self.tree.config_files_below(entry)
@@ -472,14 +560,14 @@ class _Loader:
                 )
         else:
             files = [entry]
-        jobs: list[_JobEntry] = []
+        jobs: list[_JobEntry | _Reused] = []
         for path in files:
             jobs.extend(self.process(path, "loaded directly"))
         return jobs
 
     def process(
         self, path: str, how: str, origin: tuple[str, KeyPath] | None = None
-    ) -> list[_JobEntry]:
+    ) -> list[_JobEntry | _Reused]:
         """Load one file (once) and what it includes; ``origin`` is the include entry naming it."""
         self._reached.setdefault(path, []).append(how)
         if path in self._stack:
@@ -514,22 +602,54 @@ class _Loader:
                 self.problem(path, ("defaults",), "expected a mapping of job settings")
         jobs = doc.get("jobs")
         if isinstance(jobs, list):
-            for index, raw in enumerate(jobs):
-                if not isinstance(raw, dict):
-                    self.problem(path, ("jobs", index), "a job must be a mapping")
-                    continue
-                own = _Layer(path, ("jobs", index), raw)
-                base = (
-                    [_Layer(path, ("<crontab>",), base_defaults())]
-                    if path in self._crontabs
-                    else []
-                )
-                result.jobs.append(
-                    _JobEntry(path, index, raw, [*base, *result.defaults_layers, own])
-                )
+            base = [_Layer(path, ("<crontab>",), base_defaults())] if path in self._crontabs else []
+            reused = None if base else self._reusable(path, jobs, result.defaults_layers)
+            if reused is not None:
+                result.jobs.append(reused)
+            else:
+                result.jobs.extend(self._entries(path, jobs, [*base, *result.defaults_layers]))
         elif jobs is not None:
             self.problem(path, ("jobs",), "expected a list of jobs")
         return result.jobs
+
+    def _entries(self, path: str, raws: list[Any], layers: list[_Layer]) -> list[_JobEntry]:
+        """An entry per job of a file's ``jobs``, below ``layers`` (its defaults)."""
+        entries: list[_JobEntry] = []
+        for index, raw in enumerate(raws):
+            if not isinstance(raw, dict):
+                self.problem(path, ("jobs", index), "a job must be a mapping")
+                continue
+            own = _Layer(path, ("jobs", index), raw)
+            entries.append(_JobEntry(path, index, raw, [*layers, own]))
+        return entries
+
+    def _reusable(self, path: str, raws: list[Any], defaults: list[_Layer]) -> _Reused | None:
+        """The previous load's batch of every job of the file, when none of its inputs
+        changed (the file, the defaults that reach it, the env files its jobs read)."""
+        if self.cache is None:
+            return None
+        if set(map(type, raws)) != {dict}:  # a C scan: one file's jobs are all mappings
+            return None  # the entries report what is not a mapping (or there are none)
+        indices = tuple(range(len(raws)))
+        key = self._batch_key(path, indices, defaults)
+        hit = self.cache.batch(key)
+        if hit is None or not self._deps_hold(hit):
+            return None
+        return _Reused(path, key, hit, raws, list(defaults))
+
+    def expand(self, group: _Reused) -> list[_JobEntry]:
+        return self._entries(group.file, group.raws, group.base)
+
+    def _batch_key(self, file: str, indices: tuple[int, ...], defaults: list[_Layer]) -> Hashable:
+        return (
+            file,
+            self._digests[file],
+            indices,
+            tuple((layer.file, self._digests[layer.file], layer.prefix) for layer in defaults),
+        )
+
+    def _deps_hold(self, batch: _Batch) -> bool:
+        return all(self._env_digest(p) == d for p, d in batch.deps)
 
     def _includes(self, path: str, doc: dict[str, Any], result: _FileResult) -> None:
         includes = doc.get("include")
@@ -618,8 +738,8 @@ class _Loader:
                     "(cluster: {backend: etcd, etcd: {endpoints: [...]}}), and there is none",
                 )
         if self.cluster is None:
-            for job in jobs.values():
-                if job.config.concurrency_scope == "cluster":
+            for job in self._scoped:
+                if job.name in jobs and jobs[job.name] is job:
                     self.problems.append(
                         Problem(
                             self.shown(job.file),
@@ -645,13 +765,38 @@ class _Loader:
 
     # ------------------------------------------------------------ jobs
 
-    def build_jobs(self, entries: list[_JobEntry]) -> dict[str, Job]:
+    def build_jobs(self, entries: list[_JobEntry | _Reused]) -> dict[str, Job]:
+        marks = (
+            len(self.warnings),
+            len(self.problems),
+            len(self._scoped),
+            len(self.groups),
+            len(self.read_order),
+        )
+        try:
+            return self._build_jobs(entries)
+        except _Clash:
+            # a name in two places: every reused file's entries are made after all, and
+            # the duplicates are reported as without a cache (what was built is cached)
+            del self.warnings[marks[0] :], self.problems[marks[1] :], self._scoped[marks[2] :]
+            del self.groups[marks[3] :], self.read_order[marks[4] :]
+            expanded: list[_JobEntry | _Reused] = []
+            for entry in entries:
+                expanded.extend(self.expand(entry) if isinstance(entry, _Reused) else [entry])
+            return self._build_jobs(expanded)
+
+    def _build_jobs(self, entries: list[_JobEntry | _Reused]) -> dict[str, Job]:
         # Duplicates are found on the names as written, before validation, so a
         # duplicate is reported even when one of the two jobs has other problems.
-        unique: list[_JobEntry] = []
+        # A reused file's names are not checked one by one: a clash shows as a table
+        # that grows by less than the file's jobs (_Clash).
+        unique: list[_JobEntry | _Reused] = []
         first_seen: dict[str, _JobEntry] = {}
         seen: set[tuple[str, int]] = set()
         for entry in entries:
+            if isinstance(entry, _Reused):
+                unique.append(entry)
+                continue
             name = entry.raw.get("name")
             again = (entry.file, entry.index) in seen
             if isinstance(name, str) and name in first_seen:
@@ -663,16 +808,46 @@ class _Loader:
             if isinstance(name, str):
                 first_seen[name] = entry
             unique.append(entry)
+        reused = any(isinstance(e, _Reused) for e in unique)
         jobs: dict[str, Job] = {}
         for batch in self._batches(unique):
+            if isinstance(batch, _Reused):
+                size = len(jobs)
+                jobs.update(batch.batch.by_name)
+                if len(jobs) != size + len(batch.batch.by_name):
+                    raise _Clash
+                self._replay(batch.batch)
+                assert self.cache is not None  # only a cache has batches to reuse
+                self.cache.keep_batch(batch.key, batch.batch)
+                self.groups.append(batch.batch.by_name)
+                continue
             results = self.build_batch(batch)
             for entry in batch:
                 job = results.get(entry.index)
                 if job is not None:
+                    if reused and job.name in jobs:
+                        raise _Clash
                     jobs[job.name] = job
-                    self._secret_warnings(job.config, entry)
-                    self._report_warnings(job.config, entry)
         return jobs
+
+    def _replay(self, batch: _Batch) -> None:
+        """What a reused batch found when it was built, found again."""
+        self.warnings.extend(batch.warnings)
+        self.problems.extend(batch.problems)
+        self._scoped.extend(batch.scoped)
+        for path, _ in batch.deps:
+            if path not in self.read_order:
+                self.read_order.append(path)
+
+    def _scan(self, batch: list[_JobEntry], results: dict[int, Job]) -> None:
+        """The checks of built jobs: secrets given twice, reporters set in part."""
+        for entry in batch:
+            job = results.get(entry.index)
+            if job is not None:
+                self._secret_warnings(job.config, entry)
+                self._report_warnings(job.config, entry)
+                if job.config.concurrency_scope == "cluster":
+                    self._scoped.append(job)
 
     def _report_warnings(self, config: JobConfig, entry: _JobEntry) -> None:
         """Warn about a reporter given some but not all of its required keys (it stays off);
@@ -754,10 +929,17 @@ class _Loader:
         self.warnings.append(Problem(self.shown(file), line, column, where, message))
 
     @staticmethod
-    def _batches(entries: list[_JobEntry]) -> Iterator[list[_JobEntry]]:
-        """Runs of jobs of one file sharing the same defaults (one file's own jobs)."""
+    def _batches(entries: list[_JobEntry | _Reused]) -> Iterator[list[_JobEntry] | _Reused]:
+        """Runs of jobs of one file sharing the same defaults (one file's own jobs); a
+        reused file's jobs are one run."""
         batch: list[_JobEntry] = []
         for entry in entries:
+            if isinstance(entry, _Reused):
+                if batch:
+                    yield batch
+                    batch = []
+                yield entry
+                continue
             if batch and (entry.file, entry.layers[:-1]) != (batch[0].file, batch[0].layers[:-1]):
                 yield batch
                 batch = []
@@ -777,33 +959,40 @@ class _Loader:
         self.problem(entry.file, ("jobs", entry.index, "name"), message)
 
     def build_batch(self, batch: list[_JobEntry]) -> dict[int, Job]:
-        """Build one file's jobs, reusing the previous load's when no input changed."""
+        """Build one file's jobs and scan them, reusing the previous load's when no input
+        changed."""
         if not batch:
             return {}
-        if self.cache is None:
-            return self._build_all(batch)[0]
         first = batch[0]
         key = (
-            first.file,
-            self._digests[first.file],
-            tuple(e.index for e in batch),
-            tuple(
-                (layer.file, self._digests[layer.file], layer.prefix) for layer in first.layers[:-1]
-            ),
+            self._batch_key(first.file, tuple(e.index for e in batch), first.layers[:-1])
+            if self.cache is not None
+            else None
         )
-        hit = self.cache.batch(key)
-        if hit is not None and all(self._env_digest(p) == d for p, d in hit[1]):
-            jobs, deps = hit
-            for path, _ in deps:
-                if path not in self.read_order:
-                    self.read_order.append(path)
-        else:
-            problems_before = len(self.problems)
-            jobs, env_files = self._build_all(batch)
-            if len(self.problems) != problems_before:
-                return jobs
-            deps = tuple((p, self._digests[p]) for p in env_files)
-        self.cache.keep_batch(key, jobs, deps)
+        hit = self.cache.batch(key) if self.cache is not None else None
+        if hit is not None and self._deps_hold(hit):
+            self._replay(hit)
+            assert self.cache is not None
+            self.cache.keep_batch(key, hit)
+            self.groups.append(hit.by_name)
+            return hit.jobs
+        problems, warnings, scoped = len(self.problems), len(self.warnings), len(self._scoped)
+        jobs, env_files = self._build_all(batch)
+        built = len(self.problems) == problems
+        self._scan(batch, jobs)
+        if self.cache is None or not built:
+            return jobs
+        kept = _Batch(
+            jobs,
+            tuple((p, self._digests[p]) for p in env_files),
+            by_name={job.name: job for job in jobs.values()},
+            warnings=tuple(self.warnings[warnings:]),
+            problems=tuple(self.problems[problems:]),
+            scoped=tuple(self._scoped[scoped:]),
+            digests=tuple(sorted(job.digest for job in jobs.values())),
+        )
+        self.cache.keep_batch(key, kept)
+        self.groups.append(kept.by_name)
         return jobs
 
     def _build_all(self, batch: list[_JobEntry]) -> tuple[dict[int, Job], set[str]]:
@@ -962,6 +1151,7 @@ def load(
     """
     loader = _Loader(tree, cache, display_root, limits)
     jobs: dict[str, Job] = {}
+    digests = b""
     finished = False
     try:
         with _gc_paused():
@@ -969,6 +1159,15 @@ def load(
             jobs = loader.build_jobs(entries)
             loader.crontab_warnings(entries, jobs)
             loader.store_needs(jobs)
+            if not loader.problems:
+                spliced = cache.joined_digests() if cache is not None else None
+                digests = (
+                    spliced
+                    if spliced is not None
+                    else joined_digests(job.digest for job in jobs.values())
+                )
+                if cache is not None:
+                    cache.keep_digests(digests)
         finished = True
     except _Abort:
         pass
@@ -985,12 +1184,13 @@ def load(
         cluster=loader.cluster,
         state=loader.state,
         metrics=loader.metrics,
-        job_set_id=job_set_id(job.digest for job in jobs.values()),
+        job_set_id=job_set_id_of_joined(digests),
         files=tuple(loader.read_order),
         directories=tuple(dict.fromkeys(loader.listed)),
         warnings=tuple(dict.fromkeys(_hidden(loader.warnings, secrets))),
         positions=loader.positions,
         secrets=frozenset(secrets),
+        groups=tuple(loader.groups) if cache is not None else (),
     )
 
 

@@ -8,6 +8,7 @@ comparison.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -129,6 +130,27 @@ def _section(state: DesiredState | None, name: str) -> Any:
     )
 
 
+def changed_groups(
+    desired: DesiredState, applied: DesiredState | None
+) -> tuple[list[str], list[str]] | None:
+    """The names of the jobs in the groups (files) of ``applied`` that ``desired`` does not
+    have, and in those of ``desired`` that ``applied`` does not have; every other job is the
+    same object in both.  None when the two cannot be told apart by their groups (no
+    groups: loads without a cache), then every job is compared.  Costs the groups that
+    changed, not the jobs: a one-file edit in 100,000 jobs compares that file's."""
+    if applied is None or not desired.groups or not applied.groups:
+        return None
+    if sum(map(len, desired.groups)) != len(desired.jobs):
+        return None
+    if sum(map(len, applied.groups)) != len(applied.jobs):
+        return None
+    before = {id(group) for group in applied.groups}
+    after = {id(group) for group in desired.groups}
+    gone = [name for group in applied.groups if id(group) not in after for name in group]
+    arrived = [name for group in desired.groups if id(group) not in before for name in group]
+    return gone, arrived
+
+
 def plan(
     desired: DesiredState,
     applied: DesiredState | None,
@@ -140,10 +162,19 @@ def plan(
     old_jobs = applied.jobs if applied is not None else {}
     changes: list[JobChange] = []
     unchanged = 0
-    for name, job in old_jobs.items():
+    maybe = changed_groups(desired, applied)
+    if maybe is None:
+        gone: Iterable[str] = old_jobs
+        arrived: Iterable[str] = desired.jobs
+    else:
+        gone, arrived = maybe
+        # the jobs of the files that did not change are the same objects as before
+        unchanged = len(desired.jobs) - len(arrived)
+    for name in gone:
         if name not in desired.jobs:
-            changes.append(JobChange(name, "removed", job, None))
-    for name, job in desired.jobs.items():
+            changes.append(JobChange(name, "removed", old_jobs[name], None))
+    for name in arrived:
+        job = desired.jobs[name]
         before = old_jobs.get(name)
         if before is None:
             changes.append(JobChange(name, "added", None, job))
