@@ -10,11 +10,12 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
-from cronstable.config import Limits, LoadCache, MemoryTree, load, load_snapshot
+from cronstable.config import DesiredState, Limits, LoadCache, MemoryTree, load, load_snapshot
 from cronstable.reconcile.apply import Applier
 from cronstable.runtime.clock import ManualClock
 from cronstable.runtime.daemon import JobsSection, ProcessSpawner
@@ -134,6 +135,13 @@ def _outcome(files: dict[str, bytes], cache: LoadCache | None) -> tuple[object, 
     )
 
 
+def _plan(desired: DesiredState, applied: DesiredState) -> tuple[object, ...]:
+    from cronstable.reconcile.plan import plan
+
+    made = plan(desired, applied)
+    return made.summary(), [(c.name, c.kind, c.fields) for c in made.jobs]
+
+
 def test_a_cached_load_says_exactly_what_a_fresh_load_says_edit_after_edit() -> None:
     """Random edits of a small repository (a shared defaults file, env files, warnings,
     a duplicate made and undone, a broken file and its fix, a cluster-scoped job): every
@@ -182,11 +190,18 @@ def test_a_cached_load_says_exactly_what_a_fresh_load_says_edit_after_edit() -> 
     cache = LoadCache()
     assert _outcome(files, cache) == _outcome(files, None)
     rejected = set()
+    applied = load(MemoryTree(dict(files)), "", cache=cache, limits=LIMITS)
     for _ in range(120):
         rng.choice(edits)()
         outcome = _outcome(dict(files), cache)
         assert outcome == _outcome(dict(files), None)
         rejected.add(outcome[0] == "rejected")
+        if outcome[0] != "rejected":
+            desired = load(MemoryTree(dict(files)), "", cache=cache, limits=LIMITS)
+            assert _plan(desired, applied) == _plan(
+                replace(desired, groups=()), replace(applied, groups=())
+            )
+            applied = desired
     assert rejected == {True, False}  # both kinds of revision were met
     files["team3.yaml"] = ("jobs:\n" + one("t3")).encode()
     for name in [n for n in files if n.startswith("team") and n != "team3.yaml"]:
@@ -226,3 +241,41 @@ def test_spliced_digests_are_the_joined_digests_of_the_new_set() -> None:
     assert job_set_id(old) == f"v1:{h.hexdigest()}"
     assert splice_digests(joined_digests(["v1:short"]), [], []) is None
     assert splice_digests(joined_digests(old), [digest()], []) is None  # not there
+
+
+def test_a_swap_of_the_changed_names_leaves_the_table_a_whole_swap_would() -> None:
+    """Scheduler.replace_jobs(only=...) against the whole swap: same jobs, same next
+    fires, in configuration order, over a sequence of edits (added, changed, retimed,
+    removed jobs)."""
+    from cronstable.reconcile.plan import changed_groups
+
+    clock = ManualClock(datetime(2026, 6, 1, tzinfo=UTC))
+    partial = Scheduler(clock, ProcessSpawner(None))
+    whole = Scheduler(clock, ProcessSpawner(None))
+    revision = files(500, per_file=50)
+    cache = LoadCache()
+    before = load(MemoryTree(revision), "", cache=cache, limits=LIMITS)
+    partial.replace_jobs(before.jobs)
+    whole.replace_jobs(before.jobs)
+    edits = [
+        ("team0001.yaml", b"echo 50", b"echo fifty"),  # changed
+        ("team0002.yaml", b'"40 4 ', b'"41 4 '),  # retimed (job-100's minute)
+        ("team0003.yaml", b"job-150,", b"job-new,"),  # one removed, one added
+    ]
+    for name, old, new in edits:
+        revision = dict(revision)
+        assert old in revision[name]
+        revision[name] = revision[name].replace(old, new, 1)
+        after = load(MemoryTree(revision), "", cache=cache, limits=LIMITS)
+        delta = changed_groups(after, before)
+        assert delta is not None and len(delta[1]) <= 50
+        partial.replace_jobs(after.jobs, only={*delta[0], *delta[1]})
+        whole.replace_jobs(after.jobs)
+        assert list(partial.jobs) == list(whole.jobs) == list(after.jobs)
+        assert all(partial.jobs[n] is whole.jobs[n] for n in after.jobs)
+        assert [partial.next_fire(n) for n in after.jobs] == [
+            whole.next_fire(n) for n in after.jobs
+        ]
+        assert [j.name for _, j in partial.page(0, 1000)] == list(after.jobs)
+        assert partial.position("job-499") == whole.position("job-499") == 499
+        before = after
