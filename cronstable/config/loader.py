@@ -155,6 +155,14 @@ class LoadCache:
         self._tried: tuple[dict[bytes, yamlread.Document], dict[Hashable, _Batch]] = ({}, {})
         self._used_documents: dict[bytes, yamlread.Document] = {}
         self._used_batches: dict[Hashable, _Batch] = {}
+        self._bytes: dict[int, tuple[bytes, bytes]] = {}
+        """The last load's file bytes and their digests, by the id of the bytes object
+        (held, so that no other object takes that id)."""
+        self._used_bytes: dict[int, tuple[bytes, bytes]] = {}
+        self._jobs: tuple[dict[str, Job], list[Mapping[str, Job]]] | None = None
+        """The good load's jobs and its groups (a load whose groups hold the same names in
+        the same order copies the jobs and puts in the groups that changed)."""
+        self._new_jobs: tuple[dict[str, Job], list[Mapping[str, Job]]] | None = None
         self._secrets: dict[bytes, frozenset[str]] = {}
         """Each held document's inline secrets, by the digest of its bytes."""
         self._good_digests: bytes | None = None
@@ -169,6 +177,14 @@ class LoadCache:
 
     def keep_document(self, digest: bytes, doc: yamlread.Document) -> None:
         self._used_documents[digest] = doc
+
+    def digest(self, data: bytes) -> bytes:
+        """The SHA-256 of ``data``; of the very bytes object the last load read, the one
+        found then (a source hands the bytes of a file that did not change again)."""
+        known = self._bytes.get(id(data))
+        digest = known[1] if known is not None and known[0] is data else _sha256(data)
+        self._used_bytes[id(data)] = (data, digest)
+        return digest
 
     def secrets(self, digest: bytes) -> frozenset[str] | None:
         """The inline secrets of the document of ``digest``, if found before."""
@@ -200,6 +216,28 @@ class LoadCache:
         self._digests = joined
         return joined
 
+    def jobs_like(self, groups: list[Mapping[str, Job]]) -> dict[str, Job] | None:
+        """The jobs of ``groups``, in their order, as a copy of the good load's table with
+        the groups that changed put in: when every group holds the names the good load's
+        group in its place held, in their order (an edit that adds, removes or renames no
+        job).  None otherwise: make the table group by group."""
+        if self._jobs is None:
+            return None
+        jobs, good = self._jobs
+        if len(good) != len(groups):
+            return None
+        changed = [(old, new) for old, new in zip(good, groups, strict=True) if old is not new]
+        if any(len(old) != len(new) or list(old) != list(new) for old, new in changed):
+            return None
+        table = dict(jobs)
+        for _, new in changed:
+            table.update(new)
+        return table
+
+    def keep_jobs(self, jobs: dict[str, Job], groups: list[Mapping[str, Job]]) -> None:
+        """This load's table and groups: the good ones if it succeeds."""
+        self._new_jobs = (jobs, groups)
+
     def keep_digests(self, joined: bytes) -> None:
         """This load's joined digests: the good ones if it succeeds."""
         self._digests = joined
@@ -210,6 +248,7 @@ class LoadCache:
         if ok:
             self._good, self._tried = used, ({}, {})
             self._good_digests = self._digests
+            self._jobs = self._new_jobs
         else:  # what the good load holds already is not held twice
             documents, batches = self._good
             self._tried = (
@@ -218,6 +257,8 @@ class LoadCache:
             )
         self._used_documents, self._used_batches = {}, {}
         self._digests = None
+        self._new_jobs = None
+        self._bytes, self._used_bytes = self._used_bytes, {}
         held = self._good[0].keys() | self._tried[0].keys()
         self._secrets = {k: v for k, v in self._secrets.items() if k in held}
 
@@ -312,6 +353,10 @@ def _attribute(layers: list[_Layer], loc: KeyPath) -> tuple[_Layer, KeyPath] | N
 
 class _Clash(Exception):
     """A reused file's job has the name of another job: build without reuse."""
+
+
+def _sha256(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
 
 
 class _Abort(Exception):
@@ -457,7 +502,7 @@ class _Loader:
             self.problems.append(Problem(self.shown(path), None, None, (), str(exc)))
             return None
         self.read_order.append(path)
-        digest = hashlib.sha256(data).digest()
+        digest = self.cache.digest(data) if self.cache is not None else _sha256(data)
         self._digests[path] = digest
         if is_crontab_name(path):
             return self._crontab(path, data)
@@ -630,8 +675,7 @@ class _Loader:
             return None
         if set(map(type, raws)) != {dict}:  # a C scan: one file's jobs are all mappings
             return None  # the entries report what is not a mapping (or there are none)
-        indices = tuple(range(len(raws)))
-        key = self._batch_key(path, indices, defaults)
+        key = self._batch_key(path, len(raws), defaults)
         hit = self.cache.batch(key)
         if hit is None or not self._deps_hold(hit):
             return None
@@ -640,7 +684,13 @@ class _Loader:
     def expand(self, group: _Reused) -> list[_JobEntry]:
         return self._entries(group.file, group.raws, group.base)
 
-    def _batch_key(self, file: str, indices: tuple[int, ...], defaults: list[_Layer]) -> Hashable:
+    def _batch_key(
+        self, file: str, indices: tuple[int, ...] | int, defaults: list[_Layer]
+    ) -> Hashable:
+        """What a batch is cached under; ``indices``: of the jobs in it (an int ``n``: the
+        first ``n``, a whole file of mappings, as a tuple ``0 … n-1`` is written)."""
+        if isinstance(indices, tuple) and indices and indices[-1] == len(indices) - 1:
+            indices = len(indices)  # increasing from 0: every index from 0 to the last
         return (
             file,
             self._digests[file],
@@ -809,25 +859,34 @@ class _Loader:
                 first_seen[name] = entry
             unique.append(entry)
         reused = any(isinstance(e, _Reused) for e in unique)
-        jobs: dict[str, Job] = {}
+        parts: list[Mapping[str, Job]] = []
+        grouped = self.cache is not None
         for batch in self._batches(unique):
             if isinstance(batch, _Reused):
-                size = len(jobs)
-                jobs.update(batch.batch.by_name)
-                if len(jobs) != size + len(batch.batch.by_name):
-                    raise _Clash
                 self._replay(batch.batch)
                 assert self.cache is not None  # only a cache has batches to reuse
                 self.cache.keep_batch(batch.key, batch.batch)
                 self.groups.append(batch.batch.by_name)
+                parts.append(batch.batch.by_name)
                 continue
+            groups = len(self.groups)
             results = self.build_batch(batch)
-            for entry in batch:
-                job = results.get(entry.index)
-                if job is not None:
-                    if reused and job.name in jobs:
-                        raise _Clash
-                    jobs[job.name] = job
+            if len(self.groups) > groups:
+                parts.append(self.groups[-1])
+            else:  # not kept (no cache, or problems): its jobs by name all the same
+                grouped = False
+                built = (results.get(entry.index) for entry in batch)
+                parts.append({job.name: job for job in built if job is not None})
+        jobs = self.cache.jobs_like(parts) if grouped and self.cache is not None else None
+        if jobs is None:
+            jobs = {}
+            for part in parts:
+                size = len(jobs)
+                jobs.update(part)
+                if reused and len(jobs) != size + len(part):
+                    raise _Clash
+        if grouped and self.cache is not None:
+            self.cache.keep_jobs(jobs, parts)
         return jobs
 
     def _replay(self, batch: _Batch) -> None:
