@@ -76,6 +76,8 @@ from cronstable.redact import redact
 from cronstable.schedule import parse_schedule
 
 TOP_LEVEL_KEYS = known_keys(ConfigFile)
+_SECTIONS = frozenset({"web", "logging", "cluster", "state", "metrics"})
+"""The daemon-wide sections (:meth:`_Loader._sections_of`)."""
 
 
 @dataclass(slots=True)
@@ -351,6 +353,11 @@ def _attribute(layers: list[_Layer], loc: KeyPath) -> tuple[_Layer, KeyPath] | N
     return candidates[-1]
 
 
+_How = str | tuple[str, int]
+"""How a file was reached: loaded directly (the words), or by the include entry ``index``
+of a file."""
+
+
 class _Clash(Exception):
     """A reused file's job has the name of another job: build without reuse."""
 
@@ -387,6 +394,8 @@ class _Loader:
         self._docs: dict[str, dict[str, Any] | None] = {}
         self._nodes: dict[str, Node | None] = {}
         self._job_lines: dict[str, list[int]] = {}
+        self._dropped: set[str] = set()
+        """YAML files whose node tree is not kept (:meth:`position` parses them again)."""
         self._scoped: list[Job] = []
         """The jobs with concurrencyScope cluster (store_needs)."""
         self.groups: list[Mapping[str, Job]] = []
@@ -395,7 +404,7 @@ class _Loader:
         self._results: dict[str, _FileResult] = {}
         self._crontabs: dict[str, Crontab] = {}
         self._stack: list[str] = []
-        self._reached: dict[str, list[str]] = {}
+        self._reached: dict[str, list[_How]] = {}
         self._sections: dict[str, tuple[str, Any]] = {}
         self.web: WebConfig | None = None
         self.logging: LoggingConfig | None = None
@@ -429,7 +438,18 @@ class _Loader:
         crontab = self._crontabs.get(file)
         if crontab is not None:
             return crontab.locate(path)
+        if file in self._dropped:
+            self._dropped.discard(file)
+            self._nodes[file] = self._reparse(file)
         return yamlread.locate(self._nodes.get(file), path)
+
+    def _reparse(self, file: str) -> Node | None:
+        """A file's node tree again (the load keeps none: they are most of its memory);
+        only for a problem or a warning to place, or a section's keys."""
+        try:
+            return yamlread.parse(self.tree.read(file), self.limits.max_yaml_nodes).root
+        except (TreeError, yamlread.YamlError):  # it parsed before: not expected
+            return None
 
     def validation_problems(
         self, exc: ValidationError, model: type[BaseModel], layers: list[_Layer]
@@ -519,10 +539,18 @@ class _Loader:
                     Problem(self.shown(path), exc.line, exc.column, exc.key, exc.message)
                 )
                 return None
+            if not _SECTIONS.intersection(parsed.data if isinstance(parsed.data, dict) else ()):
+                # the node tree goes (most of the memory): found again (_reparse) to place
+                # a problem; a file with a daemon-wide section keeps it, as each load
+                # places every key of its sections
+                parsed = parsed.without_nodes()
             if self.cache is not None:
                 self.cache.keep_document(digest, parsed)
         self._nodes_left -= parsed.size
         self._nodes[path] = parsed.root
+        if parsed.root is None:
+            self._dropped.add(path)
+        self._job_lines[path] = list(parsed.lines.get("jobs", ()))
         doc = parsed.data
         if doc is None:
             doc = {}
@@ -611,7 +639,7 @@ class _Loader:
         return jobs
 
     def process(
-        self, path: str, how: str, origin: tuple[str, KeyPath] | None = None
+        self, path: str, how: _How, origin: tuple[str, KeyPath] | None = None
     ) -> list[_JobEntry | _Reused]:
         """Load one file (once) and what it includes; ``origin`` is the include entry naming it."""
         self._reached.setdefault(path, []).append(how)
@@ -720,8 +748,7 @@ class _Loader:
             except TreeError as exc:
                 self.problem(path, ("include", index), str(exc))
                 continue
-            position = self.position(path, ("include", index))
-            how = f"included by {self.shown(path)}" + (f":{position[0]}" if position else "")
+            how: _How = (path, index)  # its words and line only for a message (_how)
             if self.tree.is_dir(target):
                 self.listed.append(target)
                 targets = self.tree.config_files_below(target)
@@ -1006,12 +1033,20 @@ class _Loader:
         if batch:
             yield batch
 
+    def _how(self, how: _How) -> str:
+        """How a file was reached, in words: "loaded directly", "included by a.yaml:3"."""
+        if isinstance(how, str):
+            return how
+        path, index = how
+        position = self.position(path, ("include", index))
+        return f"included by {self.shown(path)}" + (f":{position[0]}" if position else "")
+
     def _duplicate(self, name: str, first: _JobEntry, entry: _JobEntry) -> None:
         file = first.file
         position = self.position(file, ("jobs", first.index))
         line = position[0] if position else "?"
         if (file, first.index) == (entry.file, entry.index):
-            reached = " and ".join(self._reached.get(entry.file, []))
+            reached = " and ".join(self._how(how) for how in self._reached.get(entry.file, []))
             message = f"job {name!r} is defined twice: {self.shown(entry.file)} is {reached}"
         else:
             message = f"job {name!r} is defined twice; the first is at {self.shown(file)}:{line}"
@@ -1115,9 +1150,7 @@ class _Loader:
         if file in self._crontabs:
             position = self.position(file, ("jobs", index))
             return position[0] if position else 0
-        lines = self._job_lines.get(file)
-        if lines is None:
-            lines = self._job_lines[file] = yamlread.item_lines(self._nodes.get(file), "jobs") or []
+        lines = self._job_lines.get(file, [])
         return lines[index] if index < len(lines) else 0
 
     def _environment(
