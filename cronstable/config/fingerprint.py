@@ -35,7 +35,10 @@ SCHEME_VERSION = "v1"
 def canonical_job(
     config: JobConfig, schedule: Schedule, environment: Mapping[str, str]
 ) -> dict[str, Any]:
-    data = config.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    # what model_dump() calls, without its wrapper (a tenth of a digest at 100,000 jobs)
+    data: dict[str, Any] = type(config).__pydantic_serializer__.to_python(
+        config, mode="json", by_alias=True, exclude_defaults=True
+    )
     data["schedule"] = schedule.text
     data["environment"] = dict(sorted(environment.items()))
     data.pop("env_file", None)

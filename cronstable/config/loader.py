@@ -930,15 +930,16 @@ class _Loader:
         for entry in batch:
             job = results.get(entry.index)
             if job is not None:
-                self._secret_warnings(job.config, entry)
-                self._report_warnings(job.config, entry)
+                written = _written_keys(entry)
+                self._secret_warnings(job.config, entry, written)
+                self._report_warnings(job.config, entry, written)
                 if job.config.concurrency_scope == "cluster":
                     self._scoped.append(job)
 
-    def _report_warnings(self, config: JobConfig, entry: _JobEntry) -> None:
+    def _report_warnings(self, config: JobConfig, entry: _JobEntry, written: set[str]) -> None:
         """Warn about a reporter given some but not all of its required keys (it stays off);
-        an error for mail with from and to but no smtpHost."""
-        written = _written_keys(entry)
+        an error for mail with from and to but no smtpHost.  ``written``: the job's
+        top-level keys (:func:`_written_keys`)."""
         for key, moment in report_moments(config):
             if key not in written:
                 continue  # nothing written under it: the defaults, which never warn
@@ -972,9 +973,8 @@ class _Loader:
         line, column = position if position else (None, None)
         into.append(Problem(self.shown(layer.file), line, column, where, message))
 
-    def _secret_warnings(self, config: JobConfig, entry: _JobEntry) -> None:
+    def _secret_warnings(self, config: JobConfig, entry: _JobEntry, written: set[str]) -> None:
         """Warn about a secret given more than one source: only the first set one is used."""
-        written = _written_keys(entry)
         for attributes, key in _job_secret_paths():
             if key[0] not in written:
                 continue  # nothing written under it: no source set
