@@ -16,8 +16,8 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml setup.py README.md LICENSE ./
 COPY cronstable ./cronstable
-# every wheel the image installs, the speedups extra's uvloop too
-RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[speedups]'
+# every wheel the image installs, the speedups extra's uvloop and the mcp extra's SDK too
+RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[speedups,mcp]'
 
 FROM ${PYTHON_IMAGE}
 # tini is PID 1: it forwards SIGTERM to the daemon (which drains its runs) and reaps
@@ -28,7 +28,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends tini openssh-client \
  && rm -rf /var/lib/apt/lists/*
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links /wheels 'cronstable[speedups]'
+    pip install --no-cache-dir --no-index --find-links /wheels 'cronstable[speedups,mcp]'
 
 # A user of its own (a number, so Kubernetes' runAsNonRoot can check it).  The XDG
 # directories point the daemon's non-root defaults at the same paths it uses as root:

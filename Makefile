@@ -35,7 +35,7 @@ deps:
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,speedups]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,speedups,mcp]'
 	touch $(STAMP)
 
 $(SHIM): $(SHIM).c setup.py | $(STAMP)
@@ -89,6 +89,7 @@ bench: $(STAMP) deps $(SHIM)
 	$(BIN)/python bench/bench_limits.py
 	$(BIN)/python bench/bench_webhook.py
 	$(BIN)/python bench/bench_scale.py
+	$(BIN)/python bench/bench_mcp.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis $(SHIM)

@@ -15,6 +15,12 @@ def main(argv: list[str] | None = None) -> int:
 
         print(__version__)
         return 0
+    if args[:1] in (["lock"], ["state"], ["xcom"]):  # a job's thin clients: no parser
+        from cronstable.channel.commands import fast
+
+        code = fast(args)
+        if code is not None:
+            return code
     if argv is None and args and args[0] in ONE_SHOT:
         # the process ends right after one load: the cyclic collector would only walk
         # every object the load made (a second at 100,000 jobs) and free nothing

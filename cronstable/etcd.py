@@ -74,13 +74,18 @@ Key: TypeAlias = str | bytes
 """A key: bytes, or text encoded as UTF-8."""
 
 # gRPC status codes etcd answers with (google.golang.org/grpc/codes).
+GRPC_CANCELLED = 1
+"""A stopping etcd ends a watch stream with it as often as with UNAVAILABLE (the gateway's
+context canceled before its transport closed): an outage, not a refusal."""
 GRPC_DEADLINE_EXCEEDED = 4
 GRPC_NOT_FOUND = 5
 GRPC_RESOURCE_EXHAUSTED = 8
 GRPC_OUT_OF_RANGE = 11
 GRPC_UNAVAILABLE = 14
 GRPC_UNAUTHENTICATED = 16
-_RETRYABLE_CODES = frozenset({GRPC_DEADLINE_EXCEEDED, GRPC_RESOURCE_EXHAUSTED, GRPC_UNAVAILABLE})
+_RETRYABLE_CODES = frozenset(
+    {GRPC_CANCELLED, GRPC_DEADLINE_EXCEEDED, GRPC_RESOURCE_EXHAUSTED, GRPC_UNAVAILABLE}
+)
 
 
 def _retryable_status(status: int | None) -> bool:
@@ -1136,7 +1141,7 @@ async def _stream_messages(response: aiohttp.ClientResponse) -> AsyncGenerator[J
 
     The last one may lack its newline: when etcd shuts down, the gateway ends the
     stream with ``{"error": {"grpc_code": 14, "message": "transport is closing"}}``
-    and no newline after it.
+    (or code 1, its context canceled first) and no newline after it.
     """
     lines = _Lines()
     async for chunk in response.content.iter_any():

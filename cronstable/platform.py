@@ -200,6 +200,52 @@ def default_api_sockets() -> list[str]:
     return [ROOT_API_SOCKET, user] if os.geteuid() == 0 else [user]
 
 
+# ------------------------------------------------------------- the runs' channels
+
+SYSTEM_RUNTIME_DIR = "/run/cronstable"
+"""The daemon's runtime directory as root (systemd's ``RuntimeDirectory=cronstable``)."""
+UNIX_PATH_MAX = 104 if sys.platform == "darwin" else 108
+"""Bytes of a unix socket's path, its final NUL included (``sun_path``)."""
+
+
+def run_channel_dir(runtime_dir_given: str | None = None) -> str:
+    """The directory of the runs' sockets (see :mod:`cronstable.channel`): ``runs`` in the
+    daemon's own runtime directory, which is ``runtime_dir_given`` (``--runtime-dir``),
+    else systemd's ``$RUNTIME_DIRECTORY`` (the first, when it names several), else
+    :data:`SYSTEM_RUNTIME_DIR` as root; otherwise ``cronstable-runs`` in the user's
+    :func:`runtime_dir` (``$XDG_RUNTIME_DIR``, shared with other programs)."""
+    own = runtime_dir_given or os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    if not own and os.geteuid() == 0:
+        own = SYSTEM_RUNTIME_DIR
+    if own:
+        return os.path.join(own, "runs")
+    return os.path.join(runtime_dir(), "cronstable-runs")
+
+
+def private_dir(path: str, mode: int) -> None:
+    """Make directory ``path`` (its parents 0755 as needed) with ``mode``, or take the one
+    there: it must be a directory of this user that no one else may write to, and gets
+    ``mode``.  Raises OSError (PermissionError: not one of ours closed to others)."""
+    import stat
+
+    parent = os.path.dirname(path)
+    if parent and not os.path.isdir(parent):
+        os.makedirs(parent, 0o755, exist_ok=True)
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if (
+        not stat.S_ISDIR(info.st_mode)
+        or info.st_uid != os.geteuid()
+        or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    ):
+        raise PermissionError(f"{path} is not a directory of user {os.geteuid()} closed to others")
+    if stat.S_IMODE(info.st_mode) != mode:
+        os.chmod(path, mode)
+
+
 # ------------------------------------------------------------- file descriptors
 
 FD_DIRS = ("/proc/self/fd", "/dev/fd")

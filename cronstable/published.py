@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from cronstable.config.desired import DesiredState
-from cronstable.config.fingerprint import canonical_job
-from cronstable.config.models import JobConfig
+from cronstable.config.desired import DesiredState, Job
+from cronstable.config.fingerprint import canonical_job, canonical_workflow
+from cronstable.config.models import JobConfig, TaskConfig, WorkflowSettings
 from cronstable.config.secrets import hide_urls
 from cronstable.redact import redact
 
@@ -62,19 +62,46 @@ def _hide_values(data: Any) -> Any:
     return data
 
 
-def published_config(state: DesiredState) -> dict[str, Any]:
-    """The canonical form of every job and section, with per-job digests."""
-    jobs: dict[str, Any] = {}
-    for name, job in state.jobs.items():
+def _published_job(job: Job) -> dict[str, Any]:
+    """A job's (or a task's, under its name in the workflow) canonical form and digest."""
+    if job.workflow is None:
         canonical = canonical_job(job.config, job.schedule, job.environment)
-        canonical["environment"] = {
-            key: secret_digest(value) for key, value in canonical["environment"].items()
+        model: type[BaseModel] = JobConfig
+    else:
+        own = job.config.model_copy(update={"name": job.task})
+        canonical = canonical_job(own, None, job.environment)
+        model = TaskConfig
+    canonical["environment"] = {
+        key: secret_digest(value) for key, value in canonical["environment"].items()
+    }
+    return {"digest": job.digest, "config": hide_secrets(canonical, model)}
+
+
+def published_config(state: DesiredState) -> dict[str, Any]:
+    """The canonical form of every job, workflow, pool and section, with their digests (a
+    workflow's ``tasks`` in definition order, each as a job is)."""
+    jobs = {name: _published_job(job) for name, job in state.jobs.items()}
+    workflows = {
+        name: {
+            "digest": flow.digest,
+            "config": hide_secrets(canonical_workflow(flow.config, flow.schedule), WorkflowSettings)
+            | {"tasks": [_published_job(task) for task in flow.tasks.values()]},
         }
-        jobs[name] = {"digest": job.digest, "config": hide_secrets(canonical, JobConfig)}
+        for name, flow in state.workflows.items()
+    }
     sections = {
         name: None
         if value is None
         else hide_secrets(value.model_dump(mode="json", by_alias=True), type(value))
         for name, value in (("web", state.web), ("logging", state.logging))
     }
-    return {"jobSetId": state.job_set_id, "jobs": jobs, "sections": sections}
+    pools = {
+        name: {"digest": pool.digest, "config": pool.config.model_dump(mode="json", by_alias=True)}
+        for name, pool in state.pools.items()
+    }
+    published: dict[str, Any] = {"jobSetId": state.job_set_id, "jobs": jobs}
+    if workflows:
+        published["workflows"] = workflows
+    published["pools"] = pools
+    published["sections"] = sections
+    return published

@@ -10,7 +10,9 @@ of backend:
 
 * etcd: :func:`cronstable.etcd.etcd_fault`;
 * a directory (the cluster's shared directory, the node's state directory):
-  :func:`directory_fault`.
+  :func:`directory_fault`;
+* a client that draws the line itself (the Kubernetes API client,
+  :mod:`cronstable.cluster.kube_api`) raises a :class:`StoreFailure` carrying it.
 
 :func:`fault_of` finds the error a backend's own exception was raised from (its
 ``__cause__`` chain) and asks the family it belongs to.
@@ -59,6 +61,18 @@ but this daemon may not write) and ENOTDIR (a file where the directory should be
 a refusal: waiting does not fix a permission."""
 
 
+class StoreFailure(Exception):
+    """An error of a store client that knows whether its store is unreachable or
+    refused: :attr:`fault` says which, and :func:`fault_of` takes its word."""
+
+    fault: Fault = "refused"
+
+    def __init__(self, message: str, *, fault: Fault | None = None) -> None:
+        super().__init__(message)
+        if fault is not None:
+            self.fault = fault
+
+
 def directory_fault(exc: OSError) -> Fault:
     """Whether a directory failing with ``exc`` is unreachable or refuses (see
     :data:`UNREACHABLE_ERRNOS`); the one place that draws that line for directories.
@@ -70,14 +84,17 @@ def directory_fault(exc: OSError) -> Fault:
 
 def fault_of(exc: BaseException) -> Fault:
     """Unreachable or refused, for ``exc`` raised by a store backend: the first etcd
-    error, timeout or OS error in its chain of causes decides.  An error with none of
-    them in its chain is a refusal (the revision is rejected, as before)."""
+    error, :class:`StoreFailure`, timeout or OS error in its chain of causes decides.
+    An error with none of them in its chain is a refusal (the revision is rejected, as
+    before)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, EtcdError):
             return etcd_fault(current)
+        if isinstance(current, StoreFailure):
+            return current.fault
         if isinstance(current, TimeoutError):
             return "unreachable"
         if isinstance(current, OSError):

@@ -1,14 +1,16 @@
 """Every store a cluster or the durable state lives on, as fixtures parametrized over them.
 
 A contract test asks for ``cluster_backend`` (or ``state_backend``) and runs once per
-backend, with the ids ``etcd`` and ``filesystem``:
+backend, with the ids ``etcd``, ``filesystem`` and ``kubernetes``:
 
 * ``cluster_backend``: ``etcd`` is the session's shared etcd (``shared_etcd_server``)
   under a key prefix of the test's own (``etcd_prefix``); ``filesystem`` is a fresh
-  shared directory ``tmp_path / "shared"``.  The etcd server starts only for the etcd
-  case.
-* ``own_cluster_backend``: the same, with an etcd of the test's own (``etcd_server``)
-  that it may stop and start again (outage tests).
+  shared directory ``tmp_path / "shared"``; ``kubernetes`` is the session's Lease
+  server (``lease_server``, the conformance double of :mod:`lease_server`) in a
+  namespace of the test's own (``kube_namespace``), reached through a kubeconfig
+  file.  Each server starts only for its own case.
+* ``own_cluster_backend``: etcd and filesystem as above, with an etcd of the test's
+  own (``etcd_server``) that it may stop and start again (outage tests).
 * ``state_backend``: ``filesystem`` and ``etcd`` (the shared one, the test's prefix).
 
 A test that needs one backend only narrows the parameters::
@@ -27,28 +29,37 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from etcd_server import EtcdServer
+from lease_server import LeaseServer
 
 if TYPE_CHECKING:  # imported where used: loading the plugin imports no cronstable module
     from cronstable.config.models import ClusterConfig
     from cronstable.state.base import StateStore
 
-CLUSTER_BACKENDS = ["etcd", "filesystem"]
+CLUSTER_BACKENDS = ["etcd", "filesystem", "kubernetes"]
+OWN_CLUSTER_BACKENDS = ["etcd", "filesystem"]
 STATE_BACKENDS = ["filesystem", "etcd"]
 
 
 @dataclass(frozen=True)
 class ClusterBackend:
-    """One cluster store: etcd (``server`` and ``prefix``) or a shared directory."""
+    """One cluster store: etcd (``server`` and ``prefix``), a shared directory, or a
+    Lease server (``leases``, with ``namespace`` and the ``kubeconfig`` file)."""
 
     name: str
     server: EtcdServer | None = None
     prefix: str = ""
     shared: Path | None = None
+    leases: LeaseServer | None = None
+    namespace: str = ""
+    kubeconfig: Path | None = None
 
     def settings(self) -> dict[str, Any]:
-        """The store's key of the cluster section: ``{"etcd": …}`` or ``{"filesystem": …}``."""
+        """The store's key of the cluster section: ``{"etcd": …}``, ``{"filesystem": …}``
+        or ``{"kubernetes": …}``."""
         if self.server is not None:
             return {"etcd": {"endpoints": [self.server.endpoint], "prefix": self.prefix}}
+        if self.leases is not None:
+            return {"kubernetes": {"namespace": self.namespace, "kubeconfig": str(self.kubeconfig)}}
         return {"filesystem": {"path": str(self.shared)}}
 
     def config(self, **fields: Any) -> ClusterConfig:
@@ -61,6 +72,8 @@ class ClusterBackend:
         """The cluster section as a configuration file says it (leaseTtl ``ttl``)."""
         if self.server is not None:
             store = f'etcd: {{endpoints: ["{self.server.endpoint}"], prefix: "{self.prefix}"}}'
+        elif self.leases is not None:
+            store = f'kubernetes: {{namespace: {self.namespace}, kubeconfig: "{self.kubeconfig}"}}'
         else:
             store = f'filesystem: {{path: "{self.shared}"}}'
         return textwrap.dedent(
@@ -78,6 +91,13 @@ def _cluster_backend(request: pytest.FixtureRequest, tmp_path: Path, server: str
         etcd: EtcdServer = request.getfixturevalue(server)
         prefix: str = request.getfixturevalue("etcd_prefix")
         return ClusterBackend("etcd", server=etcd, prefix=prefix)
+    if request.param == "kubernetes":
+        leases: LeaseServer = request.getfixturevalue("lease_server")
+        namespace: str = request.getfixturevalue("kube_namespace")
+        kubeconfig = leases.kubeconfig(tmp_path / "kubeconfig")
+        return ClusterBackend(
+            "kubernetes", leases=leases, namespace=namespace, kubeconfig=kubeconfig
+        )
     shared = tmp_path / "shared"
     shared.mkdir()
     return ClusterBackend("filesystem", shared=shared)
@@ -89,7 +109,7 @@ def cluster_backend(request: pytest.FixtureRequest, tmp_path: Path) -> ClusterBa
     return _cluster_backend(request, tmp_path, "shared_etcd_server")
 
 
-@pytest.fixture(params=CLUSTER_BACKENDS)
+@pytest.fixture(params=OWN_CLUSTER_BACKENDS)
 def own_cluster_backend(request: pytest.FixtureRequest, tmp_path: Path) -> ClusterBackend:
     """Each cluster store in turn; etcd is a server of the test's own, free to stop."""
     return _cluster_backend(request, tmp_path, "etcd_server")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -200,6 +201,20 @@ def test_usage_errors_exit_2() -> None:
         ["job-set-id", str(EXAMPLE)],
         ["-c", str(EXAMPLE), "-v"],
         ["--third-party-licenses"],
+        # client commands, against a port nothing listens on (refused at once)
+        ["pause", "job", "--reason", "r", "--url", "http://127.0.0.1:9"],
+        ["resume", "job", "--url", "http://127.0.0.1:9"],
+        ["status", "--fleet", "--url", "http://127.0.0.1:9"],
+        [
+            "backfill",
+            "job",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-01-02",
+            "--url",
+            "http://127.0.0.1:9",
+        ],
     ],
     ids=lambda a: " ".join(a[:1]),
 )
@@ -213,7 +228,35 @@ def test_fast_paths_do_not_import_asyncio_or_aiohttp(args: list[str]) -> None:
                 main({args!r})
             except SystemExit:
                 pass
-        print(sorted(m for m in ("asyncio", "aiohttp") if m in sys.modules))
+        print(sorted(m for m in ("asyncio", "aiohttp", "mcp") if m in sys.modules))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("command", ["validate", "next"])
+def test_a_configuration_with_mcp_enabled_loads_without_the_sdk(
+    command: str, tmp_path: Path
+) -> None:
+    config = write(
+        tmp_path / "c.yaml",
+        "web:\n  listen: [http://127.0.0.1:0]\n  mcp: {enabled: true}\n"
+        "jobs: [{name: x, command: 'true', schedule: '@daily'}]\n",
+    )
+    probe = textwrap.dedent(
+        f"""\
+        import contextlib, io, sys
+        from cronstable.__main__ import main
+        with contextlib.redirect_stdout(io.StringIO()):
+            try:
+                main([{command!r}, {str(config)!r}])
+            except SystemExit as exc:
+                assert exc.code in (0, None), exc.code
+        print(sorted(m for m in ("asyncio", "aiohttp", "mcp") if m in sys.modules))
         """
     )
     result = subprocess.run(
@@ -280,3 +323,26 @@ def test_validate_prints_warnings_and_stays_valid(tmp_path: Path) -> None:
         f"  warning: {config}:8:11: jobs[0].onFailure.report.sentry.dsn: fromFile and fromEnvVar "
         "are both set; only fromFile is used (the first set of value, fromFile, fromEnvVar wins)"
     ]
+
+
+def test_diff_shows_what_the_apply_runs_now(tmp_path: Path) -> None:
+    """A new @reboot job: no run at a reload, one at a daemon start, flagged in every format."""
+    old = write(
+        tmp_path / "old" / "c.yaml", "jobs: [{name: x, command: 'true', schedule: '@daily'}]\n"
+    )
+    new = write(
+        tmp_path / "new" / "c.yaml",
+        "jobs:\n  - {name: x, command: 'true', schedule: '@daily'}\n"
+        "  - {name: warm, command: 'true', schedule: '@reboot'}\n",
+    )
+    args = ("diff", str(old.parent), str(new.parent), "--at", "2026-03-29T00:30:00")
+    text = cli(*args)
+    assert text.returncode == 1, text.stderr
+    assert "  ! at apply (start): runs now: @reboot: once per boot of each machine" in text.stdout
+    assert "runs now: 0 at a reload, 1 at a start" in text.stdout
+    body = json.loads(cli(*args, "--format", "json").stdout)
+    assert body["timeEffects"]["runsNow"] == {"reload": 0, "start": 1}
+    assert (
+        "- **runs now** · job `warm` · at a daemon start"
+        in cli(*args, "--format", "markdown").stdout
+    )

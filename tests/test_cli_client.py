@@ -443,3 +443,42 @@ def test_diff_against_a_daemon_that_refuses_or_is_gone_exits_2(daemon: Daemon) -
     gone = cli("diff", f"http://u:pw@127.0.0.1:{port}", str(daemon.conf))
     assert gone.returncode == 2
     assert f"cannot reach http://u:<hidden>@127.0.0.1:{port}" in gone.stderr
+
+
+def test_diff_with_a_daemon_shows_what_it_has_going(daemon: Daemon, tmp_path: Path) -> None:
+    """The daemon's GET /status informs the time effects: its run going finishes under the
+    old definition, and its API pause still skips the fires after the apply."""
+    trigger = as_token("ci-secret")
+    started = cli("start", "sleeper", "--url", daemon.http, "--json", env=trigger)
+    assert started.returncode == 0, started.stderr
+    paused = cli("pause", "sleeper", "--reason", "diff test", "--url", daemon.http, env=trigger)
+    assert paused.returncode == 0, paused.stderr
+    try:
+        changed = _changed_copy(daemon, tmp_path, "command: sleep 60", "command: sleep 61")
+        done = cli(
+            "diff", daemon.http, str(changed), "--format", "json",
+            "--at", "2026-12-31T23:00:00Z", env=as_token("admin-secret"),
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        body = json.loads(done.stdout)
+        assert body["timeEffects"]["facts"] == daemon.http
+        assert body["timeEffects"]["unknown"] == []
+        [job] = body["jobs"]
+        assert job["name"] == "sleeper"
+        effects = job["times"]["atApply"]
+        assert [(e["applied"], e["kind"], e["runs"], e["count"]) for e in effects] == [
+            ("reload", "running", False, 1)
+        ]
+        after = job["times"]["after"]["fires"]
+        assert after[0] == {
+            "local": "2027-01-01T00:00:00+00:00",
+            "utc": "2027-01-01T00:00:00Z",
+            "skipped": "api pause",
+        }
+        text = cli("diff", daemon.unix, str(changed), env=as_token("admin-secret"))
+        assert "1 run going: each finishes under the definition it started with" in text.stdout
+        assert f"with what {daemon.unix} knows" in text.stdout
+    finally:
+        cli("resume", "sleeper", "--url", daemon.http, env=trigger)
+        cli("cancel", "sleeper", "--url", daemon.http, env=trigger)
+        _wait_finished(daemon.http, "sleeper")

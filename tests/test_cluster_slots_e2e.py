@@ -120,6 +120,8 @@ def forbid(cluster_backend: ClusterBackend, tmp_path: Path) -> Iterator[Cluster]
         made.stop_all(signals=2)
 
 
+# the Lease backend's slots are covered in process (test_cluster_slots, test_cluster_claims)
+@pytest.mark.parametrize("cluster_backend", ["etcd", "filesystem"], indirect=True)
 def test_forbid_runs_never_overlap_across_nodes(forbid: Cluster) -> None:
     refusal = "holds its cluster slot (concurrencyPolicy Forbid, concurrencyScope cluster)"
     forbid.start("n1")

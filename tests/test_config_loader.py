@@ -647,11 +647,46 @@ def test_a_state_on_etcd_needs_the_cluster_etcd() -> None:
     assert (state.state.backend, state.state.on_store_unavailable) == ("etcd", "fail-closed")
 
 
+def test_kubernetes_leases_keep_no_state_records() -> None:
+    """A Lease is no record store: with the kubernetes backend the state stays on a
+    directory, and etcd state (which needs the cluster's etcd) is refused saying so."""
+    cluster = "cluster: {backend: kubernetes, kubernetes: {namespace: ops}}\n"
+    assert lines({"c.yaml": cluster + "state: {backend: etcd}\n"}) == [
+        "c.yaml:2:9: state.backend: backend etcd keeps the records in the etcd of the "
+        "cluster section (cluster: {backend: etcd, etcd: {endpoints: [...]}}), and there is "
+        "none (the cluster's Kubernetes Leases keep no records: use backend filesystem, "
+        "each node's --state-dir)"
+    ]
+    state = ok({"c.yaml": cluster + "state: {backend: filesystem}\n"})
+    assert state.cluster is not None and state.cluster.kubernetes is not None
+    assert (state.cluster.kubernetes.namespace, state.cluster.kubernetes.lease_name) == (
+        "ops",
+        "cronstable",
+    )
+
+
+def test_kubernetes_settings_errors_name_the_key() -> None:
+    text = (
+        "cluster:\n  backend: kubernetes\n  kubernetes:\n    leaseName: Cron_Lease\n"
+        "    kubeconfig: kube/config\n"
+    )
+    assert lines({"c.yaml": text}) == [
+        "c.yaml:4:5: cluster.kubernetes.leaseName: 'Cron_Lease' is not a Kubernetes Lease "
+        "name (1-63 lower-case letters, digits and '-', starting and ending with a letter or "
+        "digit)",
+        "c.yaml:5:5: cluster.kubernetes.kubeconfig: 'kube/config' is not an absolute path "
+        "(it names a file on the node, not in the repository)",
+    ]
+    assert lines({"c.yaml": "cluster: {backend: kubernetes}\n"}) == [
+        "c.yaml:1:1: cluster: backend kubernetes needs its kubernetes: settings"
+    ]
+
+
 def test_a_cluster_scope_needs_a_cluster_section() -> None:
     text = 'jobs: [{name: j, command: "true", schedule: "@daily", concurrencyScope: cluster}]\n'
     assert lines({"c.yaml": text}) == [
         "c.yaml:1: concurrencyScope: job 'j': concurrencyScope cluster needs a shared "
-        "store: add a cluster section (etcd or filesystem)"
+        "store: add a cluster section (etcd, filesystem or kubernetes)"
     ]
 
 
@@ -1415,6 +1450,23 @@ def test_web_listen() -> None:
     state = ok({"c.yaml": text})
     assert state.web is not None
     assert state.web.listen == ["http://127.0.0.1:8080", "http://[::1]:80", "unix:///run/c.sock"]
+
+
+def test_web_mcp_defaults_and_limits() -> None:
+    text = "web:\n  listen: [http://127.0.0.1:8080]\n  mcp: {enabled: true}\n"
+    state = ok({"c.yaml": text})
+    assert state.web is not None and state.web.mcp is not None
+    mcp = state.web.mcp
+    assert (mcp.enabled, mcp.max_sessions, mcp.session_idle_timeout) == (True, 16, 300)
+    assert ok({"c.yaml": "web:\n  listen: []\n"}).web.mcp is None  # type: ignore[union-attr]
+    text = (
+        "web:\n  listen: [http://127.0.0.1:8080]\n"
+        "  mcp:\n    enabled: yes\n    maxSessions: 0\n    sessionIdleTimeout: -1\n"
+    )
+    assert lines({"c.yaml": text}) == [
+        "c.yaml:5:5: web.mcp.maxSessions: must be at least 1, got 0",
+        "c.yaml:6:5: web.mcp.sessionIdleTimeout: must be more than 0, got -1",
+    ]
 
 
 @pytest.mark.parametrize(

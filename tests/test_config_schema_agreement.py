@@ -276,7 +276,10 @@ MUTATIONS = _mutations()
 def test_the_mutations_reach_every_part_of_the_format() -> None:
     places = {key.split(":", 1)[1].rsplit("=", 1)[0] for key in MUTATIONS}
     assert len(MUTATIONS) > 200
-    for needle in ("schedule", "onFailure", "environment", "logging", "include", "defaults"):
+    for needle in (
+        "schedule", "onFailure", "environment", "logging", "include", "defaults",
+        "pools", "poolTimeout", "poolPriority",
+    ):  # fmt: skip
         assert any(needle in place for place in places), needle
 
 
@@ -284,3 +287,11 @@ def test_the_mutations_reach_every_part_of_the_format() -> None:
 def test_loader_and_schema_agree_on_kinds_of_every_value(name: str) -> None:
     data, path = MUTATIONS[name]
     assert disagreements(as_yaml(data), data, at=path) == []
+
+
+def test_the_mutations_reach_the_operator_keys() -> None:
+    """The keys of issue 18 (``jitter``, ``suspend``, ``onPaused``) are in the corpus
+    (``test_config_ops.py``), each value of them mutated to every other kind."""
+    places = {key.split(":", 1)[1].rsplit("=", 1)[0] for key in MUTATIONS}
+    for needle in ("jitter", "suspend", "onPaused", "alertAfter"):
+        assert any(needle in place for place in places), needle

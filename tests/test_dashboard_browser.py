@@ -29,6 +29,7 @@ jobs:
   - name: every minute
     command: "true"
     schedule: "* * * * *"
+    suspend: {reason: on hold for the audit}
 """
 TOKEN = "d4shb0ard-token"
 
@@ -73,6 +74,13 @@ async def test_the_dashboard_starts_a_job_and_shows_its_outcome(
             assert await page.evaluate("sessionStorage.getItem('cronstable-token')") == TOKEN
             await page.wait_for("document.querySelectorAll('#jobs tbody tr').length === 3")
             await page.wait_for("document.getElementById('live').textContent === 'live'")
+            # a pause shows who paused and why (the repository's suspend here)
+            held = await page.evaluate(
+                'document.querySelector(\'tr[data-job="every minute"] [data-pause="config"]\')'
+                ".textContent"
+            )
+            assert held.startswith("paused by the repository (suspend) since ")
+            assert held.endswith(": on hold for the audit")
             revision = await page.evaluate("document.getElementById('revision').textContent")
             assert revision.startswith("revision sha256:")
             for job in ("greet", "broken"):
@@ -94,6 +102,21 @@ async def test_the_dashboard_starts_a_job_and_shows_its_outcome(
             assert 48 <= ticks <= 50  # "broken" fires every 30 minutes
             assert await page.evaluate("document.querySelectorAll('#timeline rect.band').length")
             await page.screenshot(tmp_path / "dashboard.png")
+            # the fleet tab: GET /fleet, each job's next node and where it last ran
+            await page.evaluate("document.getElementById('tab-fleet').click()")
+            await page.wait_for("document.querySelectorAll('#fleet-jobs tbody tr').length === 3")
+            assert await page.evaluate("document.getElementById('overview').hidden")
+            where = await page.evaluate(
+                "document.querySelector('tr[data-fleet-job=\"broken\"]').dataset.runsNext"
+            )
+            assert where == "every node"
+            await page.wait_for(
+                "document.querySelector('tr[data-fleet-job=\"broken\"]').textContent"
+                ".includes('failed')"
+            )
+            notes = await page.evaluate("document.getElementById('fleet-notes').textContent")
+            assert "no leader election" in notes
+            await page.screenshot(tmp_path / "fleet.png")
             violations = [
                 event["params"]["entry"]["text"]
                 for event in page.events

@@ -41,6 +41,7 @@ from cronstable.etcd import (
     EtcdLeaseNotFound,
     EtcdUnavailable,
     WatchEvent,
+    _error,
 )
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio]
@@ -174,7 +175,12 @@ async def test_the_gateway_ends_a_watch_with_an_unterminated_grpc_14_when_etcd_s
     assert json.loads(created)["result"]["created"] is True
     assert not last.endswith(b"\n")
     error = json.loads(last)["error"]
-    assert error["grpc_code"] == 14 and error["message"] == "transport is closing"
+    # which comes first in etcd's shutdown decides: the transport closing (UNAVAILABLE)
+    # or the gateway's context canceled (CANCELLED); seen both ways on one machine
+    assert error["grpc_code"] in (1, 14), error
+    assert error["grpc_code"] == 1 or error["message"] == "transport is closing", error
+    # and the client takes either for an outage to reconnect through, not a refusal
+    assert isinstance(_error({"error": error}, status=None, what="watch"), EtcdUnavailable)
 
 
 @pytest.mark.parametrize("how", ["stop", "kill"])

@@ -103,7 +103,7 @@ def test_tini_runs_the_daemon_on_the_default_config_path(image: list[tuple[str, 
     copies = [rest.split() for w, rest in image if w == "COPY"]
     assert any(c[-2:] == ["examples/gitops-repo", platform.DEFAULT_CONFIG_PATH] for c in copies)
     installs = " ".join(rest for w, rest in image if w == "RUN")
-    assert "tini" in installs and "cronstable[speedups]" in installs
+    assert "tini" in installs and "cronstable[speedups,mcp]" in installs
 
 
 def test_the_image_directories_are_the_daemons_defaults(

@@ -77,7 +77,7 @@ def make_job(
     return next(iter(state.jobs.values()))
 
 
-async def run_told(listener: StatsdListener, job: Job) -> RunResult:
+async def run_told(listener: StatsdListener, job: Job, pool_wait: float | None = None) -> RunResult:
     """A real run of ``job``, told to ``listener`` as the scheduler tells its listeners."""
     proc = JobProcess(job, scheduled_time=SCHEDULED, attempt=1)
     await proc.start()
@@ -89,6 +89,7 @@ async def run_told(listener: StatsdListener, job: Job) -> RunResult:
         started_at=SCHEDULED,
         pid=proc.pid,
         manual=False,
+        pool_wait=pool_wait,
     )
     listener.run_started(start)
     result = await proc.wait()
@@ -121,6 +122,19 @@ async def test_a_successful_run_sends_start_then_one_stop_datagram(
     assert await received.next() == expected_stop("cron.backup", result, 1)
     await listener.close()
     assert received.datagrams.empty()
+
+
+@async_test
+async def test_a_run_that_waited_for_its_pool_says_how_long_at_start(
+    receiver: tuple[int, Receiver],
+) -> None:
+    port, received = receiver
+    job = make_job([sys.executable, "-c", "pass"], port)
+    listener = StatsdListener(lambda name: job)
+    result = await run_told(listener, job, pool_wait=2.5004)
+    assert await received.next() == b"cron.backup.start:1|g\ncron.backup.pool_wait:2500|ms\n"
+    assert await received.next() == expected_stop("cron.backup", result, 1)
+    await listener.close()
 
 
 @async_test

@@ -170,7 +170,28 @@ async def test_environment_layers_and_cronstable_variables() -> None:
         "CRONSTABLE_JOB_NAME": "env-job",
         "CRONSTABLE_SCHEDULED_TIME": "2026-03-08T07:00:00+00:00",
         "CRONSTABLE_ATTEMPT": "2",
+        "CRONSTABLE_RUN_ID": "env-job@2026-03-08T07:00:00Z#2",
     }
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("zone", "shown"),
+    [
+        # the day US clocks spring forward: 07:00 UTC is 03:00 EDT (after the change)
+        ("America/New_York", "2026-03-08T03:00:00-04:00"),
+        ("Asia/Kolkata", "2026-03-08T12:30:00+05:30"),
+        ("UTC", "2026-03-08T07:00:00+00:00"),
+    ],
+)
+async def test_the_scheduled_time_is_shown_in_the_jobs_zone(zone: str, shown: str) -> None:
+    job = make_job(
+        'echo "$CRONSTABLE_SCHEDULED_TIME $CRONSTABLE_RUN_ID"', captureStdout=True, timezone=zone
+    )
+    result = await run(job, scheduled_time=SCHEDULED, attempt=3)
+    assert result.stdout == f"{shown} job@2026-03-08T07:00:00Z#3"
+    # the text is the same instant as the fire
+    assert datetime.fromisoformat(shown) == SCHEDULED
 
 
 @pytest.mark.asyncio
@@ -682,3 +703,38 @@ async def test_environment_values_are_never_logged(caplog: pytest.LogCaptureFixt
     await run(job, base_environment={"OTHER": secret})
     await run(make_job(["nosuch-binary"]), base_environment={"OTHER": secret})
     assert secret not in caplog.text
+
+
+# ------------------------------------------------------------ the run's channel
+
+
+@pytest.mark.asyncio
+async def test_a_run_gets_its_channel_in_its_environment_until_it_ends(tmp_path: Path) -> None:
+    import shutil
+    import tempfile
+
+    from cronstable.channel.locks import Locks
+    from cronstable.channel.server import RunChannels
+
+    base = tempfile.mkdtemp(prefix="cs-", dir="/tmp")
+    channels = RunChannels(os.path.join(base, "runs"), states=lambda _: None, locks=Locks())
+    try:
+        job = make_job(
+            'echo "$CRONSTABLE_RUN_SOCKET"; test -S "$CRONSTABLE_RUN_SOCKET" && '
+            'test -n "$CRONSTABLE_RUN_TOKEN"',
+            captureStdout=True,
+        )
+        result = await run(job, channel=channels)
+        assert result.returncode == 0, result.stderr
+        socket_path = (result.stdout or "").strip()
+        assert socket_path.startswith(os.path.join(base, "runs") + "/"), (socket_path, base)
+        assert not Path(socket_path).exists()  # noqa: ASYNC240 (revoked as the run ended)
+        assert (channels.opened, channels.live) == (1, 0)
+        failed = await run(make_job(["/nonexistent/program"]), channel=channels)
+        assert failed.fail_reason is not None and failed.fail_reason.startswith("spawn failed")
+        assert (channels.opened, channels.live) == (2, 0)  # a spawn that failed revokes too
+        plain = await run(make_job('echo "[$CRONSTABLE_RUN_SOCKET]"', captureStdout=True))
+        assert plain.stdout == "[]"  # no channel given: none in the environment
+    finally:
+        await channels.close()
+        shutil.rmtree(base, ignore_errors=True)

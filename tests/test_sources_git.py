@@ -911,3 +911,53 @@ def test_snapshot_from_local_repo_errors(
 def test_snapshot_from_a_directory_that_is_no_repository(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="is not a git repository"):
         snapshot_from_local_repo(str(tmp_path), "HEAD")
+
+
+# --------------------------------------------------------------------------- snapshot_at
+
+
+@pytest.mark.asyncio
+async def test_snapshot_at_reads_another_branch_a_tag_and_a_parent_without_following_them(
+    repo: WorkRepo, daemon: GitDaemon, tmp_path: Path
+) -> None:
+    first = push(repo, {"c.yaml": b"one\n"})
+    repo.tag("v1")
+    repo.git("push", "--quiet", "origin", "v1")
+    second = push(repo, {"c.yaml": b"two\n"})
+    source = make_source(daemon.url("config.git"), tmp_path / "cache", ref="main")
+    try:
+        assert (await first_snapshot(source)).revision == second
+        # a branch pushed after the source started, never fetched by its polls
+        repo.checkout("feature", create=True)
+        feature = push(repo, {"c.yaml": b"feature\n"}, "feature")
+        at = await source.snapshot_at("feature")
+        assert (at.revision, dict(at.files)) == (feature, {"c.yaml": b"feature\n"})
+        assert at.source == source.description
+        assert (await source.snapshot_at("v1")).revision == first
+        assert (await source.snapshot_at("main~1")).revision == first
+        assert (await source.snapshot_at("HEAD")).revision == second  # the followed ref
+        assert (await source.snapshot_at(first[:10])).revision == first
+        with pytest.raises(SourceError, match="not found"):
+            await source.snapshot_at("no-such-branch")
+        with pytest.raises(SourceError, match="no parent"):
+            await source.snapshot_at(f"{first}~5")
+        # the source still follows main: reading another revision changed nothing
+        assert source.origin().ref == "refs/heads/main"
+        with outage(daemon):  # the remote down: what the cache holds still answers
+            assert (await source.snapshot_at("feature")).revision == feature
+            with pytest.raises(SourceError):
+                await source.snapshot_at("never-pushed")
+    finally:
+        await source.close()
+
+
+@pytest.mark.asyncio
+async def test_other_sources_say_they_read_no_other_revision(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text("jobs: []\n")
+    source = open_source(str(tmp_path))
+    await source.start()
+    try:
+        with pytest.raises(SourceError, match="only a git source can read another revision"):
+            await source.snapshot_at("main")
+    finally:
+        await source.close()

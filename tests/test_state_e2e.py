@@ -15,7 +15,7 @@ import textwrap
 import time
 import urllib.request
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +197,7 @@ def test_a_fire_missed_while_down_catches_up_once_within_the_deadline(
         - name: tick
           schedule: "@every 2s"
           startingDeadlineSeconds: 30
+          timezone: Asia/Kolkata
           command: {LINE} >> {out}
         """,
     )
@@ -221,6 +222,8 @@ def test_a_fire_missed_while_down_catches_up_once_within_the_deadline(
     # of the fires missed while down, exactly one runs: the latest
     caught = [s for _, s, _ in lines(out)[len(before) :] if s <= last]
     assert caught == [last], (caught, last)
+    # the catch-up's CRONSTABLE_SCHEDULED_TIME is the missed fire's, in the job's zone
+    assert all(s.utcoffset() == timedelta(hours=5, minutes=30) for _, s, _ in lines(out))
     assert daemon.stop() == 0
 
 

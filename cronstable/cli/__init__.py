@@ -6,8 +6,9 @@ import asyncio or aiohttp; ``run`` (the daemon) and ``state`` (the store's
 clients are asynchronous) do.
 
 Exit codes: 0 success (valid), 1 invalid configuration, 2 usage error; the
-commands that ask a daemon (status, start, cancel, runs, reload) add 3 (the
-daemon cannot be reached or failed) and 4 (unauthorized), see ``cli/client.py``.
+commands that ask a daemon (status, start, cancel, runs, reload, pause, resume,
+backfill) add 3 (the daemon cannot be reached or failed) and 4 (unauthorized), see
+``cli/client.py``.
 """
 
 from __future__ import annotations
@@ -138,6 +139,22 @@ def _workers(text: str) -> int:
     if not 1 <= value <= 1024:
         raise argparse.ArgumentTypeError("the executor workers must be from 1 to 1024")
     return value
+
+
+def _moment(text: str) -> str:
+    """An argparse type: an ISO 8601 time (UTC without an offset), as ISO text with one."""
+    from datetime import UTC, datetime
+
+    given = text.strip()
+    try:
+        moment = datetime.fromisoformat(given[:-1] + "+00:00" if given[-1:] in "zZ" else given)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 time (like 2026-05-01T09:00:00+02:00)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.isoformat()
 
 
 _settle_seconds = _seconds("settle time", 60)
@@ -276,6 +293,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(default /var/lib/cronstable as root, else $XDG_STATE_HOME/cronstable)",
     )
     p.add_argument(
+        "--runtime-dir",
+        metavar="DIR",
+        default=None,
+        help="the daemon's runtime directory, where each run gets its socket (in DIR/runs) "
+        "for cronstable state get and lock (default $RUNTIME_DIRECTORY, else /run/cronstable "
+        "as root, else $XDG_RUNTIME_DIR/cronstable-runs)",
+    )
+    p.add_argument(
         "--settle",
         type=_settle_seconds,
         default=None,
@@ -345,22 +370,92 @@ def build_parser() -> argparse.ArgumentParser:
 
     client = _client_options()
     exits = "exit 0 done, 1 refused, 2 usage, 3 unreachable, 4 unauthorized"
-    sub.add_parser(
+    p = sub.add_parser(
         "status",
         parents=[client],
         help=f"show a running daemon's revision and jobs ({exits})",
+    )
+    p.add_argument(
+        "--fleet",
+        action="store_true",
+        help="the whole cluster as the daemon sees it in its stores (GET /fleet): every "
+        "member, and per job its next fire, the node that will run it and where it last ran",
     )
     p = sub.add_parser("start", parents=[client], help="start a job now, even a disabled one")
     p.add_argument("job", metavar="JOB")
     p = sub.add_parser("cancel", parents=[client], help="stop a job's running runs")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--run", metavar="ID", default=None, help="stop only this run")
+    p = sub.add_parser(
+        "pause",
+        parents=[client],
+        help="pause a job: its fires are skipped until resumed (or --until)",
+        description="Pause JOB through the daemon's API (POST /jobs/{name}/pause, scope "
+        "trigger): its scheduled fires are skipped and counted as paused, never caught up; "
+        "a start on request still runs. The pause is kept in the state store (every node "
+        "sharing it holds it) and is apart from the repository's suspend.",
+    )
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--reason", required=True, help="why (shown in /status and reports)")
+    p.add_argument(
+        "--until",
+        type=_moment,
+        default=None,
+        metavar="TIME",
+        help="ISO 8601 time the pause ends by itself (UTC without an offset)",
+    )
+    p = sub.add_parser(
+        "resume",
+        parents=[client],
+        help="lift a job's pause asked through the API (not the repository's suspend)",
+    )
+    p.add_argument("job", metavar="JOB")
+    p = sub.add_parser(
+        "backfill",
+        parents=[client],
+        help="run every past fire of a job in a range, one after another",
+        description="Run every fire of JOB's schedule at or after --from and before --to "
+        "(POST /jobs/{name}/backfill, scope trigger), one after another, each with "
+        "CRONSTABLE_SCHEDULED_TIME set to its fire, then follow the progress. A range of "
+        "more than --max fires is refused; a paused job is refused without --ignore-pause. "
+        "Exit 1 also when a run did not succeed or the backfill stopped early.",
+    )
+    p.add_argument("job", metavar="JOB")
+    p.add_argument(
+        "--from",
+        dest="start",
+        type=_moment,
+        required=True,
+        metavar="T1",
+        help="the first fire at or after this ISO 8601 time (UTC without an offset)",
+    )
+    p.add_argument(
+        "--to",
+        dest="end",
+        type=_moment,
+        required=True,
+        metavar="T2",
+        help="fires before this time, at the latest now (UTC without an offset)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="list the fires, run nothing")
+    p.add_argument(
+        "--max",
+        type=int,
+        default=100,
+        metavar="N",
+        help="refuse a range holding more than N fires (default 100)",
+    )
+    p.add_argument("--ignore-pause", action="store_true", help="backfill a paused job all the same")
+    p.add_argument("--no-wait", action="store_true", help="start it and exit, without following it")
     p = sub.add_parser("runs", parents=[client], help="list a job's recent runs")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--output", action="store_true", help="also print each run's captured output")
     sub.add_parser("reload", parents=[client], help="ask the daemon to look for a new revision now")
 
     _state_parser(sub)
+
+    _lock_parser(sub)
+    _xcom_parser(sub)
 
     p = sub.add_parser(
         "next", help="print the next fires of every job (JOB<TAB>TIME)", description=_FORMS
@@ -444,12 +539,24 @@ def _state_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = actions.add_parser(
         "get",
         parents=[where],
-        help="print one record as JSON; exit 1 when there is none",
+        help="print one record as JSON; exit 1 when there is none (in a job: its state)",
         description="Print the record at KEY (KIND/NAME, nodes/NODE/KIND/NAME or "
-        "cluster/KIND/NAME) as JSON; --format json prints {key, record}, as ls does.",
+        "cluster/KIND/NAME) as JSON; --format json prints {key, record}, as ls does. "
+        "In a job cronstable runs ($CRONSTABLE_RUN_SOCKET and $CRONSTABLE_RUN_TOKEN set) "
+        "and without -c, --state-dir or --node-name, KEY is a JOB instead (default: the "
+        "job's own), and its daemon answers with the job's last run, last success, pending "
+        "retry and runs going; exit 0, 1 no such job, 2 usage, 3 the daemon does not answer, "
+        "4 the run's token is refused.",
     )
-    p.add_argument("key", metavar="KEY")
+    p.add_argument("key", nargs="?", default=None, metavar="KEY|JOB")
     p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=10.0,
+        metavar="SECONDS",
+        help="in a job: the longest the daemon may take to answer (default 10)",
+    )
     p = actions.add_parser("rm", parents=[where], help="remove records", description=_RM_HELP)
     p.add_argument("keys", nargs="*", metavar="KEY", help="a key as ls shows it")
     p.add_argument("--job", metavar="NAME", default=None, help="every record of this job here")
@@ -458,8 +565,116 @@ def _state_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
 
 
+_LOCK_HELP = (
+    "In a job cronstable runs: hold the lock NAME while CMD runs, on this node or, with a "
+    "cluster section, across the cluster (through its store, renewed while CMD runs, freed "
+    "when it ends or its node dies); takers wait first come, first served. Exit: CMD's "
+    "status (128+N when signal N killed it); before CMD starts 2 usage, 3 the daemon does "
+    "not answer, 4 the run's token is refused, 75 not held within --wait, 126/127 CMD "
+    "cannot be run; 69 when the lock was lost while CMD ran (CMD is sent SIGTERM, then "
+    "SIGKILL 10 s later). Signals the command receives are passed on to CMD."
+)
+
+
+def _lock_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``lock NAME [--wait D] -- CMD...`` (the command after ``--`` is split off first)."""
+    p = sub.add_parser(
+        "lock",
+        help="in a job: run CMD while holding the named lock NAME (cronstable lock NAME -- CMD)",
+        description=_LOCK_HELP,
+        usage="cronstable lock [-h] [--wait D] [--timeout SECONDS] NAME -- CMD [ARG ...]",
+    )
+    p.add_argument("name", metavar="NAME", help="the lock: 1-128 of A-Z a-z 0-9 . _ : @ + / -")
+    p.add_argument("stray", nargs="*", help=argparse.SUPPRESS)  # a CMD without the --
+    p.add_argument(
+        "--wait",
+        type=_wait,
+        default=None,
+        metavar="D",
+        help="give up (exit 75) when the lock is not held within D: seconds, or 30s, 5m, 1h "
+        "(default: wait as long as the run lives; 0: do not wait)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=10.0,
+        metavar="SECONDS",
+        help="the longest the daemon may take to take the request (default 10)",
+    )
+
+
+_XCOM_HELP = (
+    "In a workflow's task cronstable runs: leave a value for the tasks that depend on this "
+    "one (push), or read one an earlier task of the same workflow run left (pull). A value "
+    "is UTF-8 text, at most 64 KiB; a workflow run's values together at most 1 MiB. A task "
+    "may also write files into $CRONSTABLE_XCOM_DIR, one a key. push exits 0, 1 refused "
+    "(a bad key or value, over a limit), 2 usage (not a workflow's task), 3 the daemon "
+    "does not answer, 4 the token is refused; pull prints the value as it was left and "
+    "exits 0, 1 no such value, 2, 3, 4 alike."
+)
+
+
+def _xcom_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``xcom push KEY VALUE``, ``xcom pull TASK KEY``."""
+    xcom = sub.add_parser(
+        "xcom", help="in a workflow's task: pass values between tasks", description=_XCOM_HELP
+    )
+    actions = xcom.add_subparsers(dest="xcom_action", metavar="ACTION", required=True)
+    timeout = _Parser(add_help=False)
+    timeout.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=10.0,
+        metavar="SECONDS",
+        help="the longest the daemon may take to answer (default 10)",
+    )
+    p = actions.add_parser(
+        "push", parents=[timeout], help="leave VALUE under KEY (VALUE - : standard input)"
+    )
+    p.add_argument("key", metavar="KEY", help="1-128 of A-Z a-z 0-9 _ . -")
+    p.add_argument("value", metavar="VALUE")
+    p = actions.add_parser(
+        "pull", parents=[timeout], help="print the value task TASK left under KEY"
+    )
+    p.add_argument(
+        "task", metavar="TASK", help="a task of the same workflow (TASK or WORKFLOW.TASK)"
+    )
+    p.add_argument("key", metavar="KEY")
+
+
+def _wait(text: str) -> float:
+    from cronstable.channel.commands import parse_wait
+
+    try:
+        return parse_wait(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """``lock``'s arguments and its CMD (what follows the first ``--``); None: no ``--``."""
+    if "--" not in argv:
+        return argv, None
+    cut = argv.index("--")
+    if "lock" not in argv[:cut]:
+        return argv, None
+    return argv[:cut], argv[cut + 1 :]
+
+
+def _in_run(args: argparse.Namespace) -> bool:
+    """Whether ``state get`` is the job-side one: in a run, without the store's options."""
+    from cronstable.channel.commands import in_run
+
+    if not in_run():
+        return False
+    return all(
+        getattr(args, option, None) is None for option in ("config", "state_dir", "node_name")
+    )
+
+
 def run_cli(argv: list[str]) -> int:
     parser = build_parser()
+    argv, lock_command = _split_command(argv)
     args = parser.parse_args(argv)
     command: str | None = args.command
     if args.third_party_licenses:
@@ -487,9 +702,24 @@ def run_cli(argv: list[str]) -> int:
         from cronstable.cli.diff import cmd_diff
 
         return cmd_diff(args.old, args.new, args.format, args.at, limits_from(args))
-    if command in ("status", "start", "cancel", "runs", "reload"):
+    if command == "status" and args.fleet:
+        from cronstable.cli.fleet import cmd_fleet
+
+        return cmd_fleet(
+            url=args.url,
+            token_file=args.token_file,
+            as_json=args.json,
+            timeout=args.timeout,
+            cafile=args.cacert,
+        )
+    if command in ("status", "start", "cancel", "runs", "reload", "pause", "resume"):
         from cronstable.cli.client import cmd_client
 
+        body = None
+        if command == "pause":
+            body = {"reason": args.reason}
+            if args.until is not None:
+                body["until"] = args.until
         return cmd_client(
             command,
             url=args.url,
@@ -500,12 +730,49 @@ def run_cli(argv: list[str]) -> int:
             job=getattr(args, "job", None),
             run=getattr(args, "run", None),
             show_output=getattr(args, "output", False),
+            body=body,
         )
+    if command == "backfill":
+        from cronstable.cli.backfill import cmd_backfill
+
+        request: dict[str, object] = {"from": args.start, "to": args.end, "max": args.max}
+        if args.dry_run:
+            request["dryRun"] = True
+        if args.ignore_pause:
+            request["ignorePause"] = True
+        return cmd_backfill(
+            args.job,
+            request,
+            url=args.url,
+            token_file=args.token_file,
+            as_json=args.json,
+            timeout=args.timeout,
+            cafile=args.cacert,
+            wait=not args.no_wait,
+        )
+    if command == "lock":
+        from cronstable.channel.commands import cmd_lock
+
+        if lock_command is None or args.stray:
+            parser.error("lock: give the command after --: cronstable lock NAME -- CMD ...")
+        return cmd_lock(args.name, args.wait, lock_command, args.timeout)
+    if command == "xcom":
+        from cronstable.channel.commands import cmd_xcom_pull, cmd_xcom_push
+
+        if args.xcom_action == "push":
+            return cmd_xcom_push(args.key, args.value, args.timeout)
+        return cmd_xcom_pull(args.task, args.key, args.timeout)
+    if command == "state" and args.state_action == "get" and _in_run(args):
+        from cronstable.channel.commands import cmd_state_get
+
+        return cmd_state_get(args.key, args.timeout)
     if command == "state":
         from cronstable.cli.state import cmd_state
         from cronstable.platform import default_state_dir
 
         action: str = args.state_action
+        if action == "get" and args.key is None:
+            parser.error("state get: give the KEY (in a job cronstable runs: JOB, or nothing)")
         if action == "rm" and bool(args.keys) == (args.job is not None):
             print("cronstable state rm: give KEY... or --job NAME, not both", file=sys.stderr)
             return EXIT_USAGE
@@ -556,6 +823,7 @@ def run_cli(argv: list[str]) -> int:
         state_dir=getattr(args, "state_dir", None),
         loop=getattr(args, "loop", "auto"),
         executor_workers=getattr(args, "executor_workers", None),
+        runtime_dir=getattr(args, "runtime_dir", None),
     )
 
 

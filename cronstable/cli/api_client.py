@@ -194,10 +194,14 @@ def _late(timeout: float) -> str:
 
 
 def _exchange(
-    connection: http.client.HTTPConnection, method: str, target: str, headers: dict[str, str]
+    connection: http.client.HTTPConnection,
+    method: str,
+    target: str,
+    headers: dict[str, str],
+    body: bytes | None = None,
 ) -> tuple[int, bytes, str]:
     """Send one request and read its whole answer (up to MAX_ANSWER + 1 bytes)."""
-    connection.request(method, target, headers=headers)
+    connection.request(method, target, body=body, headers=headers)
     response = connection.getresponse()
     body = response.read(MAX_ANSWER + 1)
     return response.status, body, response.getheader("Content-Type", "")
@@ -211,21 +215,27 @@ def call(
     token: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     cafile: str | None = None,
+    body: Any = None,
 ) -> Answer:
     """One request; ``path`` is already percent-encoded.  Raises ApiError / Unreachable.
 
-    ``timeout`` bounds all of it (see the module doc): past it, Unreachable."""
+    ``body``: sent as JSON (None: no body).  ``timeout`` bounds all of it (see the
+    module doc): past it, Unreachable."""
     headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
-    if method == "POST":
+    data = None if body is None else json.dumps(body).encode()
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+        headers["Content-Length"] = str(len(data))
+    elif method == "POST":
         headers["Content-Length"] = "0"
     connection = endpoint.connection(timeout, cafile)
     outcome: list[tuple[int, bytes, str] | BaseException] = []
 
     def work() -> None:
         try:
-            outcome.append(_exchange(connection, method, endpoint.prefix + path, headers))
+            outcome.append(_exchange(connection, method, endpoint.prefix + path, headers, data))
         except BaseException as exc:  # handed to the waiting thread, raised there
             outcome.append(exc)
         finally:

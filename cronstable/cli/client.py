@@ -1,4 +1,5 @@
-"""``cronstable status|start|cancel|runs|reload``: ask a running daemon over its HTTP API.
+"""``cronstable status|start|cancel|runs|reload|pause|resume``: ask a running daemon over
+its HTTP API.
 
 The daemon is ``--url``, else ``$CRONSTABLE_URL``, else the local socket (see
 :func:`cronstable.platform.default_api_sockets`: the first that exists).  The
@@ -54,7 +55,7 @@ class Target:
     defaulted: bool = False
     """The URL is the local default (no --url, no $CRONSTABLE_URL)."""
 
-    def call(self, method: str, path: str) -> Answer:
+    def call(self, method: str, path: str, body: Any = None) -> Answer:
         return call(
             self.endpoint,
             method,
@@ -62,6 +63,7 @@ class Target:
             token=self.token,
             timeout=self.timeout,
             cafile=self.cafile,
+            body=body,
         )
 
 
@@ -180,6 +182,8 @@ def status_text(status: dict[str, Any]) -> str:
         next_fire = _when(job.get("nextFire")) if job.get("enabled") else "disabled"
         if job.get("retryPending"):
             next_fire += " (retry pending)"
+        if job.get("paused"):
+            next_fire = "paused"
         rows.append(
             [
                 _shown(job["name"]),
@@ -190,7 +194,25 @@ def status_text(status: dict[str, Any]) -> str:
             ]
         )
     out.append("\n" + _table(rows))
+    out.extend(_pause_lines(jobs))
     return "".join(out)
+
+
+def _pause_lines(jobs: list[dict[str, Any]]) -> list[str]:
+    """One line per pause holding a job: the repository's and the API's apart."""
+    lines = []
+    for job in jobs:
+        for source, pause in sorted((job.get("pause") or {}).items()):
+            if not pause:
+                continue
+            who = "the repository (suspend)" if source == "config" else _shown(pause.get("by"))
+            until = f" until {_when(pause['until'])}" if pause.get("until") else ""
+            reason = f": {_shown(pause['reason'])}" if pause.get("reason") else ""
+            lines.append(
+                f"{_shown(job['name'])}: paused by {who} since {_when(pause.get('since'))}"
+                f"{until}{reason}\n"
+            )
+    return ["\n", *lines] if lines else []
 
 
 def runs_text(job: str, runs: list[dict[str, Any]], output: bool) -> str:
@@ -233,6 +255,8 @@ def _route(command: str, job: str | None, run: str | None) -> tuple[str, str]:
         return "POST", f"/jobs/{segment}/start"
     if command == "runs":
         return "GET", f"/jobs/{segment}/runs"
+    if command in ("pause", "resume"):
+        return "POST", f"/jobs/{segment}/{command}"
     query = f"?{urlencode({'run': run}, quote_via=quote)}" if run is not None else ""
     return "POST", f"/jobs/{segment}/cancel{query}"
 
@@ -266,7 +290,21 @@ def _human(command: str, data: Any, show_output: bool) -> str:
     if command == "runs":
         return runs_text(data["job"], data["runs"], show_output)
     if command == "start":
+        if data.get("queued") is True:  # its pool is full: it waits in the pool's queue
+            return (
+                f"started {_shown(data['run'])}, waiting in pool {_shown(data.get('pool'))}"
+                f" at place {_shown(data.get('queuePosition'))}\n"
+            )
         return f"started {_shown(data['run'])}\n"
+    if command == "pause":
+        pause = data["pause"]
+        until = f" until {_when(pause['until'])}" if pause.get("until") else ""
+        kept = "" if data.get("durable") else " (no state section: kept until the daemon stops)"
+        return f"paused {_shown(data['job'])}{until}{kept}\n"
+    if command == "resume":
+        still = data.get("pauses", {}).get("config")
+        left = " (still paused by the repository: suspend)" if still else ""
+        return f"resumed {_shown(data['job'])}{left}\n"
     if command == "cancel":
         stopped = data.get("cancelled") or []
         if not stopped:
@@ -299,6 +337,7 @@ def cmd_client(
     job: str | None = None,
     run: str | None = None,
     show_output: bool = False,
+    body: Any = None,
 ) -> int:
     prog = f"cronstable {command}"
     try:
@@ -308,7 +347,7 @@ def cmd_client(
         return EXIT_USAGE
     method, path = _route(command, job, run)
     try:
-        answer = target.call(method, path)
+        answer = target.call(method, path, body)
     except Unreachable as exc:
         hint = ""
         if target.defaulted:

@@ -6,6 +6,12 @@ its applied configuration, read with ``GET /config``.  What that daemon sent
 :func:`cronstable.cli.untrusted.escape`, in every format; colour codes are only
 added to a text diff that has nothing to escape.
 
+Beside the settings, each change shows its effects in time
+(:mod:`cronstable.reconcile.effects`): its next fires before and after, and what the
+apply itself runs now.  With a daemon as OLD, what it knows and the files do not (its
+``GET /status``: pending retries, runs going, API pauses, pool queues) informs them; when
+that cannot be read the diff says so and goes on.
+
 Exit codes follow diff(1), ``flux diff`` and ``argocd app diff``: 0 no changes,
 1 changes, 2 error (a side cannot be read, or NEW is invalid).  An invalid OLD
 is reported and compared as nothing, so a change fixing a broken base still
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from cronstable.cli.exits import EXIT_USAGE
 from cronstable.cli.next import parse_after
@@ -25,6 +32,9 @@ from cronstable.cli.untrusted import escape
 from cronstable.cli.validate import report_invalid
 from cronstable.config import ConfigError, DesiredState, Limits
 from cronstable.config.limits import DEFAULT_LIMITS
+
+if TYPE_CHECKING:
+    from cronstable.reconcile.effects import DaemonFacts
 
 EXIT_SAME = 0
 EXIT_CHANGED = 1
@@ -81,6 +91,8 @@ def cmd_diff(
     from cronstable.reconcile.plan import plan
     from cronstable.reconcile.render import to_json, to_markdown, to_text
 
+    known = _facts(old_side)
+
     result = plan(
         new_state,
         old_state,
@@ -88,14 +100,26 @@ def cmd_diff(
         applied_revision=old_side.revision or old_side.label,
     )
     if fmt == "json":
-        sys.stdout.write(escape(to_json(result, at), for_json=True))
+        sys.stdout.write(escape(to_json(result, at, known), for_json=True))
     elif fmt == "markdown":
-        sys.stdout.write(escape(to_markdown(result, at), block=True))
+        sys.stdout.write(escape(to_markdown(result, at, known), block=True))
     else:
-        plain = to_text(result, at)
+        plain = to_text(result, at, facts=known)
         shown = escape(plain, block=True)
         if shown == plain and sys.stdout.isatty():
             # the only escape sequences are then the colours the renderer adds
-            shown = to_text(result, at, colour=True)
+            shown = to_text(result, at, colour=True, facts=known)
         sys.stdout.write(shown)
     return EXIT_SAME if result.empty else EXIT_CHANGED
+
+
+def _facts(side: Side) -> DaemonFacts | str | None:
+    """What OLD's daemon knows (None for files), or why it could not be read (the diff
+    goes on without it: a warning, not an error)."""
+    if side.facts is None:
+        return None
+    try:
+        return side.facts()
+    except SideError as exc:
+        print(f"cronstable diff: warning: {exc}", file=sys.stderr)
+        return str(exc)

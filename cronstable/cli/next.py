@@ -8,7 +8,9 @@ from datetime import UTC, datetime
 from cronstable.cli.exits import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from cronstable.cli.untrusted import escape
 from cronstable.cli.validate import load_or_report
-from cronstable.config import DesiredState
+from cronstable.config import DesiredState, Job
+from cronstable.config.desired import Workflow
+from cronstable.config.models import JobConfig, WorkflowSettings
 from cronstable.schedule import uses_h
 
 
@@ -21,10 +23,12 @@ def parse_after(text: str | None) -> datetime:
 
 
 def next_fires(state: DesiredState, after: datetime, count: int) -> list[tuple[str, str]]:
-    """(job name, ISO time) pairs, soonest first; @reboot jobs show ``@reboot``."""
+    """(job or workflow name, ISO time) pairs, soonest first; @reboot ones show ``@reboot``
+    (a workflow's tasks start with its runs, so they have no fires of their own)."""
     timed: list[tuple[datetime, int, str]] = []
     reboot: list[tuple[str, str]] = []
-    for order, job in enumerate(state.jobs.values()):
+    fired: list[Job | Workflow] = [*state.jobs.values(), *state.workflows.values()]
+    for order, job in enumerate(fired):
         if not job.config.enabled:
             continue
         if job.schedule.is_reboot:
@@ -54,8 +58,11 @@ def cmd_next(path: str, count: int, after_text: str | None) -> int:
     loaded = load_or_report(path, "next")
     if loaded is None:
         return EXIT_INVALID
-    for job in loaded[1].jobs.values():
-        written = job.config.schedule
+    shown: list[Job | Workflow] = [*loaded[1].jobs.values(), *loaded[1].workflows.values()]
+    for job in shown:
+        written = (
+            job.config.schedule if isinstance(job.config, JobConfig | WorkflowSettings) else None
+        )
         if isinstance(written, str) and uses_h(written):
             # on stderr: stdout stays one `name<TAB>time` line per fire
             # escaped: a daemon's URL is a configuration too, and its names are its own

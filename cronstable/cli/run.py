@@ -20,6 +20,7 @@ def cmd_run(
     state_dir: str | None = None,
     loop: LoopChoice = "auto",
     executor_workers: int | None = None,
+    runtime_dir: str | None = None,
 ) -> int:
     """``log_level``/``log_format``: None when not given (INFO and text, which the
     configuration's ``logging`` section may change); given, they win over it.
@@ -39,6 +40,7 @@ def cmd_run(
         log_overrides=LogOverrides(level=log_level, format=log_format),
         limits=limits,
         own_process=True,
+        runtime_dir=Path(runtime_dir) if runtime_dir else None,
     )
     setup_logging(log_level or "INFO", log_format or "text")
     import logging

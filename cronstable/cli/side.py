@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cronstable.config import DesiredState
 from cronstable.errors import CronstableError
+
+if TYPE_CHECKING:
+    from cronstable.reconcile.effects import DaemonFacts
 
 
 class SideError(CronstableError):
@@ -29,3 +33,7 @@ class Side:
     published: bool = False
     """Secrets and environment values are already ``sha256:`` digests (a daemon's
     ``GET /config``): the other side must be compared in the same form."""
+    facts: Callable[[], DaemonFacts] | None = None
+    """What a running daemon knows that its files do not (its ``GET /status``: pending
+    retries, runs going, API pauses, pool queues), read on demand; None for files.
+    Raises SideError."""

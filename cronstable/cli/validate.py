@@ -7,8 +7,17 @@ import sys
 from cronstable.cli.exits import EXIT_INVALID, EXIT_OK
 from cronstable.cli.side import SideError
 from cronstable.cli.sides import resolve
+from cronstable.cli.untrusted import escape
 from cronstable.config import ConfigError, DesiredState, Limits
+from cronstable.config.desired import Workflow
 from cronstable.config.limits import DEFAULT_LIMITS
+from cronstable.workflows.dag import outline
+
+
+def flow_outline(flow: Workflow) -> str:
+    """``4 tasks: extract → transform-a, transform-b → load`` (tasks by depth)."""
+    count = len(flow.dag.tasks)
+    return f"{count} task{'s' if count != 1 else ''}: {outline(flow.dag)}"
 
 
 def report_invalid(label: str, exc: ConfigError) -> None:
@@ -45,9 +54,14 @@ def cmd_validate(paths: list[str], limits: Limits = DEFAULT_LIMITS) -> int:
             continue
         label, state = loaded
         count = len(state.jobs)
+        flows = len(state.workflows)
+        shown_flows = f", {flows} workflow{'s' if flows != 1 else ''}" if flows else ""
         print(
-            f"{label}: valid, {count} job{'s' if count != 1 else ''}, job-set id {state.job_set_id}"
+            f"{label}: valid, {count} job{'s' if count != 1 else ''}{shown_flows}, "
+            f"job-set id {state.job_set_id}"
         )
+        for flow in state.workflows.values():
+            print(escape(f"  workflow {flow.name}: {flow_outline(flow)}"))
         for warning in state.warnings:
             print(f"  warning: {warning}", file=sys.stderr)
     return status

@@ -1,6 +1,7 @@
 """Leadership: which node of a cluster may start ``Leader`` jobs now.
 
-One base class, one module per backend (:mod:`.etcd`, :mod:`.filesystem`),
+One base class, one module per backend (:mod:`.etcd`, :mod:`.filesystem`,
+:mod:`.kubernetes`),
 chosen by :mod:`.factory`.  A backend implements one *round* with its store —
 renew this node's lease, keep its membership record, campaign for (or keep)
 the leader record, read the members — and the base runs the rounds, keeps
@@ -27,7 +28,7 @@ import logging
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 logger = logging.getLogger(__name__)
@@ -51,6 +52,12 @@ class Member:
     """Random id of the daemon process (a restart gets a new one)."""
     job_set_id: str
     """The job-set id of the revision that node applied."""
+    revision: str = ""
+    """The revision that node applied (its source's id: a commit sha, an etcd revision);
+    empty from a daemon that does not write it."""
+    seen: float | None = None
+    """Wall time (seconds since the epoch) of the member's last round, as its record says;
+    None when the record does not say."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +69,7 @@ class Observation:
     fence: int | None
     """This node's fencing token while it holds the leader record, else None.  It
     only grows from one holder to the next (etcd: the record's create revision;
-    filesystem: a counter in the lock file)."""
+    filesystem: a counter in the lock file; kubernetes: the Lease's leaseTransitions)."""
     members: tuple[Member, ...]
     duplicate: bool = False
     """Another live daemon uses this node's name: both stand ``Leader`` jobs down."""
@@ -116,6 +123,8 @@ class Leadership(ABC):
         self.interval = self.ttl / 4
         self.job_set_id = ""
         """The applied revision's job-set id, kept in this node's membership record."""
+        self.revision = ""
+        """The applied revision, kept in this node's membership record (the fleet view)."""
         self.on_change: Callable[[], None] | None = None
         self._view = _View()
         self._task: asyncio.Task[None] | None = None
@@ -146,6 +155,17 @@ class Leadership(ABC):
 
     async def close(self) -> None:
         """Free what the backend holds open (connections)."""
+        return None
+
+    keeps_reboot_ran = False
+    """Whether the store keeps an @reboot ran-set (:meth:`claim_reboot`): the kubernetes
+    backend, on its leader Lease.  The others leave it to a shared state store."""
+
+    async def claim_reboot(self, job: str, digest: str, scope: Collection[str]) -> str | None:
+        """Record that the leader runs the @reboot job ``job`` (definition ``digest``) now:
+        None when it may run, else the node that ran that definition before.  ``scope``:
+        the @reboot ``Leader`` jobs of the applied revision (the set keeps those only).
+        Raises :class:`LeadershipError`; a backend without a ran-set lets every run go."""
         return None
 
     # ------------------------------------------------------------ life

@@ -3,11 +3,13 @@
 Keys under the configured prefix (``/cronstable/`` by default)::
 
     <prefix>leader                       {"node": NAME, "instance": ID}, on the leader's lease
-    <prefix>members/<node name>          {"instance": ID, "jobSetId": ID}, on each node's lease
+    <prefix>members/<node name>          {"instance", "jobSetId", "revision", "seen"}, on each
+                                         node's lease (``seen``: the wall time of its round)
     <prefix>duplicates/<node name>/<id>  written by a second live daemon with a taken name
 
-A round: keep the lease alive (a new one when etcd says it is gone), create or
-refresh this node's membership key, create the leader key if nobody holds it
+A round: keep the lease alive (a new one when etcd says it is gone), rewrite this
+node's membership key while it is on this node's lease (one transaction), or create
+it, create the leader key if nobody holds it
 (``version == 0`` in one transaction), then read the prefix.  The holder is
 fenced by the leader key's create revision, which grows with every new holder.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -95,7 +98,14 @@ class EtcdLeadership(Leadership):
         await self._call(lambda etcd: etcd.range(self.prefix, prefix=True, keys_only=True, limit=1))
 
     def _member_value(self) -> bytes:
-        return json.dumps({"instance": self.instance, "jobSetId": self.job_set_id}).encode()
+        return json.dumps(
+            {
+                "instance": self.instance,
+                "jobSetId": self.job_set_id,
+                "revision": self.revision,
+                "seen": round(time.time(), 3),
+            }
+        ).encode()
 
     async def _keep_lease(self) -> None:
         if self.lease:
@@ -115,23 +125,32 @@ class EtcdLeadership(Leadership):
         await self._keep_lease()
         lease = self.lease
         value = self._member_value()
-        created = await self._call(
+        # the record says when this node was last seen: rewritten at every round while it
+        # is on this node's lease (one request), created when there is none
+        kept = await self._call(
             lambda etcd: etcd.txn(
-                [compare(self.member_key, "version", "==", 0)],
+                [compare(self.member_key, "lease", "==", lease)],
                 [request_put(self.member_key, value, lease=lease)],
                 [request_range(self.member_key)],
             )
         )
         duplicate = False
-        if not created.succeeded:
-            held = first_kv(created.responses[0])
-            if held is not None and held.lease == lease:
-                if held.value != value:  # a new job-set id
+        if not kept.succeeded:
+            created = await self._call(
+                lambda etcd: etcd.txn(
+                    [compare(self.member_key, "version", "==", 0)],
+                    [request_put(self.member_key, value, lease=lease)],
+                    [request_range(self.member_key)],
+                )
+            )
+            if not created.succeeded:
+                held = first_kv(created.responses[0])
+                if held is not None and held.lease == lease:  # put between the two
                     await self._call(lambda etcd: etcd.put(self.member_key, value, lease=lease))
-            else:
-                duplicate = True
-                mark = f"{self.prefix}duplicates/{self.node_name}/{self.instance}"
-                await self._call(lambda etcd: etcd.put(mark, b"{}", lease=lease))
+                else:
+                    duplicate = True
+                    mark = f"{self.prefix}duplicates/{self.node_name}/{self.instance}"
+                    await self._call(lambda etcd: etcd.put(mark, b"{}", lease=lease))
         fence: int | None = None
         if not duplicate:
             mine = json.dumps({"node": self.node_name, "instance": self.instance}).encode()
@@ -173,11 +192,14 @@ class EtcdLeadership(Leadership):
                 else:
                     fence = None
             elif rest.startswith("members/"):
+                seen = data.get("seen")
                 members.append(
                     Member(
                         rest.removeprefix("members/"),
                         str(data.get("instance", "")),
                         str(data.get("jobSetId", "")),
+                        str(data.get("revision", "")),
+                        float(seen) if isinstance(seen, int | float) else None,
                     )
                 )
             elif rest.startswith(f"duplicates/{self.node_name}/"):

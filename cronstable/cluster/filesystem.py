@@ -4,7 +4,8 @@ Files in the directory (each written whole to a temporary file, then renamed; th
 and the record files are :mod:`.shareddir`'s)::
 
     leader.json                     {"version": 1, "node", "instance", "fence", "expires"}
-    members/<node name>.json        {"version": 1, "instance", "jobSetId", "expires"}
+    members/<node name>.json        {"version": 1, "instance", "jobSetId", "revision", "seen",
+                                     "expires"}
     duplicates/<node name>.<id>     written by a second live daemon with a taken name
     .lock                           a POSIX record lock, held only during a round
 
@@ -128,6 +129,8 @@ class FilesystemLeadership(Leadership):
                     "version": FORMAT_VERSION,
                     "instance": self.instance,
                     "jobSetId": self.job_set_id,
+                    "revision": self.revision,
+                    "seen": now,
                     "expires": expires,
                 },
             )
@@ -155,8 +158,15 @@ class FilesystemLeadership(Leadership):
         for file in sorted((self.path / "members").glob("*.json")):
             data = read(file)
             if data is not None and live(data, now):
+                seen = data.get("seen")
                 members.append(
-                    Member(file.stem, str(data.get("instance", "")), str(data.get("jobSetId", "")))
+                    Member(
+                        file.stem,
+                        str(data.get("instance", "")),
+                        str(data.get("jobSetId", "")),
+                        str(data.get("revision", "")),
+                        float(seen) if isinstance(seen, int | float) else None,
+                    )
                 )
         for file in (self.path / "duplicates").glob(f"{self.node_name}.*"):
             data = read(file)

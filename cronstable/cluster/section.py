@@ -35,12 +35,13 @@ from prometheus_client.registry import Collector
 from cronstable.cluster.base import Leadership, LeadershipError, LeadershipStats
 from cronstable.cluster.factory import make_leadership
 from cronstable.cluster.gate import Seen, refusal
-from cronstable.cluster.view import cluster_view
+from cronstable.cluster.placement import placement
+from cronstable.cluster.view import cluster_view, fleet_cluster
 from cronstable.config import DesiredState, Job
 from cronstable.config.models import ClusterConfig
 from cronstable.errors import KeyPath
 from cronstable.etcd import EtcdError, EtcdPools, login_from_environment
-from cronstable.ports import ClusterView
+from cronstable.ports import ClusterView, FleetCluster, Placement
 from cronstable.reconcile.backend_section import BackendSection, Reach, Retire
 from cronstable.store_link import StoreLink, retry_cap
 
@@ -56,6 +57,11 @@ def store_key(config: ClusterConfig) -> KeyPath:
     """Where a problem with the cluster's store is reported."""
     if config.backend == "etcd":
         return ("cluster", "etcd", "endpoints")
+    if config.backend == "kubernetes":
+        kubernetes = config.kubernetes
+        if kubernetes is not None and kubernetes.kubeconfig is not None:
+            return ("cluster", "kubernetes", "kubeconfig")
+        return ("cluster", "kubernetes")
     return ("cluster", "filesystem", "path")
 
 
@@ -85,6 +91,8 @@ class ClusterSection(BackendSection[ClusterConfig, Leadership, None]):
         self.pools = pools
         self.on_change = on_change
         self.stats = LeadershipStats()
+        self.revision = ""
+        """The revision applied last (:meth:`revision_applied`), for the membership record."""
         if registry is not None:
             registry.register(_ClusterCollector(self))
 
@@ -125,6 +133,7 @@ class ClusterSection(BackendSection[ClusterConfig, Leadership, None]):
     ) -> Retire | None:
         if new is not None:
             new.job_set_id = desired.job_set_id
+            new.revision = self.revision
             new.on_change = self.on_change
         elif old is not None:
             logger.info("Cluster: leader election is off; every job runs on this node")
@@ -220,6 +229,23 @@ class ClusterSection(BackendSection[ClusterConfig, Leadership, None]):
     def view(self, jobs: Iterator[Job] | None = None) -> ClusterView:
         """What ``GET /cluster`` shows (:func:`cronstable.cluster.view.cluster_view`)."""
         return cluster_view(self, jobs)
+
+    def fleet(self) -> FleetCluster:
+        """The members as ``GET /fleet`` shows them (:func:`~.view.fleet_cluster`)."""
+        return fleet_cluster(self)
+
+    def placement(self, job: Job) -> Placement:
+        """Which node will run ``job``'s next fire (:mod:`.placement`)."""
+        config = self.config
+        distribution = config.distribution if config is not None and config.elect_leader else None
+        return placement(job.config.cluster_policy, job.name, distribution, self.seen())
+
+    def revision_applied(self, revision: str) -> None:
+        """The applier applied ``revision``: this node's membership record says so from its
+        next round on."""
+        self.revision = revision
+        if self.in_use is not None:
+            self.in_use.revision = revision
 
 
 class _ClusterCollector(Collector):

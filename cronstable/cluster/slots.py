@@ -7,6 +7,10 @@ grows with every new holder.  A hold lasts ``ttl`` seconds unless renewed; the
 holder renews its slots every quarter of it while a local run of the job lives,
 so a crashed holder's slot frees by expiry.
 
+The same stores keep the slots of cluster-scoped pools, under ``pools`` instead of
+``slots``: one record per slot of a pool, named ``<pool>#<n>`` (quoted as job names
+are), taken and renewed the same way (:mod:`.pool_slots`).
+
 * etcd: ``<prefix>slots/<job>`` on the holder's lease, created in a transaction
   that succeeds only while the key does not exist; the fence is the key's create
   revision.  Releasing deletes the key (if it is still that hold); losing the lease

@@ -55,12 +55,15 @@ class EtcdSlots(SlotStore):
         username: str | None = None,
         password: str | None = None,
         pools: EtcdPools | None = None,
+        kind: str = "slots",
     ) -> None:
         """``pools``: where the connections to this etcd come from (shared with the
-        leadership and the state store); without it the slots make their own."""
+        leadership and the state store); without it the slots make their own.
+        ``kind``: the key space under the prefix (``slots``, or ``pools`` for the slots
+        of cluster-scoped pools)."""
         super().__init__(node, instance, ttl=ttl)
         base = prefix if prefix.endswith("/") else prefix + "/"
-        self.base = base + "slots/"
+        self.base = base + kind + "/"
         self.pool = (pools.pool if pools is not None else EtcdPool)(
             endpoints,
             # a call is bounded by ttl/2 (claims.py): every endpoint gets its share

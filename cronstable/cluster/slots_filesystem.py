@@ -32,10 +32,14 @@ _T = TypeVar("_T")
 class FilesystemSlots(SlotStore):
     backend = "filesystem"
 
-    def __init__(self, node: str, instance: str, *, ttl: float, path: str | Path) -> None:
+    def __init__(
+        self, node: str, instance: str, *, ttl: float, path: str | Path, kind: str = "slots"
+    ) -> None:
+        """``kind``: the subdirectory (``slots``, or ``pools`` for cluster-scoped pools)."""
         super().__init__(node, instance, ttl=ttl)
         self.path = Path(path)
-        self.slots = self.path / "slots"
+        self.kind = kind
+        self.slots = self.path / kind
 
     def __repr__(self) -> str:
         return f"FilesystemSlots({str(self.path)!r})"
@@ -59,7 +63,7 @@ class FilesystemSlots(SlotStore):
 
     async def check(self) -> None:
         try:
-            await asyncio.to_thread(usable, self.path, max(0.5, self.ttl / 4), ("slots",))
+            await asyncio.to_thread(usable, self.path, max(0.5, self.ttl / 4), (self.kind,))
         except OSError as exc:
             raise SlotError(describe(self.path, exc)) from exc
 

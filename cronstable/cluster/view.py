@@ -1,9 +1,11 @@
 """What ``GET /cluster`` shows: this node's view of the leadership, as a read model
-(:class:`~cronstable.ports.views.ClusterView`; :mod:`cronstable.web.encode` writes it)."""
+(:class:`~cronstable.ports.views.ClusterView`; :mod:`cronstable.web.encode` writes it),
+and the members as the fleet view (``GET /fleet``) shows them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from cronstable.cluster.base import Leadership
@@ -11,7 +13,14 @@ from cronstable.cluster.gate import Seen
 from cronstable.cluster.hashing import owner
 from cronstable.config import Job
 from cronstable.config.models import ClusterConfig
-from cronstable.ports import ClusterMember, ClusterView, Election, utc_text
+from cronstable.ports import (
+    ClusterMember,
+    ClusterView,
+    Election,
+    FleetCluster,
+    FleetMember,
+    utc_text,
+)
 from cronstable.store_link import StoreLink
 
 
@@ -73,6 +82,38 @@ def cluster_view(section: Observed, jobs: Iterator[Job] | None = None) -> Cluste
         owned_jobs=owned,
     )
     return ClusterView(section.node_name, election)
+
+
+def fleet_cluster(section: Observed) -> FleetCluster:
+    """The live members with what their records say (revision, job-set id, last seen), and
+    which one leads; empty without leader election."""
+    config = section.config
+    if config is None or not config.elect_leader:
+        return FleetCluster(None, None, False, None, ())
+    lead = section.leadership
+    seen = section.seen()
+    members = lead.members() if lead is not None else ()
+    mine = next((m.job_set_id for m in members if m.name == section.node_name), None)
+    return FleetCluster(
+        backend=config.backend,
+        distribution=config.distribution,
+        known=seen.known,
+        leader=seen.leader,
+        members=tuple(
+            FleetMember(
+                name=m.name,
+                instance=m.instance,
+                revision=m.revision or None,
+                job_set_id=m.job_set_id,
+                same_job_set=mine is None or m.job_set_id == mine,
+                leader=seen.leader == m.name,
+                last_seen=None if m.seen is None else datetime.fromtimestamp(m.seen, UTC),
+                this_node=m.name == section.node_name,
+            )
+            for m in sorted(members, key=lambda m: m.name)
+        ),
+        unknown_reason=_unknown_reason(lead, section.link) if not seen.known else None,
+    )
 
 
 def _unknown_reason(lead: Leadership | None, link: StoreLink[Any] | None) -> str | None:

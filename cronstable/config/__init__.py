@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from cronstable.config.desired import DesiredState, Job
+from cronstable.config.desired import DesiredState, Job, Pool
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.config.loader import LoadCache, load
 from cronstable.config.tree import ConfigTree, DiskTree, MemoryTree
@@ -23,6 +23,7 @@ __all__ = [
     "Limits",
     "LoadCache",
     "MemoryTree",
+    "Pool",
     "Problem",
     "load",
     "load_path",

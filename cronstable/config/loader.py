@@ -31,9 +31,9 @@ import functools
 import gc
 import hashlib
 import posixpath
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, tzinfo
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
@@ -42,28 +42,38 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 from yaml.nodes import Node
 
+from cronstable import xcom
 from cronstable.config import yamlread
 from cronstable.config.crontab import Crontab, base_defaults, is_crontab_name, parse_crontab
-from cronstable.config.desired import DesiredState, Job
+from cronstable.config.desired import DesiredState, Job, Pool, Workflow, workflow_job
 from cronstable.config.envfile import EnvFileError, parse_env_file
 from cronstable.config.errors_map import clean_loc, describe, known_keys, suggest
 from cronstable.config.fingerprint import (
     job_digest,
     job_set_id_of_joined,
     joined_digests,
+    pool_digest,
     splice_digests,
+    workflow_digest,
 )
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.config.models import (
+    WORKFLOW_DEFAULT_KEYS,
+    WORKFLOW_ONLY_KEYS,
     ClusterConfig,
     ConfigFile,
     JobConfig,
     JobDefaults,
+    JobSettings,
     LoggingConfig,
     MetricsConfig,
+    PoolConfig,
+    RunSettings,
     SecretSource,
     StateConfig,
+    TaskConfig,
     WebConfig,
+    WorkflowSettings,
     report_moments,
     schedule_source,
     secret_paths,
@@ -74,6 +84,7 @@ from cronstable.errors import ConfigError, KeyPath, Problem
 from cronstable.platform import local_timezone
 from cronstable.redact import redact
 from cronstable.schedule import parse_schedule
+from cronstable.workflows.dag import Dag, find_cycles
 
 TOP_LEVEL_KEYS = known_keys(ConfigFile)
 _SECTIONS = frozenset({"web", "logging", "cluster", "state", "metrics"})
@@ -98,9 +109,20 @@ class _JobEntry:
 
 
 @dataclass(slots=True)
+class _FlowEntry:
+    """A workflow as written: its mapping and the defaults layers that reach it."""
+
+    file: str
+    index: int
+    raw: dict[str, Any]
+    defaults: list[_Layer]
+
+
+@dataclass(slots=True)
 class _FileResult:
     defaults_layers: list[_Layer] = field(default_factory=list)
     jobs: list[_JobEntry | _Reused] = field(default_factory=list)
+    workflows: list[_FlowEntry] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,8 +262,9 @@ class LoadCache:
         """This load's table and groups: the good ones if it succeeds."""
         self._new_jobs = (jobs, groups)
 
-    def keep_digests(self, joined: bytes) -> None:
-        """This load's joined digests: the good ones if it succeeds."""
+    def keep_digests(self, joined: bytes | None) -> None:
+        """This load's joined digests: the good ones if it succeeds (None: a load with
+        workflows or pools, whose digests a splice does not start from)."""
         self._digests = joined
 
     def finish(self, ok: bool = True) -> None:
@@ -307,8 +330,9 @@ def _written_keys(entry: _JobEntry) -> set[str]:
 
 @functools.cache
 def _job_secret_paths() -> tuple[tuple[tuple[str, ...], KeyPath], ...]:
-    """Where a job's settings hold secrets (walked once per process, not once per job)."""
-    return secret_paths(JobConfig)
+    """Where a job's or a task's settings hold secrets (JobSettings: what both share;
+    walked once per process, not once per job)."""
+    return secret_paths(JobSettings)
 
 
 def _attribute(layers: list[_Layer], loc: KeyPath) -> tuple[_Layer, KeyPath] | None:
@@ -405,12 +429,20 @@ class _Loader:
         self._crontabs: dict[str, Crontab] = {}
         self._stack: list[str] = []
         self._reached: dict[str, list[_How]] = {}
+        self._entry_files: list[str] = []
+        self._included: dict[str, list[str]] = {}
+        """The files each file includes, in order (for its workflows)."""
         self._sections: dict[str, tuple[str, Any]] = {}
         self.web: WebConfig | None = None
         self.logging: LoggingConfig | None = None
         self.cluster: ClusterConfig | None = None
         self.state: StateConfig | None = None
         self.metrics: MetricsConfig | None = None
+        self.pools: dict[str, Pool] = {}
+        self._pool_seen: dict[str, tuple[str, int]] = {}
+        """Where each pool name was first written: (file, index in its ``pools``)."""
+        self._task_entries: list[tuple[_JobEntry, Job]] = []
+        """Each built task with its entry (its ``pool`` is checked with the jobs')."""
 
     # ------------------------------------------------------------ problems
 
@@ -634,6 +666,7 @@ class _Loader:
         else:
             files = [entry]
         jobs: list[_JobEntry | _Reused] = []
+        self._entry_files = list(files)
         for path in files:
             jobs.extend(self.process(path, "loaded directly"))
         return jobs
@@ -662,6 +695,7 @@ class _Loader:
         finally:
             self._stack.pop()
         self._sections_of(path, doc)
+        self._pools_of(path, doc)
         defaults = doc.get("defaults")
         if defaults is not None:
             if isinstance(defaults, dict):
@@ -683,6 +717,15 @@ class _Loader:
                 result.jobs.extend(self._entries(path, jobs, [*base, *result.defaults_layers]))
         elif jobs is not None:
             self.problem(path, ("jobs",), "expected a list of jobs")
+        flows = doc.get("workflows")
+        if isinstance(flows, list):
+            for index, raw in enumerate(flows):
+                if not isinstance(raw, dict):
+                    self.problem(path, ("workflows", index), "a workflow must be a mapping")
+                    continue
+                result.workflows.append(_FlowEntry(path, index, raw, list(result.defaults_layers)))
+        elif flows is not None:
+            self.problem(path, ("workflows",), "expected a list of workflows")
         return result.jobs
 
     def _entries(self, path: str, raws: list[Any], layers: list[_Layer]) -> list[_JobEntry]:
@@ -712,6 +755,20 @@ class _Loader:
     def expand(self, group: _Reused) -> list[_JobEntry]:
         return self._entries(group.file, group.raws, group.base)
 
+    def plain_entries(self, entries: list[_JobEntry | _Reused]) -> list[_JobEntry | _Reused]:
+        """``entries``, each reused file's made into entries after all when the revision has
+        workflows or pools: their checks (pool names, task names against jobs) read the
+        jobs' entries, so such a revision's jobs are built as without a cache (a cached
+        load equals a fresh one; the speed is for revisions of jobs only)."""
+        if not any(r.workflows for r in self._results.values()) and not self._pool_seen:
+            return entries
+        if not any(isinstance(e, _Reused) for e in entries):
+            return entries
+        plain: list[_JobEntry | _Reused] = []
+        for entry in entries:
+            plain.extend(self.expand(entry) if isinstance(entry, _Reused) else [entry])
+        return plain
+
     def _batch_key(
         self, file: str, indices: tuple[int, ...] | int, defaults: list[_Layer]
     ) -> Hashable:
@@ -728,6 +785,23 @@ class _Loader:
 
     def _deps_hold(self, batch: _Batch) -> bool:
         return all(self._env_digest(p) == d for p, d in batch.deps)
+
+    def workflow_entries(self) -> list[_FlowEntry]:
+        """The workflows of every file :meth:`load_entry` loaded (includes first), in the
+        order jobs are: a file included twice gives its workflows twice."""
+        found: list[_FlowEntry] = []
+        for path in self._entry_files:
+            found.extend(self._flows_of(path, set()))
+        return found
+
+    def _flows_of(self, path: str, stack: set[str]) -> list[_FlowEntry]:
+        result = self._results.get(path)
+        if result is None or path in stack:
+            return []
+        found: list[_FlowEntry] = []
+        for included in self._included.get(path, []):
+            found.extend(self._flows_of(included, stack | {path}))
+        return found + result.workflows
 
     def _includes(self, path: str, doc: dict[str, Any], result: _FileResult) -> None:
         includes = doc.get("include")
@@ -760,6 +834,7 @@ class _Loader:
                     self.problem(path, ("include", index), f"cannot include {name!r}: {exc}")
                     continue
             for included in targets:
+                self._included.setdefault(path, []).append(included)
                 result.jobs.extend(self.process(included, how, (path, ("include", index))))
                 included_result = self._results.get(included)
                 if included_result is not None:
@@ -802,31 +877,118 @@ class _Loader:
             elif isinstance(section, MetricsConfig):
                 self.metrics = section
 
-    def store_needs(self, jobs: Mapping[str, Job]) -> None:
+    def _pools_of(self, path: str, doc: dict[str, Any]) -> None:
+        """The file's ``pools``: each validated; a name defined twice is an error naming
+        both places (the first one stays)."""
+        pools = doc.get("pools")
+        if pools is None:
+            return
+        if not isinstance(pools, list):
+            self.problem(path, ("pools",), "expected a list of pools")
+            return
+        for index, raw in enumerate(pools):
+            key: KeyPath = ("pools", index)
+            if not isinstance(raw, dict):
+                self.problem(path, key, "a pool must be a mapping")
+                continue
+            name = raw.get("name")
+            if isinstance(name, str) and name in self._pool_seen:
+                file, first = self._pool_seen[name]
+                where = self.position(file, ("pools", first))
+                shown = self.shown(file) + (f":{where[0]}" if where else "")
+                self.problem(
+                    path,
+                    (*key, "name"),
+                    f"pool {name!r} is defined twice; the first is at {shown}",
+                )
+                continue
+            if isinstance(name, str):
+                self._pool_seen[name] = (path, index)
+            try:
+                config = PoolConfig.model_validate(raw)
+            except ValidationError as exc:
+                self.validation_problems(exc, PoolConfig, [_Layer(path, key, raw)])
+                continue
+            position = self.position(path, key)
+            self.pools[config.name] = Pool(
+                config=config,
+                file=path,
+                line=position[0] if position else 0,
+                digest=pool_digest(config),
+            )
+            self._section_positions(path, ("pools", config.name), raw)
+
+    def pool_refs(self, entries: list[_JobEntry | _Reused], jobs: Mapping[str, Job]) -> None:
+        """Every ``pool`` a job or a task names is a pool of the revision; a pool with
+        ``scope: cluster`` has the cluster section's store to keep its slots in."""
+        known = set(self.pools) | set(self._pool_seen)  # a broken pool is reported as such
+        named_by: list[tuple[_JobEntry, Job]] = []
+        plain: list[_JobEntry] = []
+        for group in entries:
+            if not isinstance(group, _Reused):
+                plain.append(group)
+            elif any(job.config.pool is not None for job in group.batch.by_name.values()):
+                plain.extend(self.expand(group))  # located as a fresh load locates them
+        for entry in plain:
+            name = entry.raw.get("name")
+            job = jobs.get(name) if isinstance(name, str) else None
+            if job is not None and job.file == entry.file:
+                named_by.append((entry, job))
+        for entry, job in [*named_by, *self._task_entries]:
+            named = job.config.pool
+            if named is None or named in known:
+                continue
+            what = "job" if job.workflow is None else "task"
+            hint = suggest(named, sorted(known)) if known else " (no pools are defined)"
+            self._locate(
+                entry,
+                ("pool",),
+                f"{what} {job.name!r}: unknown pool {named!r}{hint}",
+                self.problems,
+            )
+        if self.cluster is None:
+            for pool in self.pools.values():
+                if pool.scope == "cluster":
+                    file, index = self._pool_seen[pool.name]
+                    self.problem(
+                        file,
+                        ("pools", index, "scope"),
+                        f"pool {pool.name!r}: scope cluster keeps its slots in a shared store: "
+                        "add a cluster section (etcd or filesystem)",
+                    )
+
+    def store_needs(self, jobs: Mapping[str, Job], tasks: Iterable[Job] = ()) -> None:
         """What needs a shared store has one: ``state.backend: etcd`` the etcd of the
         ``cluster`` section, ``concurrencyScope: cluster`` a ``cluster`` section."""
         state = self._sections.get("state")
         if self.state is not None and state is not None and self.state.backend == "etcd":
             if self.cluster is None or self.cluster.etcd is None:
+                leases = self.cluster is not None and self.cluster.backend == "kubernetes"
                 self.problem(
                     state[0],
                     ("state", "backend"),
                     "backend etcd keeps the records in the etcd of the cluster section "
-                    "(cluster: {backend: etcd, etcd: {endpoints: [...]}}), and there is none",
+                    "(cluster: {backend: etcd, etcd: {endpoints: [...]}}), and there is none"
+                    + (
+                        " (the cluster's Kubernetes Leases keep no records: use backend "
+                        "filesystem, each node's --state-dir)"
+                        if leases
+                        else ""
+                    ),
                 )
         if self.cluster is None:
-            for job in self._scoped:
-                if job.name in jobs and jobs[job.name] is job:
-                    self.problems.append(
-                        Problem(
-                            self.shown(job.file),
-                            job.line,
-                            None,
-                            ("concurrencyScope",),
-                            f"job {job.name!r}: concurrencyScope cluster needs a shared store: "
-                            "add a cluster section (etcd or filesystem)",
-                        )
+            scoped = [job for job in self._scoped if jobs.get(job.name) is job]
+            for job in [*scoped, *(t for t in tasks if t.config.concurrency_scope == "cluster")]:
+                self.problems.append(
+                    Problem(
+                        self.shown(job.file),
+                        job.line,
+                        None,
+                        ("concurrencyScope",),
+                        f"job {job.name!r}: concurrencyScope cluster needs a shared store: "
+                        "add a cluster section (etcd, filesystem or kubernetes)",
                     )
+                )
 
     def _section_positions(self, file: str, key: KeyPath, value: Any) -> None:
         """Record where a section and every key and list item in it are written."""
@@ -936,7 +1098,7 @@ class _Loader:
                 if job.config.concurrency_scope == "cluster":
                     self._scoped.append(job)
 
-    def _report_warnings(self, config: JobConfig, entry: _JobEntry, written: set[str]) -> None:
+    def _report_warnings(self, config: RunSettings, entry: _JobEntry, written: set[str]) -> None:
         """Warn about a reporter given some but not all of its required keys (it stays off);
         an error for mail with from and to but no smtpHost.  ``written``: the job's
         top-level keys (:func:`_written_keys`)."""
@@ -973,7 +1135,7 @@ class _Loader:
         line, column = position if position else (None, None)
         into.append(Problem(self.shown(layer.file), line, column, where, message))
 
-    def _secret_warnings(self, config: JobConfig, entry: _JobEntry, written: set[str]) -> None:
+    def _secret_warnings(self, config: RunSettings, entry: _JobEntry, written: set[str]) -> None:
         """Warn about a secret given more than one source: only the first set one is used."""
         for attributes, key in _job_secret_paths():
             if key[0] not in written:
@@ -1154,7 +1316,7 @@ class _Loader:
         return lines[index] if index < len(lines) else 0
 
     def _environment(
-        self, config: JobConfig, entry: _JobEntry
+        self, config: RunSettings, entry: _JobEntry
     ) -> tuple[dict[str, str], tuple[str, ...]] | None:
         """The job's environment (env_file, then environment entries) and the env file read."""
         environment: dict[str, str] = {}
@@ -1181,6 +1343,354 @@ class _Loader:
         for var in config.environment:
             environment[var.key] = var.value
         return environment, env_files
+
+    # ------------------------------------------------------------ workflows
+
+    def build_workflows(
+        self, entries: list[_FlowEntry], jobs: Mapping[str, Job]
+    ) -> dict[str, Workflow]:
+        """Each workflow with its tasks; a workflow with any problem is left out (its
+        problems are recorded)."""
+        unique: list[_FlowEntry] = []
+        first_seen: dict[str, _FlowEntry] = {}
+        seen: set[tuple[str, int]] = set()
+        for entry in entries:
+            name = entry.raw.get("name")
+            if (entry.file, entry.index) in seen:
+                if isinstance(name, str) and first_seen.get(name) is entry:
+                    reached = " and ".join(map(self._how, self._reached.get(entry.file, [])))
+                    self.problem(
+                        entry.file,
+                        ("workflows", entry.index, "name"),
+                        f"workflow {name!r} is defined twice: {self.shown(entry.file)} is "
+                        f"{reached}",
+                    )
+                continue
+            seen.add((entry.file, entry.index))
+            if isinstance(name, str):
+                first = first_seen.get(name)
+                if first is not None:
+                    self.problem(
+                        entry.file,
+                        ("workflows", entry.index, "name"),
+                        f"workflow {name!r} is defined twice; the first is at "
+                        f"{self._where(first.file, ('workflows', first.index))}",
+                    )
+                    continue
+                first_seen[name] = entry
+                job = jobs.get(name)
+                if job is not None:
+                    self.problem(
+                        entry.file,
+                        ("workflows", entry.index, "name"),
+                        f"workflow {name!r} has the name of a job, at {self.shown(job.file)}:"
+                        f"{job.line}: a name is a job's or a workflow's",
+                    )
+                    continue
+            unique.append(entry)
+        workflows: dict[str, Workflow] = {}
+        for entry in unique:
+            flow = self._build_workflow(entry, jobs)
+            if flow is not None:
+                workflows[flow.name] = flow
+        return workflows
+
+    def _where(self, file: str, key: KeyPath) -> str:
+        position = self.position(file, key)
+        return self.shown(file) + (f":{position[0]}" if position else "")
+
+    def _build_workflow(self, entry: _FlowEntry, jobs: Mapping[str, Job]) -> Workflow | None:
+        before = len(self.problems)
+        prefix: KeyPath = ("workflows", entry.index)
+        own = _Layer(entry.file, prefix, {k: v for k, v in entry.raw.items() if k != "tasks"})
+        layers = [*(_workflow_defaults(layer) for layer in entry.defaults), own]
+        merged: dict[str, Any] = {}
+        for layer in layers:
+            merged = merge(merged, layer.data)
+        settings: WorkflowSettings | None = None
+        try:
+            settings = WorkflowSettings.model_validate(merged)
+        except ValidationError as exc:
+            self.validation_problems(exc, WorkflowSettings, layers)
+        raw_tasks = entry.raw.get("tasks")
+        if raw_tasks is None or raw_tasks == []:
+            self.problem(entry.file, prefix, "a workflow needs tasks: at least one", at=prefix)
+            return None
+        if not isinstance(raw_tasks, list):
+            self.problem(entry.file, (*prefix, "tasks"), "expected a list of tasks")
+            return None
+        name = settings.name if settings is not None else str(entry.raw.get("name", "?"))
+        tasks = self._build_tasks(entry, name, raw_tasks, jobs)
+        if settings is None or tasks is None or len(self.problems) != before:
+            return None
+        schedule = parse_schedule(schedule_source(settings.schedule), settings.name)
+        if schedule.zone is not None and "timezone" in entry.raw:
+            self.problem(
+                entry.file,
+                (*prefix, "schedule"),
+                f"the schedule's CRON_TZ={schedule.zone} prefix and the workflow's own "
+                "timezone both set the zone; keep one",
+            )
+            return None
+        zone = job_zone(settings, schedule.zone)
+        built = {
+            task: replace(job, schedule=schedule, timezone=zone) for task, job in tasks.items()
+        }
+        dag = Dag.of(
+            {task: job_task_deps(job) for task, job in built.items()},
+            {task: job_run_when(job) for task, job in built.items()},
+        )
+        position = self.position(entry.file, prefix)
+        line = position[0] if position else 0
+        digest = workflow_digest(
+            settings, schedule, {task: job.digest for task, job in built.items()}
+        )
+        return Workflow(
+            config=settings,
+            schedule=schedule,
+            timezone=zone,
+            tasks=built,
+            dag=dag,
+            file=entry.file,
+            line=line,
+            digest=digest,
+            job=workflow_job(
+                settings, schedule, zone, dag, digest=digest, file=entry.file, line=line
+            ),
+        )
+
+    def _build_tasks(
+        self, entry: _FlowEntry, workflow: str, raw_tasks: list[Any], jobs: Mapping[str, Job]
+    ) -> dict[str, Job] | None:
+        """The workflow's tasks by name (each named ``WORKFLOW.TASK``); None after a problem."""
+        before = len(self.problems)
+        prefix: KeyPath = ("workflows", entry.index, "tasks")
+        built: dict[str, Job] = {}
+        raws: dict[str, tuple[int, dict[str, Any]]] = {}
+        for index, raw in enumerate(raw_tasks):
+            where: KeyPath = (*prefix, index)
+            if not isinstance(raw, dict):
+                self.problem(entry.file, where, "a task must be a mapping")
+                continue
+            task_name = raw.get("name")
+            if isinstance(task_name, str) and task_name in raws:
+                first = raws[task_name][0]
+                self.problem(
+                    entry.file,
+                    (*where, "name"),
+                    f"task {task_name!r} is defined twice in workflow {workflow!r}; the first "
+                    f"is at {self._where(entry.file, (*prefix, first))}",
+                )
+                continue
+            if "schedule" in raw:
+                self.problem(
+                    entry.file,
+                    (*where, "schedule"),
+                    "a task has no schedule of its own: its workflow's runs start it "
+                    "(move the schedule to the workflow, or make this a job)",
+                )
+                continue
+            if isinstance(task_name, str):
+                raws[task_name] = (index, raw)
+            own = [k for k in WORKFLOW_ONLY_KEYS if k in raw]
+            if own:
+                self.problem(
+                    entry.file,
+                    (*where, own[0]),
+                    f"a task has no {own[0]} of its own: it belongs to what is scheduled "
+                    f"(set it on workflow {workflow!r}, or make this a job)",
+                )
+                continue
+            layers = [
+                *(_task_defaults(layer) for layer in entry.defaults),
+                _Layer(entry.file, where, raw),
+            ]
+            job_entry = _JobEntry(entry.file, index, raw, layers)
+            task = self._build_task(job_entry, workflow, where)
+            if task is None:
+                continue
+            clash = jobs.get(task.name)
+            if clash is not None:
+                self.problem(
+                    entry.file,
+                    (*where, "name"),
+                    f"task {task.name!r} has the name of a job, at {self.shown(clash.file)}:"
+                    f"{clash.line}: rename one of them",
+                )
+                continue
+            built[str(task.task)] = task
+            self._task_entries.append((job_entry, task))
+            keys = _written_keys(job_entry)
+            self._secret_warnings(task.config, job_entry, keys)
+            self._report_warnings(task.config, job_entry, keys)
+        known = list(raws)
+        for task_name, (index, raw) in raws.items():
+            where = (*prefix, index)
+            job = built.get(task_name)
+            if job is None:
+                continue
+            deps = job_task_deps(job)
+            written = raw.get("dependsOn")
+            for position, dep in enumerate(deps):
+                if dep not in raws:
+                    at: KeyPath = (
+                        (*where, "dependsOn", position)
+                        if isinstance(written, list)
+                        else (*where, "dependsOn")
+                    )
+                    hint = suggest(dep, known) or f" (its tasks: {', '.join(known)})"
+                    self.problem(
+                        entry.file,
+                        at,
+                        f"dependsOn names {dep!r}, which is no task of workflow {workflow!r}{hint}",
+                    )
+            if "runWhen" in raw and not deps:
+                self.problem(
+                    entry.file,
+                    (*where, "runWhen"),
+                    "runWhen decides on the tasks named in dependsOn, and this task has none",
+                )
+        if len(self.problems) != before:
+            return None
+        for cycle in find_cycles({task: job_task_deps(job) for task, job in built.items()}):
+            index = raws[cycle[0]][0]
+            self.problem(
+                entry.file,
+                (*prefix, index, "dependsOn"),
+                f"a dependency cycle: {' → '.join(cycle)}",
+            )
+        if len(self.problems) == before:
+            self._check_xcom_env(entry.file, prefix, workflow, built, raws)
+        return None if len(self.problems) != before else built
+
+    def _check_xcom_env(
+        self,
+        file: str,
+        prefix: KeyPath,
+        workflow: str,
+        built: dict[str, Job],
+        raws: dict[str, tuple[int, Any]],
+    ) -> None:
+        """Each task's ``xcomEnv``: ``TASK.KEY`` of a task it depends on (directly or
+        through others), a key of the right form, one variable per entry."""
+        deps = {task: job_task_deps(job) for task, job in built.items()}
+        for name, job in built.items():
+            config = job.config
+            entries = list(config.xcom_env) if isinstance(config, TaskConfig) else []
+            if not entries:
+                continue
+            index, raw = raws[name]
+            written = raw.get("xcomEnv")
+            upstream = _upstream(name, deps)
+            seen: dict[str, str] = {}
+            for position, text in enumerate(entries):
+                at: KeyPath = (
+                    (*prefix, index, "xcomEnv", position)
+                    if isinstance(written, list)
+                    else (*prefix, index, "xcomEnv")
+                )
+                task, dot, key = text.partition(".")
+                if not dot or not task or not key:
+                    self.problem(file, at, f"{text!r} is not TASK.KEY (extract.rows)")
+                    continue
+                if task not in upstream:
+                    why = (
+                        f"task {name!r} does not depend on it"
+                        if task in built
+                        else f"it is no task of workflow {workflow!r}"
+                    )
+                    self.problem(
+                        file,
+                        at,
+                        f"xcomEnv names {task!r}, but {why}: a value reaches the tasks that "
+                        "wait for the one that leaves it (dependsOn, directly or through others)",
+                    )
+                    continue
+                problem = xcom.key_problem(key)
+                if problem is not None:
+                    self.problem(file, at, problem)
+                    continue
+                variable = xcom.env_name(task, key)
+                if variable in seen:
+                    self.problem(
+                        file,
+                        at,
+                        f"{text!r} and {seen[variable]!r} would both be {variable}",
+                    )
+                    continue
+                seen[variable] = text
+
+    def _build_task(self, entry: _JobEntry, workflow: str, where: KeyPath) -> Job | None:
+        merged: dict[str, Any] = {}
+        for layer in entry.layers:
+            merged = merge(merged, layer.data)
+        try:
+            config = TaskConfig.model_validate(merged)
+        except ValidationError as exc:
+            self.validation_problems(exc, TaskConfig, entry.layers)
+            return None
+        full = config.model_copy(update={"name": f"{workflow}.{config.name}"})
+        resolved = self._environment(full, entry)
+        if resolved is None:
+            return None
+        environment, _ = resolved
+        position = self.position(entry.file, where)
+        return Job(
+            config=full,
+            schedule=_NO_SCHEDULE,
+            timezone=UTC,
+            environment=environment,
+            file=entry.file,
+            line=position[0] if position else 0,
+            digest=job_digest(full, None, environment),
+            workflow=workflow,
+        )
+
+
+def _upstream(task: str, deps: dict[str, list[str]]) -> set[str]:
+    """The tasks ``task`` waits for, directly or through others."""
+    found: set[str] = set()
+    todo = list(deps.get(task, ()))
+    while todo:
+        dep = todo.pop()
+        if dep not in found:
+            found.add(dep)
+            todo.extend(deps.get(dep, ()))
+    return found
+
+
+def job_task_deps(job: Job) -> list[str]:
+    """A task's dependsOn (empty for a job)."""
+    config = job.config
+    return list(config.depends_on) if isinstance(config, TaskConfig) else []
+
+
+def job_run_when(job: Job) -> Any:
+    config = job.config
+    return config.run_when if isinstance(config, TaskConfig) else "allSucceeded"
+
+
+_NO_SCHEDULE = parse_schedule("@reboot")
+"""A task's schedule until its workflow's is known (replaced before anyone sees it)."""
+
+
+def _task_defaults(layer: _Layer) -> _Layer:
+    """The part of a ``defaults`` layer that reaches a workflow's tasks: all of it but
+    WORKFLOW_ONLY_KEYS (they reach the workflow)."""
+    if not any(k in layer.data for k in WORKFLOW_ONLY_KEYS):
+        return layer
+    data = {k: v for k, v in layer.data.items() if k not in WORKFLOW_ONLY_KEYS}
+    return _Layer(layer.file, layer.prefix, data)
+
+
+def _workflow_defaults(layer: _Layer) -> _Layer:
+    """The part of a ``defaults`` layer that reaches workflows (WORKFLOW_DEFAULT_KEYS;
+    onFailure without retry)."""
+    data = {k: v for k, v in layer.data.items() if k in WORKFLOW_DEFAULT_KEYS}
+    failure = data.get("onFailure")
+    if isinstance(failure, dict) and "retry" in failure:
+        data["onFailure"] = {k: v for k, v in failure.items() if k != "retry"}
+    return _Layer(layer.file, layer.prefix, data)
 
 
 _PLAIN_SECRET_HINT = (
@@ -1244,22 +1754,35 @@ def load(
     loader = _Loader(tree, cache, display_root, limits)
     jobs: dict[str, Job] = {}
     digests = b""
+    workflows: dict[str, Workflow] = {}
     finished = False
     try:
         with _gc_paused():
-            entries = loader.load_entry(entry)
+            entries = loader.plain_entries(loader.load_entry(entry))
             jobs = loader.build_jobs(entries)
+            workflows = loader.build_workflows(loader.workflow_entries(), jobs)
             loader.crontab_warnings(entries, jobs)
-            loader.store_needs(jobs)
+            loader.pool_refs(entries, jobs)
+            loader.store_needs(
+                jobs, (t for flow in workflows.values() for t in flow.tasks.values())
+            )
             if not loader.problems:
-                spliced = cache.joined_digests() if cache is not None else None
+                plain = not workflows and not loader.pools
+                spliced = cache.joined_digests() if cache is not None and plain else None
                 digests = (
                     spliced
                     if spliced is not None
-                    else joined_digests(job.digest for job in jobs.values())
+                    else joined_digests(
+                        [
+                            *(job.digest for job in jobs.values()),
+                            *(f.digest for f in workflows.values()),
+                            *(p.digest for p in loader.pools.values()),
+                        ]
+                    )
                 )
                 if cache is not None:
-                    cache.keep_digests(digests)
+                    # a splice starts from a load of jobs only (every digest one length)
+                    cache.keep_digests(digests if plain else None)
         finished = True
     except _Abort:
         pass
@@ -1276,7 +1799,9 @@ def load(
         cluster=loader.cluster,
         state=loader.state,
         metrics=loader.metrics,
+        pools=loader.pools,
         job_set_id=job_set_id_of_joined(digests),
+        workflows=workflows,
         files=tuple(loader.read_order),
         directories=tuple(dict.fromkeys(loader.listed)),
         warnings=tuple(dict.fromkeys(_hidden(loader.warnings, secrets))),
@@ -1286,7 +1811,7 @@ def load(
     )
 
 
-def job_zone(config: JobConfig, prefix: str | None = None) -> tzinfo:
+def job_zone(config: JobSettings | WorkflowSettings, prefix: str | None = None) -> tzinfo:
     """The zone a job's schedule is read in: the schedule's ``CRON_TZ=`` prefix, else
     its timezone, UTC with utc, else local."""
     if prefix is not None:

@@ -26,10 +26,12 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    SerializerFunctionWrapHandler,
     Tag,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -38,7 +40,9 @@ from cronstable.config.types import (
     Flag,
     Int,
     Number,
+    OptDuration,
     OptInt,
+    OptMoment,
     OptNumber,
     OptSize,
     OptText,
@@ -462,6 +466,47 @@ class OnMissed(Model):
     """Send at most one report per reason per this many seconds (0: every one)."""
 
 
+class OnPaused(Model):
+    """Reports for a job paused for longer than ``alertAfter`` (a pause forgotten)."""
+
+    alert_after: OptDuration = Field(86400.0, alias="alertAfter", ge=0, examples=["4h", 3600])
+    """How long a pause (``suspend``, or one asked through the API) may last before it
+    is reported, once per pause (seconds, or a duration like ``4h``; default a day)."""
+    report: Report = _shared(Report())
+    rate_limit: Number = _rate_limit(0)
+    """Send at most one report per this many seconds (0: every one)."""
+
+
+class Suspend(Model):
+    """A pause written in the repository: fires are skipped (counted as ``paused``) while
+    it holds; a start on request still runs."""
+
+    until: OptMoment = Field(None, examples=["2026-05-04T09:00:00+02:00"])
+    """When the pause ends by itself (ISO 8601 with an offset, or Z); unset: until a
+    revision removes it."""
+    reason: OptText = Field(None, examples=["the warehouse is being migrated (OPS-1234)"])
+    """Why the job is paused: shown in /status, the dashboard, the metric and reports."""
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A pause without end or reason is ``true``, as written (a diff shows it so)."""
+        if self.until is None and self.reason is None:
+            return True
+        return handler(self)
+
+
+def _suspend(value: Any) -> Any:
+    """``suspend: true`` is a pause without reason or end; ``false`` (or empty) none."""
+    if value is None or isinstance(value, dict | Suspend):
+        return value
+    return Suspend() if to_flag(value) else None
+
+
+SuspendSpec = Annotated[
+    Suspend | None, BeforeValidator(_suspend, json_schema_input_type=bool | Suspend | None)
+]
+
+
 class FailsWhen(Model):
     """What makes a run a failure: any condition that is set and holds."""
 
@@ -515,6 +560,19 @@ class Monitor(Model):
     max_cpu_seconds: OptNumber = Field(None, alias="maxCpuSeconds", gt=0, examples=[600])
     """User + system CPU seconds allowed to the job's process and the descendants it waited
     for."""
+
+
+def known_zone(zone: str | None) -> str | None:
+    """``zone`` when it names an IANA time zone (None stays None)."""
+    if zone is None:
+        return None
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # a tzdata directory is an OSError
+        raise PydanticCustomError(
+            "timezone", "unknown time zone {zone}", {"zone": repr(zone)}
+        ) from None
+    return zone
 
 
 _USER_RE = re.compile(r"^(?:\d+|[A-Za-z_][A-Za-z0-9._-]{0,31}\$?)$")
@@ -595,6 +653,20 @@ class JobSettings(Model):
     starting_deadline_seconds: OptNumber = Field(None, alias="startingDeadlineSeconds", ge=0)
     """Fires missed by at most this many seconds (suspend, clock jump, restart) run once,
     late; unset: missed fires are skipped and logged."""
+    suspend: SuspendSpec = Field(
+        None, examples=[True, {"until": "2026-05-04T09:00:00Z", "reason": "migration"}]
+    )
+    """Pause the job: ``true``, or ``{until, reason}``. Its fires are skipped and counted
+    as ``paused`` (never caught up afterwards); a start on request still runs. A pause
+    asked through the API (``POST /jobs/{name}/pause``) is kept apart: removing this
+    key does not lift it."""
+    on_paused: OnPaused = Field(default_factory=_shared_factory(OnPaused()), alias="onPaused")
+    """Reports when the job has been paused for longer than ``alertAfter``."""
+    jitter: OptDuration = Field(None, ge=0, examples=["5m", 30])
+    """Delay each scheduled fire's start by an offset in [0, jitter) (seconds, or a
+    duration like ``90s`` or ``1h30m``), the same on every node: a hash of the job's name
+    and the fire's time, kept below the next fire. Never applied to retries, catch-ups,
+    backfills or starts on request; the run's scheduled time stays the fire's."""
     cluster_policy: Literal["EveryNode", "Leader", "PreferLeader"] = Field(
         "EveryNode", alias="clusterPolicy"
     )
@@ -603,19 +675,21 @@ class JobSettings(Model):
     """Whether concurrencyPolicy counts runs on this node or in the whole cluster."""
     priority: OptInt = Field(None, ge=-20, le=19)
     """Nice value of the job's processes (-20..19); unset inherits the daemon's."""
+    pool: OptText = Field(None, examples=["warehouse-db"])
+    """Name of a pool (top-level ``pools``) whose slots cap how many runs of the jobs
+    naming it go at once; a run that finds the pool full waits in its queue."""
+    pool_priority: Int = Field(0, alias="poolPriority", examples=[10, -5])
+    """Place in the pool's queue: a higher value is admitted first; equal values in the
+    order they began waiting."""
+    pool_timeout: OptDuration = Field(None, alias="poolTimeout", ge=0, examples=["10m", 600])
+    """Longest wait in the pool's queue (seconds, or a duration like ``90s`` or ``1h30m``;
+    0: do not wait), after which the launch is skipped as missed with reason
+    ``pool_timeout``; unset: wait until admitted."""
 
     @field_validator("timezone")
     @classmethod
     def _known_zone(cls, zone: str | None) -> str | None:
-        if zone is None:
-            return None
-        try:
-            ZoneInfo(zone)
-        except (ZoneInfoNotFoundError, ValueError, OSError):  # a tzdata directory is an OSError
-            raise PydanticCustomError(
-                "timezone", "unknown time zone {zone}", {"zone": repr(zone)}
-            ) from None
-        return zone
+        return known_zone(zone)
 
     @field_validator("stream_prefix")
     @classmethod
@@ -641,13 +715,14 @@ class JobSettings(Model):
 
 def report_moments(
     settings: JobSettings,
-) -> tuple[tuple[str, OnReport | OnFailure | OnMissed], ...]:
+) -> tuple[tuple[str, OnReport | OnFailure | OnMissed | OnPaused], ...]:
     """(YAML key, settings) of each report moment of a job."""
     return (
         ("onFailure", settings.on_failure),
         ("onPermanentFailure", settings.on_permanent_failure),
         ("onSuccess", settings.on_success),
         ("onMissed", settings.on_missed),
+        ("onPaused", settings.on_paused),
     )
 
 
@@ -710,8 +785,43 @@ def schedule_source(spec: str | ScheduleFields) -> str | dict[str, str]:
 _NAME_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
 
 
-class JobConfig(JobSettings):
-    """One scheduled job."""
+def _check_name(name: str, what: str = "job") -> str:
+    if not name.strip():
+        raise PydanticCustomError("name", "a {what} name must not be empty", {"what": what})
+    if not _NAME_RE.match(name):
+        raise PydanticCustomError(
+            "name",
+            "a {what} name must be 1-200 characters without control characters",
+            {"what": what},
+        )
+    return name
+
+
+def _check_schedule(spec: str | ScheduleFields, info: ValidationInfo) -> str | ScheduleFields:
+    name = info.data.get("name")  # validated before schedule: H items hash it
+    try:
+        parse_schedule(schedule_source(spec), name if isinstance(name, str) else None)
+    except ScheduleError as exc:
+        shown = f"{spec!r}: " if isinstance(spec, str) else ""
+        raise PydanticCustomError(
+            "schedule", "{spec}{error}", {"spec": shown, "error": str(exc)}
+        ) from None
+    return spec
+
+
+SCHEDULE_EXAMPLES: list[Any] = [
+    "*/5 * * * *",
+    "0 3 * * mon-fri",
+    "*/10 * * * * * *",
+    "@daily",
+    "@every 90s",
+    "H H(0-5) * * *",
+    {"minute": "*/2"},
+]
+
+
+class RunSettings(JobSettings):
+    """What a job and a workflow's task both are: the job settings, a name and a command."""
 
     name: Text = Field(examples=["nightly-backup"])
     """Unique name of the job in the whole configuration."""
@@ -721,46 +831,183 @@ class JobConfig(JobSettings):
     """A string runs through `shell -c`; a list is executed directly."""
     stdin: OptText = Field(None, examples=["line one\nline two\n"])
     """Text fed to the command's standard input (a crontab's `%`); unset: /dev/null."""
-    schedule: ScheduleSpec = Field(
-        examples=[
-            "*/5 * * * *",
-            "0 3 * * mon-fri",
-            "*/10 * * * * * *",
-            "@daily",
-            "@every 90s",
-            "H H(0-5) * * *",
-            {"minute": "*/2"},
-        ]
-    )
-    """Cron expression (5 fields; 6 add a year; 7 are second..year), an @alias,
-    `@every 1h30m`, or a mapping; `H` items are hashed from the job's name, and a
-    `CRON_TZ=Zone ` prefix sets the zone."""
 
     @field_validator("name")
     @classmethod
     def _name_form(cls, name: str) -> str:
-        if not name.strip():
-            raise PydanticCustomError("name", "a job name must not be empty")
-        if not _NAME_RE.match(name):
-            raise PydanticCustomError(
-                "name", "a job name must be 1-200 characters without control characters"
-            )
-        return name
+        return _check_name(name)
+
+
+class JobConfig(RunSettings):
+    """One scheduled job."""
+
+    schedule: ScheduleSpec = Field(examples=SCHEDULE_EXAMPLES)
+    """Cron expression (5 fields; 6 add a year; 7 are second..year), an @alias,
+    `@every 1h30m`, or a mapping; `H` items are hashed from the job's name, and a
+    `CRON_TZ=Zone ` prefix sets the zone."""
 
     @field_validator("schedule")
     @classmethod
     def _schedule_parses(
         cls, spec: str | ScheduleFields, info: ValidationInfo
     ) -> str | ScheduleFields:
-        name = info.data.get("name")  # validated before schedule: H items hash it
-        try:
-            parse_schedule(schedule_source(spec), name if isinstance(name, str) else None)
-        except ScheduleError as exc:
-            shown = f"{spec!r}: " if isinstance(spec, str) else ""
+        return _check_schedule(spec, info)
+
+
+# ------------------------------------------------------------------ workflows
+
+RunWhenName = Literal["allSucceeded", "allDone", "anyFailed", "allFailed"]
+"""cronstable.workflows.dag.RunWhen, spelled out (the schema lists the values)."""
+
+
+WORKFLOW_ONLY_KEYS = ("suspend", "onPaused", "jitter")
+"""Job settings a task does not take: they belong to what is scheduled, its workflow
+(a file's ``defaults`` give them to the workflow, not to its tasks)."""
+
+
+def _without_workflow_keys(schema: dict[str, Any]) -> None:
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for name in WORKFLOW_ONLY_KEYS:
+            properties.pop(name, None)
+
+
+class TaskConfig(RunSettings):
+    """One task of a workflow: a job without a schedule of its own (every job setting
+    applies but ``suspend``, ``onPaused`` and ``jitter``, which are the workflow's, and
+    the file's defaults reach it as they reach jobs), started by its workflow's runs once
+    its dependencies allow. Its name everywhere a job name appears (logs, metrics, the
+    API, durable state) is ``WORKFLOW.TASK``."""
+
+    model_config = ConfigDict(json_schema_extra=_without_workflow_keys)
+
+    name: Text = Field(examples=["extract"])
+    """The task's name, unique in its workflow, without a ``.``."""
+    depends_on: TextList = Field(
+        default_factory=list, alias="dependsOn", examples=[["extract"], ["transform-a", "b"]]
+    )
+    """Tasks of the same workflow this one waits for; none: it starts when the run does."""
+    run_when: RunWhenName = Field(
+        "allSucceeded", alias="runWhen", examples=["allSucceeded", "allDone", "anyFailed"]
+    )
+    """When the task runs once every dependency is done: ``allSucceeded`` (all of them
+    succeeded), ``allDone`` (whatever they ended as), ``anyFailed`` (one failed, after its
+    retries), ``allFailed`` (each failed). A task whose condition can no longer hold is
+    ``skipped``, and its dependents decide on that. Needs dependsOn."""
+    xcom_env: TextList = Field(
+        default_factory=list, alias="xcomEnv", examples=[["extract.rows", "extract.path"]]
+    )
+    """Values of the tasks this one depends on (directly or through others) that its
+    runs get as environment variables: each ``TASK.KEY`` (a value the task pushed with
+    ``cronstable xcom push`` or wrote into ``$CRONSTABLE_XCOM_DIR``) becomes
+    ``CRONSTABLE_XCOM_<TASK>_<KEY>``, in upper case with each character other than a
+    letter or digit written ``_``; unset when the task left no such value."""
+
+    @field_validator("name")
+    @classmethod
+    def _name_form(cls, name: str) -> str:
+        _check_name(name, "task")
+        if "." in name:
             raise PydanticCustomError(
-                "schedule", "{spec}{error}", {"spec": shown, "error": str(exc)}
-            ) from None
-        return spec
+                "name",
+                "a task name cannot hold a '.': the task is known as WORKFLOW.TASK",
+            )
+        return name
+
+
+class WorkflowSettings(Model):
+    """A workflow's own settings (its tasks aside)."""
+
+    name: Text = Field(examples=["nightly-etl"])
+    """Unique name of the workflow: no job or other workflow has it."""
+    schedule: ScheduleSpec = Field(examples=SCHEDULE_EXAMPLES)
+    """When a run starts: every schedule form a job takes (cron expression, @alias,
+    @reboot, `@every`, a mapping, `H` hashed from the workflow's name, `CRON_TZ=`)."""
+    utc: Flag = True
+    """Read the schedule in UTC (true) or in the daemon's local time zone (false)."""
+    timezone: Annotated[OptText, AfterValidator(known_zone)] = Field(
+        None, examples=["Europe/Lisbon"]
+    )
+    """IANA time zone of the schedule; overrides utc."""
+    enabled: Flag = True
+    """A disabled workflow stays in the configuration but never fires."""
+    starting_deadline_seconds: OptNumber = Field(None, alias="startingDeadlineSeconds", ge=0)
+    """Fires missed by at most this many seconds (suspend, clock jump, restart) start a
+    run once, late; unset: missed fires are skipped and logged."""
+    cluster_policy: Literal["EveryNode", "Leader", "PreferLeader"] = Field(
+        "EveryNode", alias="clusterPolicy"
+    )
+    """Which nodes of a cluster start the workflow's runs (a run's tasks run where the
+    run started)."""
+    concurrency_policy: Literal["Allow", "Forbid", "Replace"] = Field(
+        "Allow", alias="concurrencyPolicy"
+    )
+    """What a fire does while a run is still going: start another (Allow), skip (Forbid),
+    or cancel the old run and start anew (Replace)."""
+    on_failure: OnReport = Field(default_factory=_shared_factory(OnReport()), alias="onFailure")
+    """Reports once a run ended failed (a task failed: after its retries)."""
+    on_success: OnReport = Field(default_factory=_shared_factory(OnReport()), alias="onSuccess")
+    """Reports once a run ended succeeded (every task that ran succeeded)."""
+    on_missed: OnMissed = Field(default_factory=_shared_factory(OnMissed()), alias="onMissed")
+    """Reports for a fire that started no run (skipped by Forbid, found too late)."""
+    statsd: Statsd | None = None
+    """Send start/stop/success/duration of every run of the workflow to statsd (its tasks
+    send their own with a statsd of their own)."""
+    suspend: SuspendSpec = Field(
+        None, examples=[True, {"until": "2026-05-04T09:00:00Z", "reason": "migration"}]
+    )
+    """Pause the workflow: ``true``, or ``{until, reason}``. Its fires start no run and
+    are counted as ``paused`` (never caught up afterwards); a start on request still
+    runs, and runs going finish. A pause asked through the API (``POST
+    /workflows/{name}/pause``) is kept apart: removing this key does not lift it."""
+    on_paused: OnPaused = Field(default_factory=_shared_factory(OnPaused()), alias="onPaused")
+    """Reports when the workflow has been paused for longer than ``alertAfter``."""
+    jitter: OptDuration = Field(None, ge=0, examples=["5m", 30])
+    """Delay each scheduled fire's start by an offset in [0, jitter) (seconds, or a
+    duration like ``90s``), the same on every node: a hash of the workflow's name and the
+    fire's time, kept below the next fire. Never applied to catch-ups or starts on
+    request; the run's scheduled time (its tasks' ``CRONSTABLE_SCHEDULED_TIME``) stays
+    the fire's."""
+
+    @field_validator("name")
+    @classmethod
+    def _name_form(cls, name: str) -> str:
+        return _check_name(name, "workflow")
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule_parses(
+        cls, spec: str | ScheduleFields, info: ValidationInfo
+    ) -> str | ScheduleFields:
+        return _check_schedule(spec, info)
+
+
+WORKFLOW_DEFAULT_KEYS = (
+    "utc",
+    "timezone",
+    "enabled",
+    "startingDeadlineSeconds",
+    "clusterPolicy",
+    "concurrencyPolicy",
+    "onFailure",
+    "onSuccess",
+    "onMissed",
+    "suspend",
+    "onPaused",
+    "jitter",
+)
+"""The keys of a file's ``defaults`` that reach its workflows too (``onFailure`` without
+its ``retry``: a workflow's retries are its tasks')."""
+
+
+class WorkflowConfig(WorkflowSettings):
+    """Jobs that depend on jobs: tasks started in the order their ``dependsOn`` allow, in
+    parallel where it allows, each run of the workflow on the schedule's fires."""
+
+    tasks: Annotated[
+        list[TaskConfig], BeforeValidator(to_list, json_schema_input_type=list[TaskConfig] | None)
+    ] = Field(min_length=1)
+    """The workflow's tasks (at least one)."""
 
 
 # ------------------------------------------------------------- other sections
@@ -915,6 +1162,23 @@ class Webhooks(Model):
     """GitHub's push webhook."""
 
 
+class McpConfig(Model):
+    """The Model Context Protocol endpoint: streamable HTTP at /mcp on every listener,
+    behind the API's tokens and scopes."""
+
+    enabled: Flag = False
+    """Serve MCP at /mcp (needs the mcp extra: pip install 'cronstable[mcp]'; without it
+    the revision is rejected)."""
+    max_sessions: Int = Field(16, alias="maxSessions", ge=1, le=1024, examples=[16])
+    """MCP sessions open at once; a client that would open one more gets 503 until one
+    ends or idles out."""
+    session_idle_timeout: Number = Field(
+        300, alias="sessionIdleTimeout", gt=0, le=86400, examples=[300]
+    )
+    """Seconds a session may go without a request before it is closed; its client then
+    starts a new one."""
+
+
 WEBHOOK_MAX_BODY = 25 * 1024 * 1024
 """Default webhookMaxBodyBytes: GitHub caps its payloads at 25 MiB."""
 BODY_TIMEOUT = 30.0
@@ -939,6 +1203,8 @@ class WebConfig(Model):
     """Serve GET /metrics to any peer without a token."""
     webhooks: Webhooks | None = None
     """Push notifications (GitHub) that make the git source fetch at once."""
+    mcp: McpConfig | None = None
+    """The Model Context Protocol endpoint at /mcp (off unless enabled)."""
     tls: TlsFiles | None = None
     """Certificate and key of every https:// listener."""
     socket_mode: Annotated[OptText, AfterValidator(_socket_mode)] = Field(
@@ -1122,10 +1388,51 @@ class ClusterFilesystem(Model):
     point; while it does not exist (the share not mounted yet) the node waits for it."""
 
 
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def _dns_label(what: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if value is None:
+            return None  # "unset" where the field may be (the model refuses it elsewhere)
+        text = to_text(value).strip()
+        if not _DNS_LABEL_RE.match(text):
+            raise PydanticCustomError(
+                "dns_label",
+                "{got} is not a Kubernetes {what} (1-63 lower-case letters, digits and '-', "
+                "starting and ending with a letter or digit)",
+                {"got": repr(text), "what": what},
+            )
+        return text
+
+    return check
+
+
+class ClusterKubernetes(Model):
+    """Leases (coordination.k8s.io/v1) in one namespace of a Kubernetes cluster: the
+    pod's service account (in-cluster) or a kubeconfig file gives the API server and the
+    credentials.  A Lease keeps no records: durable state stays on etcd or a directory."""
+
+    namespace: Annotated[str | None, BeforeValidator(_dns_label("namespace"))] = Field(
+        None, examples=["ops"]
+    )
+    """Namespace of the Leases; unset: the pod's own (its service account's), else the
+    kubeconfig context's, else ``default``."""
+    lease_name: Annotated[str, BeforeValidator(_dns_label("Lease name"))] = Field(
+        "cronstable", alias="leaseName"
+    )
+    """Name of the leader Lease; one per cluster.  The members' and slots' Leases are
+    named after it (``<leaseName>-member-<node>``, ``<leaseName>-slot-<job>``)."""
+    kubeconfig: AbsolutePath | None = None
+    """Path of a kubeconfig file on the node (its current context is used); unset: the
+    in-cluster service account (token and CA under
+    /var/run/secrets/kubernetes.io/serviceaccount, KUBERNETES_SERVICE_HOST/PORT)."""
+
+
 class ClusterConfig(Model):
     """Leader election among the nodes that follow this configuration."""
 
-    backend: Literal["etcd", "filesystem"]
+    backend: Literal["etcd", "filesystem", "kubernetes"]
     """Where the leadership is kept."""
     elect_leader: Flag = Field(True, alias="electLeader")
     """Elect a leader; false runs every job on every node, whatever its clusterPolicy."""
@@ -1137,10 +1444,11 @@ class ClusterConfig(Model):
     one live member, chosen by rendezvous hashing of the job name."""
     etcd: ClusterEtcd | None = None
     filesystem: ClusterFilesystem | None = None
+    kubernetes: ClusterKubernetes | None = None
 
     @model_validator(mode="after")
     def _backend_settings(self) -> ClusterConfig:
-        for name in ("etcd", "filesystem"):
+        for name in ("etcd", "filesystem", "kubernetes"):
             given = getattr(self, name) is not None
             if name == self.backend and not given:
                 raise PydanticCustomError(
@@ -1186,6 +1494,29 @@ class MetricsConfig(Model):
     off, the daemon-wide series stay and a scrape costs the same for any number of jobs."""
 
 
+class PoolConfig(Model):
+    """A pool of slots shared by the jobs that name it: at most ``slots`` of their runs
+    go at once; others wait in the pool's queue, highest ``poolPriority`` first, then
+    the longest waiting."""
+
+    name: Text = Field(examples=["warehouse-db"])
+    """Unique name of the pool in the whole configuration (jobs name it in ``pool``)."""
+    slots: Int = Field(ge=1, examples=[4])
+    """How many runs may hold a slot at once (at least 1)."""
+    scope: Literal["node", "cluster"] = "node"
+    """Where the cap holds: ``node``, on each node separately; ``cluster``, across every
+    node of the cluster, through slots in the shared store of the ``cluster`` section."""
+
+    @field_validator("name")
+    @classmethod
+    def _name_form(cls, name: str) -> str:
+        if not _NAME_RE.match(name) or not name.strip():
+            raise PydanticCustomError(
+                "name", "a pool name must be 1-200 characters without control characters"
+            )
+        return name
+
+
 class ConfigFile(Model):
     """One configuration file."""
 
@@ -1193,8 +1524,16 @@ class ConfigFile(Model):
         list[JobConfig], BeforeValidator(to_list, json_schema_input_type=list[JobConfig] | None)
     ] = Field(default_factory=list)
     """The jobs defined in this file."""
+    workflows: Annotated[
+        list[WorkflowConfig],
+        BeforeValidator(to_list, json_schema_input_type=list[WorkflowConfig] | None),
+    ] = Field(default_factory=list)
+    """The workflows defined in this file (jobs that depend on jobs)."""
     defaults: JobDefaults = _shared(JobDefaults())
-    """Settings for every job of this file; included files' defaults come first."""
+    """Settings for every job and workflow task of this file (and, of them, utc, timezone,
+    enabled, startingDeadlineSeconds, clusterPolicy, concurrencyPolicy, onFailure's
+    reports, onSuccess and onMissed for its workflows too); included files' defaults come
+    first."""
     include: Annotated[list[str] | str, BeforeValidator(_text_list)] = Field(
         default_factory=list, examples=[["_defaults.yaml"], "_defaults.yaml"]
     )
@@ -1207,3 +1546,8 @@ class ConfigFile(Model):
     """Durable state kept across restarts of the daemon."""
     metrics: MetricsConfig | None = None
     """What ``GET /metrics`` serves."""
+    pools: Annotated[
+        list[PoolConfig], BeforeValidator(to_list, json_schema_input_type=list[PoolConfig] | None)
+    ] = Field(default_factory=list)
+    """Pools of slots that cap how many runs of the jobs naming them go at once; a pool
+    named in any file is known to every job."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
@@ -117,6 +118,45 @@ def to_size(value: Any) -> int:
     )
 
 
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(ms|h|m|s)")
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def to_duration(value: Any) -> float:
+    """Seconds: a number, or Go's duration text (``90s``, ``1h30m``, ``500ms``), as
+    ``@every`` takes it; never negative."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = to_number(value)
+    elif isinstance(value, str) and (text := value.strip().replace("_", "")):
+        seconds = 0.0
+        pos = 0
+        for match in _DURATION_PART.finditer(text):
+            if match.start() != pos:
+                break
+            seconds += float(match[1]) * _DURATION_UNITS[match[2]]
+            pos = match.end()
+        if pos != len(text):
+            try:
+                seconds = float(text)
+            except ValueError:
+                seconds = math.nan
+        if not math.isfinite(seconds):
+            raise PydanticCustomError(
+                "duration",
+                "expected a duration: seconds, or numbers with units h, m, s or ms "
+                "(like 90s or 1h30m), got {got}",
+                {"got": repr(value)},
+            )
+    else:
+        raise PydanticCustomError(
+            "duration",
+            "expected a duration: seconds, or numbers with units h, m, s or ms "
+            "(like 90s or 1h30m), got {got}",
+            {"got": _describe(value)},
+        )
+    return seconds
+
+
 def to_list(value: Any) -> Any:
     """An empty value (``key:`` with nothing after it) is an empty list."""
     return [] if value is None else value
@@ -140,8 +180,47 @@ def _optional(convert: Any) -> Any:
 OptText = Annotated[str | None, BeforeValidator(_optional(to_text))]
 OptInt = Annotated[int | None, BeforeValidator(_optional(to_int))]
 OptNumber = Annotated[float | None, BeforeValidator(_optional(to_number))]
+OptDuration = Annotated[
+    float | None,
+    BeforeValidator(_optional(to_duration), json_schema_input_type=float | str | None),
+]
 Size = Annotated[int, BeforeValidator(to_size, json_schema_input_type=int | str)]
 OptSize = Annotated[
     int | None,
     BeforeValidator(_optional(to_size), json_schema_input_type=int | str | None),
+]
+
+
+def to_moment(value: Any) -> datetime:
+    """An aware datetime: ISO 8601 with an offset or ``Z`` (``2026-05-01T09:00:00+02:00``);
+    a time without one is refused, since the zone it meant cannot be known."""
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in "zZ" else text)
+        except ValueError:
+            raise PydanticCustomError(
+                "moment",
+                "expected a date and time in ISO 8601 with an offset "
+                "(like 2026-05-01T09:00:00+02:00 or 2026-05-01T07:00:00Z), got {got}",
+                {"got": repr(value)},
+            ) from None
+    else:
+        raise PydanticCustomError(
+            "moment", "expected a date and time, got {got}", {"got": _describe(value)}
+        )
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise PydanticCustomError(
+            "moment",
+            "{got} has no offset: write one (2026-05-01T09:00:00+02:00) or Z for UTC",
+            {"got": repr(value)},
+        )
+    return moment
+
+
+OptMoment = Annotated[
+    datetime | None,
+    BeforeValidator(_optional(to_moment), json_schema_input_type=str | None),
 ]

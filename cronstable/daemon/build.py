@@ -14,11 +14,18 @@ report listener is one more constructor argument of the scheduler.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cronstable.channel.locks import Locks
+from cronstable.channel.server import RunChannels
 from cronstable.cluster.claims import SlotGuard
+from cronstable.cluster.lock_section import LockSlotSection, lock_record
+from cronstable.cluster.pool_section import PoolSlotSection
+from cronstable.cluster.pool_slots import PoolSlots
+from cronstable.cluster.reboot import RebootGuard, reboot_scope
 from cronstable.cluster.section import ClusterSection
 from cronstable.cluster.slot_section import SlotSection
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
@@ -26,7 +33,7 @@ from cronstable.etcd import EtcdPools
 from cronstable.later import Later
 from cronstable.logs import LogOverrides
 from cronstable.metrics import DaemonMetrics
-from cronstable.platform import default_state_dir
+from cronstable.platform import default_state_dir, run_channel_dir
 from cronstable.reconcile.apply import Applier, LoggingSection, ReconcileStatus, Section
 from cronstable.reporting.dispatcher import ReportDispatcher
 from cronstable.reporting.statsd import StatsdListener
@@ -34,13 +41,18 @@ from cronstable.runtime.clock import Clock, SystemClock
 from cronstable.runtime.control import DaemonControl, RunRecordsSection
 from cronstable.runtime.daemon import Closer, Daemon, JobsSection, ProcessSpawner, request_reload
 from cronstable.runtime.events import EventHub
-from cronstable.runtime.history import RunHistory
+from cronstable.runtime.fleet import Fleet
+from cronstable.runtime.history import FlowHistory, RunHistory
 from cronstable.runtime.output import OutputMirror
+from cronstable.runtime.pool_section import PoolsSection
+from cronstable.runtime.pools import Pools
 from cronstable.runtime.run_metrics import RunMetrics
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.runtime.sdnotify import ServiceNotifier
 from cronstable.sources.base import Source
+from cronstable.state.fleet import LastRuns, StoreFleetRecords
 from cronstable.state.keeper import StateKeeper
+from cronstable.state.pauses import PauseBook, PauseGate
 from cronstable.state.section import StateSection
 from cronstable.store_link import StoreLinks
 from cronstable.web.section import WebSection
@@ -67,6 +79,9 @@ class NodeFacts:
     """The daemon is the process (``cronstable run``): what the first revision made is
     frozen out of the cyclic collector's walks (see :class:`~cronstable.reconcile.apply.Applier`);
     never in a process that builds daemons of its own (the tests)."""
+    runtime_dir: Path | None = None
+    """``--runtime-dir``: the daemon's runtime directory, where the runs' sockets are
+    (None: the platform's, :func:`cronstable.platform.run_channel_dir`)."""
 
 
 def build_daemon(
@@ -88,8 +103,8 @@ def build_daemon(
     # starts), so this is the one hook set on something already built
     source.error_hook = metrics.source_error
     mirror = OutputMirror()
-    spawner = ProcessSpawner(mirror)
     history = RunHistory()
+    flow_history = FlowHistory()
     events = EventHub()
     status = ReconcileStatus(observers=[events.revision])
     pools = EtcdPools()  # one pool of connections per etcd: leadership, slots, state share it
@@ -99,12 +114,18 @@ def build_daemon(
     # schedules; metrics and statsd read the job table), so they are built first and
     # reach it through `scheduler_of`, which is set the moment the scheduler exists.
     scheduler_of: Later[Scheduler] = Later("the scheduler")
+    control_of: Later[DaemonControl] = Later("the daemon's control")
     cluster = ClusterSection(
         node.name, registry, pools=pools, on_change=lambda: scheduler_of().wake()
     )  # the gate: may this node start this job now (clusterPolicy)?
     keeper = StateKeeper(
-        node.name, scheduler_of, history, cluster_wide=cluster.one_run, gated=cluster.gated
-    )  # a launch guard, the state hooks and a run listener: durable state
+        node.name,
+        scheduler_of,
+        history,
+        cluster_wide=cluster.one_run,
+        gated=cluster.gated,
+        flow_history=flow_history,
+    )  # a launch guard, the state hooks, a run and a workflow listener: durable state
     slots = SlotGuard(
         node.name,
         replace_runs=lambda job, why: scheduler_of().replace_runs(job, why),
@@ -112,31 +133,94 @@ def build_daemon(
         on_unavailable=lambda: keeper.policy if keeper.store is not None else "degrade",
         stopping=lambda: scheduler_of().stopping,
     )  # a launch guard: concurrencyScope cluster holds the job's slot in the cluster's store
+    reboot = RebootGuard(
+        lambda: cluster.leadership,
+        cluster.one_run,
+        lambda: reboot_scope(list(scheduler_of().jobs.values()), cluster.one_run),
+        on_unavailable=lambda: keeper.policy if keeper.store is not None else "degrade",
+    )  # a launch guard: a Leader @reboot job once per definition, on a store with a ran-set
+    pool_slots = PoolSlots(
+        node.name,
+        on_unavailable=lambda: keeper.policy if keeper.store is not None else "degrade",
+    )  # the records of scope-cluster pools in the cluster's store
+    lock_slots = PoolSlots(
+        node.name,
+        on_unavailable=lambda: keeper.policy if keeper.store is not None else "degrade",
+        title="Cluster locks",
+        naming=lock_record,
+    )  # the records of the named locks (cronstable lock) in the cluster's store
+    channels = RunChannels(
+        run_channel_dir(str(node.runtime_dir) if node.runtime_dir is not None else None),
+        states=lambda name: control_of().job_state(name),
+        locks=Locks(lock_slots),
+        xcoms=_LaterXcoms(control_of),
+    )  # every run's socket and token: what cronstable state get and lock ask
+    spawner = ProcessSpawner(mirror, channels)
     run_metrics = RunMetrics(registry, scheduler_of)
     statsd = StatsdListener(lambda name: scheduler_of().job(name))
     reports = ReportDispatcher(registry, revision=status.applied_revision)
+    clock = clock or SystemClock()
+    job_pools = Pools(clock, shared=pool_slots)  # the slots launches of jobs with `pool` wait for
+    pauses = PauseBook(
+        node.name,
+        lambda: keeper.store,
+        lambda: scheduler_of().jobs,
+        clock.now,
+        on_alert=reports.pause_exceeded,
+        registry=registry,
+        workflows=lambda: scheduler_of().workflows,
+    )  # suspend and the API's pauses, kept in the state store; the gate asks it
+    last_runs = LastRuns(node.name, keeper.submit)  # the fleet view's last run of each job
     scheduler = Scheduler(
-        clock or SystemClock(),
+        clock,
         spawner,
-        gate=cluster,
-        guards=(slots, keeper),  # a held slot refuses before any state record is written
+        gate=PauseGate(cluster, pauses),  # clusterPolicy first, then a pause
+        # a held slot refuses before any state record is written; the leadership's
+        # @reboot ran-set is written last, once nothing else refuses
+        guards=(slots, keeper, reboot),
         hooks=keeper,
-        run_listeners=(history, run_metrics, events, statsd, keeper),
+        run_listeners=(history, run_metrics, events, statsd, keeper, last_runs),
         report_listeners=(reports,),
+        flow_listeners=(flow_history, run_metrics, statsd, keeper, last_runs),
+        pools=job_pools,
     )
     scheduler_of.set(scheduler)
 
-    state = StateSection(keeper, node.state_dir or default_state_dir(), registry, pools=pools)
+    state = StateSection(
+        keeper, node.state_dir or default_state_dir(), registry, pools=pools, pauses=pauses
+    )
     slot_section = SlotSection(slots, registry, pools=pools)
+    pool_slot_section = PoolSlotSection(pool_slots, registry, pools=pools)
+    lock_section = LockSlotSection(lock_slots, registry, pools=pools)
     # a store that does not answer: /readyz, /status and the metrics say which
     stores = StoreLinks(
         {
             "cluster": lambda: cluster.link,
             "slots": lambda: slot_section.link,
+            "pool-slots": lambda: pool_slot_section.link,
+            "lock-slots": lambda: lock_section.link,
             "state": lambda: state.link,
         }
     )
     registry.register(stores.collector())
+    registry.register(channels.collector())
+    # each applied revision goes into this node's membership record (the fleet view)
+    status.observers.append(
+        lambda record: (
+            cluster.revision_applied(record.revision) if record.outcome != "rejected" else None
+        )
+    )
+    fleet = Fleet(
+        node.name,
+        scheduler,
+        history,
+        flow_history,
+        now=clock.now,
+        cluster=cluster.fleet,
+        placement=cluster.placement,
+        records=StoreFleetRecords(lambda: keeper.store),
+        pauses=pauses,
+    )  # GET /fleet: the members' records and the state store's run records, no node asked
     control = DaemonControl(
         status=status,
         scheduler=scheduler,
@@ -149,7 +233,12 @@ def build_daemon(
         state=keeper.view,
         stores=stores.view,
         start_check=slots.refusal,
+        flow_history=flow_history,
+        limits=node.limits,
+        pauses=pauses,
+        fleet=fleet,
     )  # what the web reads of the daemon, and the few things it may ask
+    control_of.set(control)
     web = WebSection(control, registry)
     # The sections, in the order each revision prepares and then commits them; the
     # first that cannot be prepared rejects the revision and the later ones are not.
@@ -157,15 +246,21 @@ def build_daemon(
         # first: the job table every later commit meets (the state restore resumes and
         # re-arms the jobs of this revision)
         JobsSection(scheduler, spawner),
+        # right after the jobs: no launch can meet a job whose pool is not applied yet,
+        # and the state restore (below) adopts runs that hold pool slots
+        PoolsSection(job_pools, registry),
         # early: what the later commits log goes through the revision's handlers
         LoggingSection(node.log_overrides),
-        RunRecordsSection(history, run_metrics),  # drops what removed jobs left
+        RunRecordsSection(history, run_metrics, flow_history),  # drops what removed jobs left
         reports,
         # cluster before state: the restore asks the gate which jobs the leadership
         # places (their fires are not this node's to resume)
         cluster,
         state,
+        pauses,  # after state: it reads the store the state section committed
         slot_section,
+        pool_slot_section,
+        lock_section,
         # last: it binds its listeners only once everything else is prepared, and its
         # commit serves what the others committed
         web,
@@ -176,11 +271,17 @@ def build_daemon(
 
     # closed in this order once the runs drained (a failure is logged, the rest closed)
     closing: list[Closer] = [
+        ("backfills", control.backfills.close),  # no run of one starts any more
         ("statsd listener", statsd.close),  # first: the stop metrics of the last runs
+        ("run channels", channels.close),  # every run ended: what is left of their sockets
         ("reporting section", reports.close),  # the reports in flight, each in its timeout
         ("cluster section", cluster.close),
+        ("pauses", pauses.close),
         ("state section", state.close),  # what is queued is written (bounded)
         ("cluster-slots section", slot_section.close),
+        ("pools", job_pools.close),  # the pumps of the cluster pools, before their store
+        ("cluster-pools section", pool_slot_section.close),
+        ("cluster-locks section", lock_section.close),  # the locks' records, with the runs
         ("web section", web.close),  # last of the sections: /status answers meanwhile
         ("etcd connections", pools.close),  # what a section did not give back
         ("source", source.close),
@@ -195,3 +296,19 @@ def build_daemon(
         closing=closing,
         notifier=notifier,
     )
+
+
+class _LaterXcoms:
+    """The daemon's control as the runs' channels keep workflow values in it (it is built
+    after the spawner that opens the channels)."""
+
+    def __init__(self, control: Later[DaemonControl]) -> None:
+        self.control = control
+
+    def xcom_push(
+        self, workflow: str, run: str, task: str, values: Mapping[str, str]
+    ) -> str | None:
+        return self.control().xcom_push(workflow, run, task, values)
+
+    def xcom_pull(self, workflow: str, run: str, task: str, key: str) -> str | None:
+        return self.control().xcom_pull(workflow, run, task, key)

@@ -10,24 +10,58 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 * :mod:`.launch`: a run about to start (:class:`Launch`) and who has a say in it
   (:class:`ClusterGate`, :class:`LaunchGuard`, :class:`StateHooks`), a :class:`Run`;
 * :mod:`.listeners`: who hears of runs (:class:`RunListener`, :class:`ReportListener`);
+* :mod:`.flows`: workflow runs (:class:`FlowRunView`, :class:`TaskRunView`) and who hears
+  of them (:class:`FlowListener`);
+* :mod:`.pauses`: a job held back (:class:`Pause`, :class:`JobPauses`) and what may
+  be asked of the pauses (:class:`PauseControl`);
 * :mod:`.restore`: what a previous daemon's records are put back into
   (:class:`Restorable`, :class:`History`);
+* :mod:`.channel`: a run's channel to its daemon (:class:`RunChannel`, :class:`RunGrant`),
+  which the process layer opens for each run it starts;
 * :mod:`.section`: :class:`Section`, a part of the daemon a revision configures;
 * :mod:`.views`: the read models the daemon shows of itself (:class:`Status`,
-  :class:`ClusterView` …), which :mod:`cronstable.web.encode` writes as JSON.
+  :class:`ClusterView` …), which :mod:`cronstable.web.encode` writes as JSON;
+* :mod:`.fleet`: the fleet view (:class:`FleetView`) and the state records it reads
+  (:class:`FleetRecords`).
 """
 
 from __future__ import annotations
 
+from cronstable.ports.channel import RunChannel, RunGrant, RunOwner
+from cronstable.ports.fleet import (
+    FleetCluster,
+    FleetJob,
+    FleetKind,
+    FleetMember,
+    FleetRecords,
+    FleetView,
+    Placement,
+    RunRecord,
+)
+from cronstable.ports.flows import (
+    WORKFLOW_RUN_ENV,
+    FlowKind,
+    FlowListener,
+    FlowRecords,
+    FlowRunView,
+    TaskRunView,
+    XcomValue,
+    flow_run_id,
+    keep_values,
+)
 from cronstable.ports.launch import (
+    BackfillRefused,
     ClusterGate,
     Launch,
     LaunchGuard,
     LaunchKind,
     Run,
+    SharedSlots,
+    SlotsUnavailable,
     StateHooks,
 )
 from cronstable.ports.listeners import ReportListener, RunListener
+from cronstable.ports.pauses import JobPauses, Pause, PauseControl, PauseRefused, PauseSource
 from cronstable.ports.restore import History, Restorable, WallClock
 from cronstable.ports.runs import (
     FAILURES,
@@ -50,20 +84,28 @@ from cronstable.ports.runs import (
 from cronstable.ports.section import Section
 from cronstable.ports.views import (
     AppliedConfig,
+    BackfillView,
     ClusterMember,
     ClusterView,
     Election,
     EventData,
     FireBand,
+    FlowRuns,
     Forecast,
     JobForecast,
     JobRuns,
+    JobState,
     JobStatus,
+    PendingRetry,
+    PoolView,
+    QueuedView,
     RevisionView,
     RunEnded,
     StateView,
     Status,
     StoreView,
+    TaskDefinition,
+    WorkflowStatus,
 )
 
 __all__ = [
@@ -72,6 +114,8 @@ __all__ = [
     "RUN_OUTCOMES",
     "SPAWN_FAILED_RETURNCODE",
     "AppliedConfig",
+    "BackfillRefused",
+    "BackfillView",
     "ClusterGate",
     "ClusterMember",
     "ClusterView",
@@ -79,23 +123,50 @@ __all__ = [
     "EventData",
     "FinishedRun",
     "FireBand",
+    "FleetCluster",
+    "FleetJob",
+    "FleetKind",
+    "FleetMember",
+    "FleetRecords",
+    "FleetView",
+    "FlowKind",
+    "FlowListener",
+    "FlowRecords",
+    "FlowRunView",
+    "FlowRuns",
     "Forecast",
     "History",
     "JobForecast",
     "JobRuns",
+    "JobState",
+    "JobPauses",
     "JobStatus",
+    "PendingRetry",
     "Launch",
     "LaunchGuard",
     "LaunchKind",
     "MissedFire",
+    "PoolView",
+    "QueuedView",
     "MissedReason",
     "Moment",
+    "Pause",
+    "PauseControl",
+    "PauseRefused",
+    "PauseSource",
+    "Placement",
     "ReportListener",
     "Restorable",
     "RevisionView",
     "Run",
+    "RunChannel",
     "RunEnded",
+    "RunGrant",
+    "RunOwner",
     "RunListener",
+    "RunRecord",
+    "SharedSlots",
+    "SlotsUnavailable",
     "RunOutcome",
     "RunResult",
     "RunStart",
@@ -104,7 +175,14 @@ __all__ = [
     "StateView",
     "Status",
     "StoreView",
+    "TaskDefinition",
+    "TaskRunView",
     "WallClock",
+    "WORKFLOW_RUN_ENV",
+    "XcomValue",
+    "WorkflowStatus",
+    "flow_run_id",
+    "keep_values",
     "report_moments",
     "run_id",
     "run_outcome",

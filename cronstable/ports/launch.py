@@ -1,6 +1,6 @@
 """A run about to start, and who has a say in it.
 
-The scheduler launches a run for one of four reasons (:data:`LaunchKind`); each
+The scheduler launches a run for one of five reasons (:data:`LaunchKind`); each
 :class:`Launch` is asked of the :class:`ClusterGate` (scheduled fires and
 retries: may this node start this job now?) and then of every
 :class:`LaunchGuard` in order (durable state, cluster slots).  Durable state
@@ -17,9 +17,10 @@ from typing import Literal, Protocol
 from cronstable.config.desired import Job
 from cronstable.ports.runs import RunResult, run_id
 
-LaunchKind = Literal["fire", "retry", "reboot", "manual"]
+LaunchKind = Literal["fire", "retry", "reboot", "manual", "task", "backfill"]
 """What starts a run: a scheduled fire (catch-ups included), a retry, an @reboot job at
-start, or a start on request."""
+start, a start on request, a workflow run starting one of its tasks (a first attempt
+or a retry: the workflow run's own record says which), or one fire of a backfill."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,15 @@ class Launch:
     @property
     def id(self) -> str:
         return run_id(self.job.name, self.scheduled, self.attempt)
+
+
+class BackfillRefused(Exception):
+    """A backfill that cannot start, saying why; ``conflict`` when the job's state is the
+    reason (a backfill going, a pause, a stop), else the request is wrong (the range)."""
+
+    def __init__(self, message: str, *, conflict: bool = False) -> None:
+        super().__init__(message)
+        self.conflict = conflict
 
 
 class Run(Protocol):
@@ -96,4 +106,42 @@ class StateHooks(Protocol):
     def retry_settled(self, job: Job, reason: str) -> None:
         """``job``'s pending retry will not run from this record (``launched``,
         ``superseded``, ``removed`` …)."""
+        ...
+
+
+class SlotsUnavailable(Exception):
+    """The shared store of the cluster pools cannot answer now (says why, redacted)."""
+
+
+class SharedSlots(Protocol):
+    """The slots of ``scope: cluster`` pools in the cluster's shared store
+    (:mod:`cronstable.cluster.pool_slots`): slot ``n`` of pool ``p`` is one record,
+    held by one daemon at a time, renewed while held and freed by expiry (its ttl)
+    when its holder dies."""
+
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between two tries of a pool waiting for a slot another node holds."""
+        ...
+
+    def on_unavailable(self) -> Literal["degrade", "fail-closed"]:
+        """What a store that cannot answer means for a launch: start it with the
+        node-local cap only (``degrade``), or let it wait (``fail-closed``)."""
+        ...
+
+    async def take(self, pool: str, slots: int) -> int | None:
+        """Take one of the slots ``0 … slots-1`` of ``pool`` that this daemon does not
+        hold yet; its number, or None when other daemons hold all the others.  Raises
+        :class:`SlotsUnavailable` when the store cannot answer."""
+        ...
+
+    def wanted(self, pool: str, index: int) -> bool:
+        """Whether another daemon waits for slot ``index`` of ``pool``, which this one
+        holds (then it gives the slot back when its run ends rather than hand it on to
+        its own queue)."""
+        ...
+
+    def give_back(self, pool: str, index: int) -> None:
+        """Free slot ``index`` of ``pool`` (in the background; never raises); this
+        daemon does not take it again for a moment, so a daemon waiting for it can."""
         ...

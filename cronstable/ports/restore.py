@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Protocol
 
 from cronstable.config.desired import Job
+from cronstable.ports.flows import FlowRunView
 from cronstable.ports.runs import FinishedRun
 
 
@@ -58,6 +59,21 @@ class Restorable(Protocol):
     ) -> bool:
         """Watch the run of ``name`` that outlived the previous daemon (process ``pid``,
         started at ``start_ticks``) until it ends; False when that process is gone."""
+        ...
+
+    def resume_flow(
+        self, run: FlowRunView, adopt: Mapping[str, tuple[int, int]], lost: str
+    ) -> bool:
+        """Go on with workflow run ``run`` that a previous daemon (or another node) left:
+        its finished tasks stay as they ended, the running tasks in ``adopt`` (task →
+        (pid, start ticks)) are watched until they end, a pending retry is re-armed at
+        its time, another running task counts as failed with fail reason ``lost``, and
+        pending tasks start when their dependencies allow.  False when the workflow is
+        not applied, its definition changed (digest), or the run goes here already."""
+        ...
+
+    def gate_allows(self, job: Job) -> bool:
+        """Whether the cluster gate lets this node start ``job`` now (clusterPolicy)."""
         ...
 
 

@@ -35,10 +35,14 @@ RUN_OUTCOMES: tuple[RunOutcome, ...] = get_args(RunOutcome)
 FAILURES: frozenset[RunOutcome] = frozenset({"failed", "timed_out", "spawn_failed"})
 """The outcomes that are failures (reported, retried)."""
 
-MissedReason = Literal["forbid", "daemon_down", "clock_jump", "deadline"]
+MissedReason = Literal[
+    "forbid", "daemon_down", "clock_jump", "deadline", "pool_timeout", "pool_full"
+]
 """Why a fire did not run: skipped by concurrencyPolicy Forbid, missed while the daemon
-was down, found too late after the clock jumped (or the daemon stalled), or past
-``startingDeadlineSeconds``."""
+was down, found too late after the clock jumped (or the daemon stalled), past
+``startingDeadlineSeconds``, waited in its pool's queue past ``poolTimeout``, or found
+its pool's queue full.  A launch that is not a fire (a retry, a start on request)
+skipped by its pool is reported the same way."""
 MISSED_REASONS: tuple[MissedReason, ...] = get_args(MissedReason)
 
 Moment = Literal["failure", "permanent_failure", "success"]
@@ -142,6 +146,14 @@ class RunStart:
     pid: int | None
     manual: bool
     """Started through the API rather than by the schedule or a retry."""
+    pool_wait: float | None = None
+    """Seconds the run waited in its pool's queue; None for a job with no pool."""
+    planned_start: datetime | None = None
+    """When a scheduled fire was to start: its fire delayed by the job's ``jitter`` (the
+    fire itself without one); None for a run that starts when asked (a retry, a start on
+    request, a backfill, an @reboot run)."""
+    backfill: bool = False
+    """One fire of a backfill (``scheduled_time`` is that fire)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from cronstable.ports.flows import FlowRunView
+from cronstable.ports.pauses import JobPauses
 from cronstable.ports.runs import FinishedRun, RunOutcome, RunStart
 
 
@@ -32,6 +34,32 @@ class RevisionView:
 
 
 @dataclass(frozen=True, slots=True)
+class BackfillView:
+    """A job's backfill: every fire of its schedule in [start, end), run one after
+    another (the last one asked of this daemon, while it runs and once it ended)."""
+
+    job: str
+    start: datetime
+    end: datetime
+    fires: tuple[datetime, ...]
+    """Every fire in the range, in order, in the job's zone."""
+    state: Literal["running", "done", "stopped"]
+    by: str | None
+    """The API token's name that asked."""
+    started_at: datetime
+    done: int
+    """Runs ended (or refused) so far."""
+    outcomes: Mapping[str, int]
+    """How they ended, by outcome (``not_started`` for one a guard refused)."""
+    current: datetime | None
+    """The fire running now."""
+    finished_at: datetime | None
+    stop_reason: str | None
+    """Why it stopped before its last fire (``stopped`` only)."""
+    ignore_pause: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class JobStatus:
     """One applied job: its schedule, the runs going and how the last one went."""
 
@@ -43,6 +71,80 @@ class JobStatus:
     running: tuple[RunStart, ...]
     last_run: FinishedRun | None
     retry_pending: bool
+    next_start: datetime | None = None
+    """When the next fire starts: ``next_fire`` delayed by the job's ``jitter``."""
+    jitter: float | None = None
+    """The job's ``jitter`` (seconds); None without one."""
+    pauses: JobPauses = JobPauses()
+    """The pauses holding it now, the repository's and the API's apart."""
+    backfill: BackfillView | None = None
+    """Its backfill running now, or the last one this daemon ran."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDefinition:
+    """One task of an applied workflow, as defined."""
+
+    task: str
+    name: str
+    """``WORKFLOW.TASK``."""
+    depends_on: tuple[str, ...]
+    run_when: str
+    level: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowStatus:
+    """One applied workflow: its schedule and tasks, the runs going and its last run."""
+
+    name: str
+    schedule: str
+    timezone: str
+    enabled: bool
+    concurrency_policy: str
+    next_fire: datetime | None
+    tasks: tuple[TaskDefinition, ...]
+    running: tuple[FlowRunView, ...]
+    last_run: FlowRunView | None
+    next_start: datetime | None = None
+    """When the next fire starts: ``next_fire`` delayed by the workflow's ``jitter``."""
+    jitter: float | None = None
+    pauses: JobPauses = JobPauses()
+    """The pauses holding the workflow now (its ``suspend`` and the API's apart)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlowRuns:
+    """A workflow's runs: the ones going, then the finished ones newest first."""
+
+    running: tuple[FlowRunView, ...]
+    finished: tuple[FlowRunView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRetry:
+    """A retry armed and not started yet."""
+
+    attempt: int
+    """The attempt it will be (2 for the first retry)."""
+    due: datetime | None
+    """When it starts, unless a gate or concurrencyPolicy holds it back then."""
+    scheduled_time: datetime
+    """The fire it retries."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    """What ``cronstable state get`` tells a run of a job: its last run, its last success
+    and its pending retry (and the runs going, the asking one among them)."""
+
+    job: str
+    last_run: FinishedRun | None
+    last_success: FinishedRun | None
+    """Among the runs the daemon heard of (since it started, and the history a state
+    section restored); without their captured output."""
+    pending_retry: PendingRetry | None
+    running: tuple[RunStart, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +181,49 @@ class StateView:
 
 
 @dataclass(frozen=True, slots=True)
+class QueuedView:
+    """A launch waiting in a pool's queue."""
+
+    run: str
+    """The run id it will have."""
+    job: str
+    kind: str
+    """``fire``, ``retry``, ``reboot`` or ``manual``."""
+    priority: int
+    since: datetime
+    waited: float
+    """Seconds it has waited so far."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """One pool: its slots, the runs holding them and the launches waiting."""
+
+    name: str
+    slots: int
+    scope: str
+    in_use: int
+    """Slots held now (may exceed ``slots`` for a while after the count shrank)."""
+    queued: int
+    oldest_wait: float | None
+    """Seconds the longest-waiting launch has waited; None with an empty queue."""
+    retired: bool
+    """Removed (or re-scoped) by a revision; kept until its runs and queue are done."""
+    holders: tuple[str, ...]
+    """Run ids holding a slot."""
+    waiting: tuple[QueuedView, ...]
+    """The queue in admission order (the first 100)."""
+    admitted: int
+    """Launches admitted since the daemon started."""
+    timeouts: int
+    """Launches skipped after ``poolTimeout``."""
+    refused_full: int
+    """Launches refused because the queue was full."""
+    waited_total: float
+    """Seconds the admitted launches waited, summed."""
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     """The daemon at a glance: the revisions, every job, durable state, the stores."""
 
@@ -94,6 +239,9 @@ class Status:
     """Jobs in the applied table (``jobs`` may hold a page of them)."""
     next_cursor: str | None = None
     """Where the next page of ``jobs`` starts (None: this page is the last)."""
+    workflows: tuple[WorkflowStatus, ...] = ()
+    pools: tuple[PoolView, ...] = ()
+    """Every pool, the applied ones first."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,19 +1,22 @@
 """plan(): (desired, applied) → Plan.  Pure: no I/O, no clock.
 
 A Plan lists jobs added, removed and changed (with field-level differences
-over each job's resolved settings) and the daemon-wide sections that changed.
-Jobs are compared by their digests first, so an unchanged job costs one string
-comparison.
+over each job's resolved settings), workflows added, removed and changed (their
+own settings, and each task as a job change named ``WORKFLOW.TASK``), pools
+added, removed and changed (by their settings), and the daemon-wide sections
+that changed.  Jobs and workflows are compared by their digests first, so an
+unchanged one costs one string comparison.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
-from cronstable.config.desired import DesiredState, Job
-from cronstable.config.models import JobConfig
+from cronstable.config.desired import DesiredState, Job, Pool, Workflow
+from cronstable.config.models import WorkflowSettings
 from cronstable.published import hide_secrets
 
 JobChangeKind = Literal["added", "removed", "changed"]
@@ -38,9 +41,37 @@ class JobChange:
 
     @property
     def schedule_changed(self) -> bool:
-        return self.kind == "changed" and any(
-            f.path in ("schedule", "timezone", "utc", "enabled") for f in self.fields
-        )
+        return self.kind == "changed" and any(f.path in TIMING for f in self.fields)
+
+
+TIMING = ("schedule", "timezone", "utc", "enabled")
+"""The settings that decide when a job or workflow fires."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowChange:
+    """A workflow added, removed or changed: its own settings that differ (``fields``) and
+    each task added, removed or changed (``tasks``, named ``WORKFLOW.TASK``)."""
+
+    name: str
+    kind: JobChangeKind
+    old: Workflow | None
+    new: Workflow | None
+    fields: tuple[FieldChange, ...] = ()
+    tasks: tuple[JobChange, ...] = ()
+
+    @property
+    def schedule_changed(self) -> bool:
+        return self.kind == "changed" and any(f.path in TIMING for f in self.fields)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolChange:
+    name: str
+    kind: JobChangeKind
+    old: Pool | None
+    new: Pool | None
+    fields: tuple[FieldChange, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,28 +99,74 @@ class Plan:
     jobs: tuple[JobChange, ...] = ()
     sections: tuple[SectionChange, ...] = ()
     unchanged: int = 0
+    workflows: tuple[WorkflowChange, ...] = ()
+    unchanged_workflows: int = 0
+    pools: tuple[PoolChange, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not self.jobs and not self.sections
+        return not self.jobs and not self.sections and not self.workflows and not self.pools
+
+    @property
+    def has_workflows(self) -> bool:
+        """Whether either side has workflows (the summary counts them then)."""
+        return bool(self.workflows) or self.unchanged_workflows > 0
 
     def count(self, kind: JobChangeKind) -> int:
         return sum(1 for change in self.jobs if change.kind == kind)
 
+    def count_workflows(self, kind: JobChangeKind) -> int:
+        return sum(1 for change in self.workflows if change.kind == kind)
+
     def summary(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "added": self.count("added"),
             "removed": self.count("removed"),
             "changed": self.count("changed"),
             "unchanged": self.unchanged,
-            "sections": [s.section for s in self.sections],
+            # the pools count as one section here: the counts above are the jobs'
+            "sections": [s.section for s in self.sections] + (["pools"] if self.pools else []),
         }
+        if self.has_workflows:
+            out["workflows"] = {
+                "added": self.count_workflows("added"),
+                "removed": self.count_workflows("removed"),
+                "changed": self.count_workflows("changed"),
+                "unchanged": self.unchanged_workflows,
+            }
+        return out
+
+    def task_changes(self) -> tuple[JobChange, ...]:
+        """Every workflow's task changes (``WORKFLOW.TASK``)."""
+        return tuple(task for flow in self.workflows for task in flow.tasks)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRevision:
+    """A revision of the source planned against the running one, not applied: its plan,
+    or why it does not load, or why the source could not read it."""
+
+    ref: str
+    """What was asked for (a branch, a tag, a commit)."""
+    at: datetime
+    """When it was planned (the next fires a plan shows are counted from it)."""
+    revision: str | None = None
+    """The revision ``ref`` names (None when it could not be read)."""
+    source: str | None = None
+    plan: Plan | None = None
+    """None when the revision does not load (``errors``) or could not be read."""
+    errors: tuple[str, ...] = ()
+    """Every problem of a revision that does not load, as a rejection lists them."""
+    unreadable: str | None = None
+    """Why the source could not read ``ref`` (no such ref, a source that cannot)."""
 
 
 def job_settings(job: Job) -> dict[str, Any]:
-    """A job's resolved settings as flat ``path → value`` (what a diff compares)."""
-    data = hide_secrets(job.config.model_dump(mode="json", by_alias=True), JobConfig)
-    data["schedule"] = job.schedule.text
+    """A job's resolved settings as flat ``path → value`` (what a diff compares); a task's
+    without the schedule, which is its workflow's."""
+    data = hide_secrets(job.config.model_dump(mode="json", by_alias=True), type(job.config))
+    if job.workflow is None:
+        data["schedule"] = job.schedule.text
     data["environment"] = dict(job.environment)
     data.pop("env_file", None)
     flat: dict[str, Any] = {}
@@ -115,6 +192,89 @@ def _differences(before: dict[str, Any], after: dict[str, Any]) -> tuple[FieldCh
 
 def job_fields(old: Job, new: Job) -> tuple[FieldChange, ...]:
     return _differences(job_settings(old), job_settings(new))
+
+
+def workflow_settings(flow: Workflow) -> dict[str, Any]:
+    """A workflow's own settings (its tasks aside) as flat ``path → value``."""
+    data = flow.config.model_dump(mode="json", by_alias=True)
+    data["schedule"] = flow.schedule.text
+    flat: dict[str, Any] = {}
+    _flatten("", hide_secrets(data, WorkflowSettings), flat)
+    return flat
+
+
+def _job_changes(
+    old: Mapping[str, Job], new: Mapping[str, Job], *, by_name: bool = True
+) -> tuple[list[JobChange], int]:
+    """Changes removed, added, changed (each by name, or in definition order)."""
+    changes: list[JobChange] = []
+    unchanged = 0
+    for name, job in old.items():
+        if name not in new:
+            changes.append(JobChange(name, "removed", job, None))
+    for name, job in new.items():
+        before = old.get(name)
+        if before is None:
+            changes.append(JobChange(name, "added", None, job))
+        elif before.digest != job.digest:
+            changes.append(JobChange(name, "changed", before, job, job_fields(before, job)))
+        else:
+            unchanged += 1
+    changes.sort(key=lambda c: (_ORDER[c.kind], c.name if by_name else ""))
+    return changes, unchanged
+
+
+_ORDER = {"removed": 0, "added": 1, "changed": 2}
+
+
+def _by_full_name(flow: Workflow | None) -> dict[str, Job]:
+    return {} if flow is None else {job.name: job for job in flow.tasks.values()}
+
+
+def _workflow_changes(
+    desired: DesiredState, applied: DesiredState | None
+) -> tuple[list[WorkflowChange], int]:
+    old_flows = applied.workflows if applied is not None else {}
+    changes: list[WorkflowChange] = []
+    unchanged = 0
+    for name in [*old_flows, *(n for n in desired.workflows if n not in old_flows)]:
+        before, after = old_flows.get(name), desired.workflows.get(name)
+        if before is not None and after is not None and before.digest == after.digest:
+            unchanged += 1
+            continue
+        tasks, _ = _job_changes(_by_full_name(before), _by_full_name(after), by_name=False)
+        if before is None:
+            changes.append(WorkflowChange(name, "added", None, after, (), tuple(tasks)))
+        elif after is None:
+            changes.append(WorkflowChange(name, "removed", before, None, (), tuple(tasks)))
+        else:
+            own = _differences(workflow_settings(before), workflow_settings(after))
+            changes.append(WorkflowChange(name, "changed", before, after, own, tuple(tasks)))
+    changes.sort(key=lambda c: (_ORDER[c.kind], c.name))
+    return changes, unchanged
+
+
+def pool_settings(pool: Pool) -> dict[str, Any]:
+    """A pool's settings (``slots``, ``scope``) as flat ``path → value``."""
+    data = pool.config.model_dump(mode="json", by_alias=True)
+    data.pop("name", None)
+    return data
+
+
+def pool_changes(desired: DesiredState, applied: DesiredState | None) -> tuple[PoolChange, ...]:
+    """Pools removed, added and changed (by name within each kind)."""
+    old = applied.pools if applied is not None else {}
+    changes = [PoolChange(name, "removed", pool, None) for name, pool in old.items()]
+    changes = [c for c in changes if c.name not in desired.pools]
+    for name, pool in desired.pools.items():
+        before = old.get(name)
+        if before is None:
+            changes.append(PoolChange(name, "added", None, pool))
+        elif before.digest != pool.digest:
+            fields = _differences(pool_settings(before), pool_settings(pool))
+            changes.append(PoolChange(name, "changed", before, pool, fields))
+    changes.sort(key=lambda c: ({"removed": 0, "added": 1, "changed": 2}[c.kind], c.name))
+    return tuple(changes)
 
 
 def _section(state: DesiredState | None, name: str) -> Any:
@@ -183,6 +343,7 @@ def plan(
         else:
             unchanged += 1
     changes.sort(key=lambda c: ({"removed": 0, "added": 1, "changed": 2}[c.kind], c.name))
+    flows, unchanged_flows = _workflow_changes(desired, applied)
     sections = tuple(
         SectionChange(name, old, new)
         for name in SECTIONS
@@ -196,4 +357,7 @@ def plan(
         jobs=tuple(changes),
         sections=sections,
         unchanged=unchanged,
+        workflows=tuple(flows),
+        unchanged_workflows=unchanged_flows,
+        pools=pool_changes(desired, applied),
     )

@@ -44,6 +44,23 @@ _MISSED_DEFAULTS = {
 }
 """A missed fire has no output: the default run templates give way to these."""
 
+PAUSED_SUBJECT_TEMPLATE = "Cron job '{{name}}' has been paused for {{paused_for}}"
+PAUSED_BODY_TEMPLATE = (
+    "Job '{{name}}' is paused {% if pause_source == 'config' %}by the repository (suspend)"
+    "{% else %}by {{paused_by or 'an anonymous request'}}{% endif %} since {{paused_since}}"
+    "{% if paused_until %}, until {{paused_until}}{% endif %}: "
+    "{{pause_reason or '(no reason given)'}}\n"
+    "Its scheduled fires are skipped until it is resumed.\n"
+)
+_PAUSED_DEFAULTS = {
+    DEFAULT_SUBJECT_TEMPLATE: PAUSED_SUBJECT_TEMPLATE,
+    DEFAULT_BODY_TEMPLATE: PAUSED_BODY_TEMPLATE,
+    DEFAULT_SUBJECT_TEMPLATE + "\n" + DEFAULT_BODY_TEMPLATE: PAUSED_SUBJECT_TEMPLATE
+    + "\n"
+    + PAUSED_BODY_TEMPLATE,
+}
+"""A pause that lasted onPaused.alertAfter: no run, no output."""
+
 
 def job_environment(job: Job) -> dict[str, str]:
     """The environment a template (and a shell report) sees: the daemon's, then the job's."""
@@ -61,7 +78,7 @@ class Message:
     job: Job
     """The definition that ran (or would have run)."""
     moment: str
-    """failure, permanent_failure, success or missed."""
+    """failure, permanent_failure, success, missed or paused."""
     variables: dict[str, Any]
     """What templates see (see docs/reporting.md)."""
     run: FinishedRun | None = None
@@ -76,6 +93,8 @@ class Message:
         """``template`` rendered; a failure is logged and a plain fallback returned."""
         if self.missed is not None:
             template = _MISSED_DEFAULTS.get(template, template)
+        elif self.moment == "paused":
+            template = _PAUSED_DEFAULTS.get(template, template)
         try:
             return render(template, self.variables, autoescape=autoescape)
         except Exception as exc:
@@ -94,6 +113,11 @@ class Message:
     def fallback(self) -> str:
         """A plain text summary, when a template fails."""
         v = self.variables
+        if self.moment == "paused":
+            return (
+                f"Job {v['name']} has been paused for {v['paused_for']} "
+                f"({v['pause_source']}, by {v['paused_by']}): {v['pause_reason']}"
+            )
         if self.missed is not None:
             return (
                 f"Job {v['name']}: {v['missed_count']} fire(s) from {v['scheduled_time']} "

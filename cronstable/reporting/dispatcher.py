@@ -23,13 +23,14 @@ import logging
 import socket
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
 from cronstable.config.desired import DesiredState, Job
-from cronstable.config.models import OnMissed, OnReport, Report
-from cronstable.ports import FinishedRun, MissedFire, Moment, utc_text
+from cronstable.config.models import OnMissed, OnPaused, OnReport, Report
+from cronstable.ports import FinishedRun, MissedFire, Moment, Pause, utc_text
 from cronstable.reconcile.plan import Plan
 from cronstable.redact import redact
 from cronstable.reporting.base import Message, job_environment
@@ -82,7 +83,8 @@ class ReportDispatcher:
 
     def commit(self, prepared: None, desired: DesiredState) -> None:
         self.job_set_id = desired.job_set_id
-        gone = [key for key in self._windows if key[0] not in desired.jobs]
+        names = {*desired.jobs, *desired.workflows, *desired.tasks()}
+        gone = [key for key in self._windows if key[0] not in names]
         for key in gone:
             del self._windows[key]
 
@@ -140,6 +142,44 @@ class ReportDispatcher:
             "environment": job_environment(job),
         }
         self._dispatch(settings.report, Message(job, "missed", variables, missed=missed))
+
+    def pause_exceeded(self, job: Job, pause: Pause) -> None:
+        """``job`` has been paused for longer than its ``onPaused.alertAfter``."""
+        settings: OnPaused = job.config.on_paused
+        if not self._wanted(settings.report):
+            return
+        held = self._let_through(job.name, ("paused",), settings.rate_limit)
+        if held is None:
+            return
+        since = pause.since
+        lasted = 0.0 if since is None else (datetime.now(UTC) - since).total_seconds()
+        variables = {
+            "name": job.name,
+            "success": False,
+            "moment": "paused",
+            "reason": "paused",
+            "pause_source": pause.source,
+            "pause_reason": pause.reason,
+            "paused_by": pause.by,
+            "paused_since": utc_text(since) if since is not None else None,
+            "paused_until": utc_text(pause.until) if pause.until is not None else None,
+            "paused_for": _lasted(lasted),
+            "paused_seconds": round(lasted, 3),
+            "scheduled_time": utc_text(since) if since is not None else None,
+            "suppressed_count": held,
+            **self._daemon_variables(),
+            "command": job.config.command,
+            "shell": job.config.shell,
+            "environment": job_environment(job),
+        }
+        logger.warning(
+            "Job %s has been paused for %s (%s); reporting (onPaused)",
+            job.name,
+            variables["paused_for"],
+            pause.source,
+            extra={"job": job.name},
+        )
+        self._dispatch(settings.report, Message(job, "paused", variables))
 
     # ------------------------------------------------------------ internals
 
@@ -248,3 +288,15 @@ class ReportDispatcher:
                 message.moment,
                 extra={"job": name, "reporter": key},
             )
+
+
+def _lasted(seconds: float) -> str:
+    """``3 h 20 min``, ``2 days 4 h``: how long a pause has lasted, for a report."""
+    minutes = int(seconds // 60)
+    days, rest = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(rest, 60)
+    if days:
+        return f"{days} day{'' if days == 1 else 's'} {hours} h"
+    if hours:
+        return f"{hours} h {minutes} min"
+    return f"{minutes} min" if minutes else f"{int(seconds)} s"

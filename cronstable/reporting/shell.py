@@ -5,7 +5,9 @@ The environment is the job's (the daemon's, then the job's variables), plus
 JOB_COMMAND, JOB_SCHEDULE (the canonical 7-field text), RETCODE, STDOUT,
 STDERR (the last :data:`STREAM_LIMIT` bytes, with a marker when cut: Linux
 refuses one environment string over 128 KiB), and ours: OUTCOME, MOMENT,
-SCHEDULED_TIME, ATTEMPT, RUN_ID (a missed fire: REASON, MISSED_COUNT).  The
+SCHEDULED_TIME, ATTEMPT, RUN_ID (a missed fire: REASON, MISSED_COUNT; a pause that
+lasted onPaused.alertAfter: PAUSE_SOURCE, PAUSE_REASON, PAUSED_BY, PAUSED_SINCE,
+PAUSED_UNTIL).  The
 command's output is logged; a non-zero exit is a failed report.  It runs in a
 session of its own and is killed (the whole group) when the timeout ends.
 """
@@ -53,13 +55,20 @@ def report_environment(message: Message) -> dict[str, str]:
         "STDERR": _stream(v.get("stderr")),
     }
     ours = {
-        "OUTCOME": str(v.get("outcome", "missed")),
+        "OUTCOME": str(
+            v.get("outcome", message.moment if message.moment == "paused" else "missed")
+        ),
         "MOMENT": message.moment,
         "SCHEDULED_TIME": str(v.get("scheduled_time", "")),
         "ATTEMPT": str(v.get("attempt", "")),
         "RUN_ID": str(v.get("run_id", "")),
         "REASON": str(v.get("reason", "")),
         "MISSED_COUNT": str(v.get("missed_count", "")),
+        "PAUSE_SOURCE": str(v.get("pause_source") or ""),
+        "PAUSE_REASON": str(v.get("pause_reason") or ""),
+        "PAUSED_BY": str(v.get("paused_by") or ""),
+        "PAUSED_SINCE": str(v.get("paused_since") or ""),
+        "PAUSED_UNTIL": str(v.get("paused_until") or ""),
         "SUPPRESSED_COUNT": str(v.get("suppressed_count", 0)),
     }
     env = job_environment(job)

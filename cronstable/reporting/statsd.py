@@ -2,7 +2,8 @@
 
 Per run, two datagrams, byte-identical to yacron 0.19's (then ours appended):
 
-* at start: ``{prefix}.start:1|g``
+* at start: ``{prefix}.start:1|g``, then, for a job with ``pool``,
+  ``{prefix}.pool_wait:<ms>|ms`` (how long the run waited for its pool's slot)
 * at stop, one datagram: ``{prefix}.stop:1|g``, ``{prefix}.success:0|1|g``,
   ``{prefix}.duration:<ms>|ms|@0.1``, then ``{prefix}.cpu:<ms>|ms`` and
   ``{prefix}.max_rss:<bytes>|g`` when the run's resource use is known
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 
 from cronstable.config.desired import Job
 from cronstable.config.models import Statsd
-from cronstable.ports import RunOutcome, RunResult, RunStart
+from cronstable.ports import FlowRunView, RunOutcome, RunResult, RunStart
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +42,11 @@ WARN_EVERY = 60.0
 """Seconds between two warnings about the same target."""
 
 
-def start_datagram(prefix: str) -> bytes:
-    return f"{prefix}.start:1|g\n".encode()
+def start_datagram(prefix: str, pool_wait: float | None = None) -> bytes:
+    text = f"{prefix}.start:1|g\n"
+    if pool_wait is not None:
+        text += f"{prefix}.pool_wait:{int(round(pool_wait * 1000))}|ms\n"
+    return text.encode()
 
 
 def stop_datagram(prefix: str, result: RunResult) -> bytes:
@@ -175,7 +179,7 @@ class StatsdListener:
             if config is None:
                 return
             self._running[run.id] = config
-            self._send(config, start_datagram(config.prefix))
+            self._send(config, start_datagram(config.prefix, run.pool_wait))
         except Exception:
             logger.exception("statsd: job %s: the start metric failed", run.job)
 
@@ -186,6 +190,38 @@ class StatsdListener:
                 self._send(config, stop_datagram(config.prefix, result))
         except Exception:
             logger.exception("statsd: job %s: the stop metrics failed", run.job)
+
+    # a workflow's runs, with the workflow's own statsd settings (its tasks send theirs as
+    # jobs do): start at its start, stop, success and duration at its end
+
+    def flow_started(self, run: FlowRunView) -> None:
+        try:
+            job = self._job(run.workflow)
+            config = job.config.statsd if job is not None else None
+            if config is None or run.id in self._running:
+                return
+            self._running[run.id] = config
+            self._send(config, start_datagram(config.prefix))
+        except Exception:
+            logger.exception("statsd: workflow %s: the start metric failed", run.workflow)
+
+    def flow_changed(self, run: FlowRunView) -> None:
+        return None
+
+    def flow_finished(self, run: FlowRunView) -> None:
+        try:
+            config = self._running.pop(run.id, None)
+            if config is None:
+                return
+            duration = int(round((run.duration or 0.0) * 1000))
+            text = (
+                f"{config.prefix}.stop:1|g\n"
+                f"{config.prefix}.success:{1 if run.outcome == 'succeeded' else 0}|g\n"
+                f"{config.prefix}.duration:{duration}|ms|@0.1\n"
+            )
+            self._send(config, text.encode())
+        except Exception:
+            logger.exception("statsd: workflow %s: the stop metrics failed", run.workflow)
 
     def _send(self, config: Statsd, datagram: bytes) -> None:
         key = (config.host, config.port)

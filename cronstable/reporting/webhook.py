@@ -47,6 +47,16 @@ def payload(message: Message, text: str) -> dict[str, Any]:
     }
     if message.missed is not None:
         data |= {"reason": v["reason"], "missedCount": v["missed_count"]}
+    elif message.moment == "paused":
+        data |= {
+            "reason": "paused",
+            "pauseSource": v["pause_source"],
+            "pauseReason": v["pause_reason"],
+            "pausedBy": v["paused_by"],
+            "pausedSince": v["paused_since"],
+            "pausedUntil": v["paused_until"],
+            "pausedSeconds": v["paused_seconds"],
+        }
     else:
         data |= {
             "runId": v["run_id"],

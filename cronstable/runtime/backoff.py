@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from cronstable.config.models import Retry
 
@@ -23,6 +24,10 @@ class RetryState:
     """Retries started so far."""
     task: asyncio.Task[None] | None = field(default=None, repr=False)
     cancelled: bool = False
+    due: datetime | None = None
+    """When the pending retry (``task``) starts, on the scheduler's clock."""
+    fire: datetime | None = None
+    """The scheduled time of the fire the pending retry retries."""
 
     @classmethod
     def from_config(cls, retry: Retry) -> RetryState:

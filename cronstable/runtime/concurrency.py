@@ -3,8 +3,10 @@
 :func:`admit` is the one decision, for every way a run starts (a scheduled fire,
 a retry, a start on request): ``Allow`` starts another run, ``Forbid`` refuses
 the new one, ``Replace`` stops the runs going (:func:`replace`) and lets the
-new run start once they are gone.  A replaced run is not a failure: it is not
-reported and triggers no retry.  What a refusal leads to (a fire counted as
+new run start once they are gone.  A run waiting in its pool's queue is going:
+Forbid refuses while it waits, and Replace takes it out of the queue (the new run
+takes its place there).  A replaced run is not a failure: it is not reported and
+triggers no retry.  What a refusal leads to (a fire counted as
 missed, a retry settled, an error to the caller) is the caller's business.
 """
 
@@ -63,6 +65,8 @@ def replace(
     still dying)."""
     for live in runs:
         live.replaced = True
+        if live.ticket is not None:
+            live.ticket.withdraw()  # waiting in its pool's queue: it leaves it
         logger.info(
             "Job %s: stopping the run scheduled at %s (%s)",
             slot.job.name,

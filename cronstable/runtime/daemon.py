@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 
 from cronstable.config import ConfigError, DesiredState, Job, Problem
 from cronstable.metrics import DaemonMetrics
+from cronstable.ports import RunChannel
 from cronstable.reconcile.apply import Applier
 from cronstable.reconcile.plan import Plan, changed_groups
 from cronstable.redact import redact
@@ -86,7 +87,12 @@ def resolve_identities(
             identities.pop(name, None)
     problems: list[Problem] = []
     jobs = state.jobs
-    chosen = jobs.items() if names is None else ((n, jobs[n]) for n in names if n in jobs)
+    tasks = state.tasks()  # few: each resolved again (a group's delta names jobs only)
+    chosen = (
+        {**jobs, **tasks}.items()
+        if names is None
+        else [*((n, jobs[n]) for n in names if n in jobs), *tasks.items()]
+    )
     for name, job in chosen:
         try:
             identities[name] = resolve_identity(job.config.user, job.config.group)
@@ -103,10 +109,12 @@ def source_reads(state: DesiredState) -> list[str]:
 
 
 class ProcessSpawner:
-    """Creates the real runs; the identities follow the applied revision."""
+    """Creates the real runs; the identities follow the applied revision.  ``channel``
+    opens each run's channel to the daemon (None: runs get none)."""
 
-    def __init__(self, mirror: OutputMirror | None) -> None:
+    def __init__(self, mirror: OutputMirror | None, channel: RunChannel | None = None) -> None:
         self.mirror = mirror
+        self.channel = channel
         self.identities: Mapping[str, Identity | None] = {}
         # copied once: copying os.environ decodes every variable, on every run (bench_runtime)
         self.base_environment = dict(os.environ)
@@ -119,6 +127,7 @@ class ProcessSpawner:
             identity=self.identities.get(job.name),
             base_environment=self.base_environment,
             mirror=self.mirror,
+            channel=self.channel,
         )
 
 
@@ -137,7 +146,7 @@ class JobsSection:
         """The revision whose jobs the scheduler's table holds."""
 
     def affected(self, plan: Plan) -> bool:
-        return bool(plan.jobs)
+        return bool(plan.jobs) or bool(plan.workflows)
 
     async def prepare(self, desired: DesiredState) -> Any:
         delta = changed_groups(desired, self._installed)
@@ -149,7 +158,7 @@ class JobsSection:
     def commit(self, prepared: Any, desired: DesiredState) -> None:
         identities, only = prepared
         self.spawner.identities = identities
-        self.scheduler.replace_jobs(desired.jobs, only=only)
+        self.scheduler.replace_jobs(desired.jobs, desired.workflows, only=only)
         self._installed = desired
 
     async def discard(self, prepared: Any) -> None:

@@ -1,4 +1,5 @@
-"""The run history: the runs going now and the last finished ones of every job.
+"""The run history: the runs going now and the last finished ones of every job, and the
+last finished runs of every workflow (:class:`FlowHistory`).
 
 :class:`RunHistory` is a :class:`~cronstable.ports.RunListener`: it keeps the runs
 going now and the last :data:`HISTORY_PER_JOB` finished runs of each job, with at
@@ -9,10 +10,19 @@ most :data:`OUTPUT_TAIL` bytes of each captured stream (the tail).  With a
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Iterable
 
-from cronstable.ports import FinishedRun, RunOutcome, RunResult, RunStart
+from cronstable.ports import (
+    FinishedRun,
+    FlowRunView,
+    RunOutcome,
+    RunResult,
+    RunStart,
+    keep_values,
+)
+from cronstable.xcom import MAX_RUN
 
 HISTORY_PER_JOB = 20
 OUTPUT_TAIL = 64 * 1024
@@ -26,6 +36,9 @@ class RunHistory:
         self.per_job = per_job
         self._running: dict[str, dict[str, RunStart]] = {}
         self._finished: dict[str, deque[FinishedRun]] = {}
+        self._succeeded: dict[str, FinishedRun] = {}
+        """Each job's last success, without its output (it may be older than the
+        runs kept)."""
 
     def run_started(self, run: RunStart) -> None:
         self._running.setdefault(run.job, {})[run.id] = run
@@ -38,6 +51,8 @@ class RunHistory:
                 del self._running[run.job]
         finished = FinishedRun.of(run, result, outcome, keep=OUTPUT_TAIL)
         self._finished.setdefault(run.job, deque(maxlen=self.per_job)).append(finished)
+        if outcome == "succeeded":
+            self._succeeded[run.job] = _without_output(finished)
 
     def running(self, job: str) -> list[RunStart]:
         return list(self._running.get(job, {}).values())
@@ -56,8 +71,73 @@ class RunHistory:
         kept = deque(runs, maxlen=self.per_job)
         kept.extend(self._finished.get(job, ()))
         self._finished[job] = kept
+        if job not in self._succeeded:
+            success = next((run for run in reversed(kept) if run.outcome == "succeeded"), None)
+            if success is not None:
+                self._succeeded[job] = _without_output(success)
 
     def forget(self, jobs: Iterable[str]) -> None:
         """Drop the finished runs of jobs a revision removed (runs still going stay)."""
         for job in jobs:
             self._finished.pop(job, None)
+            self._succeeded.pop(job, None)
+
+    def last_success(self, job: str) -> FinishedRun | None:
+        """The job's last run that succeeded, without its captured output; None when none
+        did since the daemon started (or in the history a state section restored)."""
+        return self._succeeded.get(job)
+
+
+def _without_output(run: FinishedRun) -> FinishedRun:
+    return dataclasses.replace(run, stdout=None, stderr=None)
+
+
+FLOW_RUNS_PER_WORKFLOW = 20
+XCOM_KEPT = MAX_RUN
+"""Bytes of values the finished runs of one workflow keep together (the newest runs'),
+as much as one run may leave: older runs keep their keys and sizes only."""
+
+
+class FlowHistory:
+    """The last finished runs of every workflow (a :class:`~cronstable.ports.FlowListener`;
+    the runs going are the scheduler's)."""
+
+    def __init__(self, per_workflow: int = FLOW_RUNS_PER_WORKFLOW) -> None:
+        self.per_workflow = per_workflow
+        self._finished: dict[str, deque[FlowRunView]] = {}
+
+    def flow_started(self, run: FlowRunView) -> None:
+        return None
+
+    def flow_changed(self, run: FlowRunView) -> None:
+        return None
+
+    def flow_finished(self, run: FlowRunView) -> None:
+        runs = self._finished.setdefault(run.workflow, deque(maxlen=self.per_workflow))
+        runs.append(run)
+        if run.xcom:
+            self._bound(run.workflow)
+
+    def _bound(self, workflow: str) -> None:
+        """The values of the newest runs kept within XCOM_KEPT bytes; older ones dropped."""
+        runs = self._finished[workflow]
+        self._finished[workflow] = deque(keep_values(list(runs), XCOM_KEPT), maxlen=runs.maxlen)
+
+    def finished(self, workflow: str) -> list[FlowRunView]:
+        """Newest last."""
+        return list(self._finished.get(workflow, ()))
+
+    def last(self, workflow: str) -> FlowRunView | None:
+        runs = self._finished.get(workflow)
+        return runs[-1] if runs else None
+
+    def restore(self, workflow: str, runs: Iterable[FlowRunView]) -> None:
+        """Put back the finished runs a previous daemon kept (oldest first)."""
+        kept = deque(runs, maxlen=self.per_workflow)
+        kept.extend(self._finished.get(workflow, ()))
+        self._finished[workflow] = kept
+        self._bound(workflow)
+
+    def forget(self, workflows: Iterable[str]) -> None:
+        for workflow in workflows:
+            self._finished.pop(workflow, None)

@@ -35,9 +35,16 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from cronstable.config.desired import Job
-from cronstable.config.models import JobConfig
+from cronstable.config.models import RunSettings
 from cronstable.platform import pipe_holders
-from cronstable.ports import SPAWN_FAILED_RETURNCODE, RunResult
+from cronstable.ports import (
+    SPAWN_FAILED_RETURNCODE,
+    RunChannel,
+    RunGrant,
+    RunOwner,
+    RunResult,
+    run_id,
+)
 from cronstable.runtime.child import Child, Usage, spawn
 from cronstable.runtime.identity import Identity
 from cronstable.runtime.output import CHUNK_SIZE, OutputMirror, StreamCapture, StreamName
@@ -60,7 +67,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def command_argv(config: JobConfig) -> list[str]:
+def command_argv(config: RunSettings) -> list[str]:
     """What is executed: a list as is, a string as ``[shell, "-c", command]``."""
     if isinstance(config.command, str):
         return [config.shell, "-c", config.command]
@@ -70,13 +77,24 @@ def command_argv(config: JobConfig) -> list[str]:
 def job_environment(
     job: Job, scheduled_time: datetime, attempt: int, base: Mapping[str, str]
 ) -> dict[str, str]:
-    """The base (daemon's) environment, then the job's, then the ``CRONSTABLE_*`` variables."""
+    """The base (daemon's) environment, then the job's, then the ``CRONSTABLE_*`` variables:
+    the job's name, the time the run stands for (:func:`scheduled_text`), the attempt and
+    the run's id (:func:`cronstable.ports.run_id`, as the API and the logs name it)."""
     env = dict(base)
     env.update(job.environment)
     env["CRONSTABLE_JOB_NAME"] = job.name
-    env["CRONSTABLE_SCHEDULED_TIME"] = as_utc(scheduled_time).isoformat()
+    env["CRONSTABLE_SCHEDULED_TIME"] = scheduled_text(job, scheduled_time)
     env["CRONSTABLE_ATTEMPT"] = str(attempt)
+    env["CRONSTABLE_RUN_ID"] = run_id(job.name, as_utc(scheduled_time), attempt)
     return env
+
+
+def scheduled_text(job: Job, scheduled_time: datetime) -> str:
+    """The time a run stands for, ISO 8601 with the offset of the job's zone
+    (``2026-03-08T03:00:00-04:00`` for a job in America/New_York): its fire (a catch-up's
+    missed fire, a retry's failed fire, a backfill's fire in the range), or the start of a
+    run started on request."""
+    return as_utc(scheduled_time).astimezone(job.timezone).isoformat()
 
 
 def as_utc(moment: datetime) -> datetime:
@@ -97,7 +115,7 @@ def _describe_returncode(returncode: int) -> str:
 
 
 def fail_reason(
-    config: JobConfig,
+    config: RunSettings,
     returncode: int | None,
     stdout_produced: bool,
     stderr_produced: bool,
@@ -119,7 +137,7 @@ def fail_reason(
     return None
 
 
-def monitor_reason(config: JobConfig, usage: Usage | None) -> str | None:
+def monitor_reason(config: RunSettings, usage: Usage | None) -> str | None:
     """The ``monitor`` limit ``usage`` went over (maxRss first), or None."""
     limits = config.monitor
     if limits is None or usage is None:
@@ -142,7 +160,10 @@ class JobProcess:
     ``mirror`` receives captured lines (None: captured output is not mirrored);
     ``base_environment`` defaults to the daemon's ``os.environ``;
     ``stream_grace`` is how long captured pipes may outlive the main process
-    (default :data:`STREAM_GRACE`).
+    (default :data:`STREAM_GRACE`);
+    ``channel`` opens the run's channel to the daemon (:mod:`cronstable.channel`)
+    just before the spawn, whose variables the job's environment gets, and which is
+    revoked once the run ended (None: the run gets none).
     """
 
     def __init__(
@@ -156,6 +177,7 @@ class JobProcess:
         mirror: OutputMirror | None = None,
         wall_clock: Callable[[], datetime] = utc_now,
         stream_grace: float | None = None,
+        channel: RunChannel | None = None,
     ) -> None:
         self.job = job
         self.scheduled_time = scheduled_time
@@ -165,6 +187,8 @@ class JobProcess:
         self._mirror = mirror
         self._wall_clock = wall_clock
         self._stream_grace = stream_grace
+        self._channel = channel
+        self._grant: RunGrant | None = None
         self.pid: int | None = None
         self._started = False
         self._started_at: datetime | None = None
@@ -194,6 +218,13 @@ class JobProcess:
         config = self.job.config
         self._started_at = self._wall_clock()
         self._started_mono = time.monotonic()
+        if self._channel is not None:
+            identity = self.identity
+            self._grant = await self._channel.open(
+                run_id(self.name, self.scheduled_time, self.attempt),
+                self.job,
+                None if identity is None else RunOwner(identity.uid, identity.gid),
+            )
         try:
             env = job_environment(
                 self.job,
@@ -201,6 +232,8 @@ class JobProcess:
                 self.attempt,
                 os.environ if self._base_environment is None else self._base_environment,
             )
+            if self._grant is not None:
+                env.update(self._grant.environment)
             child, readers = await spawn(
                 command_argv(config),
                 env=env,
@@ -213,6 +246,7 @@ class JobProcess:
             )
         except (OSError, ValueError, UnicodeEncodeError, subprocess.SubprocessError) as exc:
             logger.error("job %s: could not start the command: %s", self.name, exc)
+            self._revoke()
             self._result = self._make_result(
                 returncode=SPAWN_FAILED_RETURNCODE,
                 outcome="exit",
@@ -284,6 +318,7 @@ class JobProcess:
         stop_task = asyncio.create_task(self._stop.wait())
         drained: asyncio.Task[None] | None = None
         outcome: Outcome = "exit"
+        orderly = False
         try:
             # 1. the main process exits (unless stopped or timed out first)
             ended = await self._until(exited, stop_task, None)
@@ -306,6 +341,7 @@ class JobProcess:
                         pid,
                     )
                 await self._terminate(child)
+            orderly = True
         except asyncio.CancelledError:
             # Torn down without an orderly cancel(): leave no orphans behind.
             self._signal_group(child, signal.SIGKILL)
@@ -315,6 +351,8 @@ class JobProcess:
                 if task is not None and not task.done():
                     task.cancel()
             child.close()
+            if not orderly:
+                self._revoke()  # the run ended: its channel's token is good no more
         exit_status = child.returncode
         returncode = TIMEOUT_RETURNCODE if outcome == "timeout" else exit_status
         if outcome == "timeout":
@@ -328,6 +366,8 @@ class JobProcess:
                 self._produced("stdout"),
                 self._produced("stderr"),
             ) or self._over_limit(child.usage)
+        left = await self._settle_grant(keep=outcome != "cancel")
+        reason = reason or left
         self._result = self._make_result(
             returncode=returncode, outcome=outcome, reason=reason, usage=child.usage
         )
@@ -359,6 +399,22 @@ class JobProcess:
         if stop_task in done:
             return "cancel"
         return "timeout" if timeout_first else "grace"
+
+    def _revoke(self) -> None:
+        grant, self._grant = self._grant, None
+        if grant is not None:
+            grant.revoke()
+
+    async def _settle_grant(self, *, keep: bool) -> str | None:
+        """The run ended: its channel takes what it left (``keep``: a workflow task's
+        values) and is revoked; why the run fails for what it left (None: nothing)."""
+        grant, self._grant = self._grant, None
+        if grant is None:
+            return None
+        if not keep:
+            grant.revoke()
+            return None
+        return await grant.finish()
 
     def _grace(self) -> float:
         return STREAM_GRACE if self._stream_grace is None else self._stream_grace

@@ -11,19 +11,27 @@ which still hold; this module does what each one asks of the scheduler:
 * **a run adopted** that outlived the previous daemon
   (:class:`~cronstable.runtime.adopted.AdoptedRun`): it counts for
   concurrencyPolicy meanwhile and ends with outcome ``unknown`` (no report, no
-  retry).
+  retry);
+* **a workflow run resumed** (:meth:`Restore.resume_flow`): its finished tasks
+  stay as they ended, its running ones are adopted as runs are (a task whose run
+  ends ``unknown`` is ``failed``: its exit status was lost with the daemon), a
+  pending retry is re-armed at its time, and its pending tasks start when their
+  dependencies allow.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
-from cronstable.ports import Launch
+from cronstable.config.desired import Job
+from cronstable.ports import FlowRunView, Launch, TaskRunView
 from cronstable.runtime.adopted import AdoptedRun, same_process
 from cronstable.runtime.clock import Clock
 from cronstable.runtime.retries import Retries
-from cronstable.runtime.table import JobSlot, LiveRun
+from cronstable.runtime.table import FlowRun, FlowSlot, JobSlot, LiveRun
+from cronstable.runtime.workflows import Flows
 
 
 class RestoreHost(Protocol):
@@ -45,6 +53,15 @@ class RestoreHost(Protocol):
 
     def wake(self) -> None: ...
 
+    @property
+    def flows(self) -> Flows: ...
+
+    def flow_slot(self, name: str) -> FlowSlot | None: ...
+
+    def watch_task(self, run: FlowRun, live: LiveRun) -> None:
+        """Watch ``live``, a task's run of workflow run ``run``, until it ends."""
+        ...
+
     def watch(self, slot: JobSlot, live: LiveRun) -> None:
         """Watch ``live`` until it ends, as a run of ``slot``'s job."""
         ...
@@ -65,8 +82,9 @@ class Restore:
             return False
         slot.cursor = last_fire.astimezone(UTC)
         host.plan(slot, slot.cursor)
-        # only a fire already past was missed while down; a later one is ordinary
-        slot.resumed = slot.next_fire is not None and slot.next_fire < host.clock.now()
+        # only a fire that was to start already was missed while down; a later one is
+        # ordinary
+        slot.resumed = slot.next_start is not None and slot.next_start < host.clock.now()
         host.wake()
         return True
 
@@ -106,3 +124,45 @@ class Restore:
         launch = Launch(slot.job, scheduled.astimezone(UTC), attempt, "fire")
         self.host.watch(slot, LiveRun(run, launch, None, adopted=started_at))
         return True
+
+    def resume_flow(
+        self, stored: FlowRunView, adopt: Mapping[str, tuple[int, int]], lost: str
+    ) -> bool:
+        """See :meth:`cronstable.ports.Restorable.resume_flow`."""
+        host = self.host
+        slot = host.flow_slot(stored.workflow)
+        if slot is None or slot.workflow.digest != stored.digest:
+            return False
+        if any(run.id == stored.id for run in slot.runs):
+            return False
+
+        def adopted(run: FlowRun, job: Job, task: TaskRunView) -> LiveRun | None:
+            found = adopt.get(task.task)
+            if found is None:
+                return None
+            pid, ticks = found
+            if not same_process(pid, ticks):
+                return None
+            started = task.started_at or run.started_at
+            process = AdoptedRun(
+                job.name,
+                pid,
+                ticks,
+                scheduled_time=run.scheduled,
+                attempt=max(task.attempts, 1),
+                started_at=started,
+                kill_timeout=float(job.config.kill_timeout),
+            )
+            launch = Launch(job, run.scheduled, max(task.attempts, 1), "task")
+            live = LiveRun(
+                process,
+                launch,
+                None,
+                adopted=started,
+                flow=run,
+                on_end=host.flows.task_ended,
+            )
+            host.watch_task(run, live)
+            return live
+
+        return host.flows.resume(slot, stored, adopted, lost) is not None

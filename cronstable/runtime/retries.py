@@ -141,9 +141,10 @@ class Retries:
             extra={"job": job.name, "attempt": state.count + 1},
         )
         state.task = asyncio.create_task(self._after(slot, state, delay, live.scheduled_time))
+        not_before = host.clock.now() + timedelta(seconds=delay)
+        state.due, state.fire = not_before, live.scheduled_time
         hooks = host.state
         if hooks is not None:
-            not_before = host.clock.now() + timedelta(seconds=delay)
             hooks.retry_armed(job, state.count, not_before, live.scheduled_time)
 
     def rearm(self, slot: JobSlot, count: int, delay: float, scheduled: datetime) -> bool:
@@ -164,6 +165,8 @@ class Retries:
                 break
         slot.retry = state
         state.task = asyncio.create_task(self._after(slot, state, max(0.0, delay), scheduled))
+        state.due = self.host.clock.now() + timedelta(seconds=max(0.0, delay))
+        state.fire = scheduled
         return True
 
     async def _after(

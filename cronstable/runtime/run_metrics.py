@@ -14,8 +14,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cronstable.ports import RUN_OUTCOMES, RunOutcome, RunResult, RunStart
+from cronstable.ports import RUN_OUTCOMES, FlowRunView, RunOutcome, RunResult, RunStart
 from cronstable.runtime.scheduler import Scheduler
+from cronstable.workflows.dag import OUTCOMES
 
 
 class _SchedulerCollector(Collector):
@@ -31,6 +32,9 @@ class _SchedulerCollector(Collector):
         """The families :meth:`collect` yields, without reading the scheduler (it is asked
         when registered, before the scheduler exists)."""
         yield GaugeMetricFamily("cronstable_job_next_fire_timestamp_seconds", "", labels=["job"])
+        yield GaugeMetricFamily(
+            "cronstable_workflow_next_fire_timestamp_seconds", "", labels=["workflow"]
+        )
         yield CounterMetricFamily("cronstable_fires_skipped", "", labels=["reason"])
 
     def collect(self) -> Iterator[Metric]:
@@ -45,24 +49,40 @@ class _SchedulerCollector(Collector):
                 if fire is not None:
                     nxt.add_metric([name], fire.timestamp())
         yield nxt
+        flow_next = GaugeMetricFamily(
+            "cronstable_workflow_next_fire_timestamp_seconds",
+            "When the workflow fires next (Unix time); absent for one with no next fire.",
+            labels=["workflow"],
+        )
+        for name in self.scheduler.workflows:
+            fire = self.scheduler.next_fire(name)
+            if fire is not None:
+                flow_next.add_metric([name], fire.timestamp())
+        yield flow_next
         stats = self.scheduler.stats
         skipped = CounterMetricFamily(
             "cronstable_fires_skipped",
             "Scheduled fires that did not start a run, by reason: missed (found too late: "
-            "clock jump, suspend, stall) or forbid (a run was still going, concurrencyPolicy "
-            "Forbid); with leader election, the cluster gate's reasons (not_leader, "
-            "not_owner, leadership_unknown, node_name_conflict).",
+            "clock jump, suspend, stall), forbid (a run was still going, concurrencyPolicy "
+            "Forbid), pool_timeout (waited poolTimeout in its pool's queue; retries and "
+            "starts on request too) or pool_full (the pool's queue was full); with leader "
+            "election, the cluster gate's reasons (not_leader, not_owner, leadership_unknown, "
+            "node_name_conflict).",
             labels=["reason"],
         )
         skipped.add_metric(["missed"], stats.missed)
         skipped.add_metric(["forbid"], stats.skipped_forbid)
+        skipped.add_metric(["pool_timeout"], stats.skipped_pool_timeout)
+        skipped.add_metric(["pool_full"], stats.skipped_pool_full)
         for reason, count in sorted(stats.skipped_cluster.items()):
             skipped.add_metric([reason], count)
         yield skipped
 
 
 class RunMetrics:
-    """A :class:`~cronstable.ports.RunListener` counting runs per job.
+    """A :class:`~cronstable.ports.RunListener` counting runs per job (a workflow's task as
+    ``WORKFLOW.TASK``), and a :class:`~cronstable.ports.FlowListener` counting workflow
+    runs per workflow.
 
     ``scheduler`` gives the scheduler whose job table the metrics read (a listener of
     the scheduler is built before it: :class:`~cronstable.later.Later`)."""
@@ -107,12 +127,38 @@ class RunMetrics:
             ["job"],
             registry=registry,
         )
+        self.flow_runs = Counter(
+            "cronstable_workflow_runs",
+            "Finished workflow runs by workflow and outcome (" + ", ".join(OUTCOMES) + ").",
+            ["workflow", "outcome"],
+            registry=registry,
+        )
+        self.flow_duration = Histogram(
+            "cronstable_workflow_run_duration_seconds",
+            "How long finished workflow runs took, from their start to their last task's end.",
+            ["workflow"],
+            buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600),
+            registry=registry,
+        )
+        self.flow_running = Gauge(
+            "cronstable_workflow_running",
+            "Workflow runs going now, by workflow.",
+            ["workflow"],
+            registry=registry,
+        )
+        self.flow_last_success = Gauge(
+            "cronstable_workflow_last_success_timestamp_seconds",
+            "When the workflow's last successful run ended (Unix time); absent until one has.",
+            ["workflow"],
+            registry=registry,
+        )
         self._scheduler = scheduler
         self.per_job = True
         """Whether the series labelled by job are kept (``metrics.perJob``)."""
         self._counted: set[str] = set()
         """The runs going whose start ``running`` counted (a run started while the
         series were off is not taken off it when it ends)."""
+        self._flows_going: set[str] = set()
         registry.register(_SchedulerCollector(scheduler, lambda: self.per_job))
 
     @property
@@ -158,6 +204,35 @@ class RunMetrics:
                 metric.clear()
             self._counted.clear()
         self.per_job = keep
+
+    def flow_started(self, run: FlowRunView) -> None:
+        if run.id not in self._flows_going:
+            self._flows_going.add(run.id)
+            self.flow_running.labels(run.workflow).inc()
+
+    def flow_changed(self, run: FlowRunView) -> None:
+        return None
+
+    def flow_finished(self, run: FlowRunView) -> None:
+        if run.id in self._flows_going:
+            self._flows_going.discard(run.id)
+            self.flow_running.labels(run.workflow).dec()
+        if run.outcome is None or run.finished_at is None:
+            return
+        self.flow_runs.labels(run.workflow, run.outcome).inc()
+        duration = run.duration
+        if duration is not None:
+            self.flow_duration.labels(run.workflow).observe(duration)
+        if run.outcome == "succeeded":
+            self.flow_last_success.labels(run.workflow).set(run.finished_at.timestamp())
+
+    def forget_workflows(self, workflows: Iterable[str]) -> None:
+        """Drop every series of ``workflows`` (removed by a revision)."""
+        for workflow in workflows:
+            for outcome in OUTCOMES:
+                _remove(self.flow_runs, workflow, outcome)
+            for metric in (self.flow_duration, self.flow_running, self.flow_last_success):
+                _remove(metric, workflow)
 
     def forget(self, jobs: Iterable[str]) -> None:
         """Drop every series of ``jobs`` (removed by a revision)."""

@@ -31,6 +31,13 @@
   too late) are told to every :class:`~cronstable.ports.ReportListener` as a
   :class:`~cronstable.ports.MissedFire`.  A failed run's captured output is
   logged at WARNING.  Replaced and cancelled runs report nothing.
+* **Pools.** A launch of a job with ``pool`` takes a ticket of the pool
+  (:mod:`~cronstable.runtime.pools`) when it is launched, after concurrencyPolicy
+  decided, and waits for its slot before the launch guards are asked; one that
+  waits past ``poolTimeout`` (or finds the queue full) does not run and is told
+  as a :class:`~cronstable.ports.MissedFire` (``pool_timeout``, ``pool_full``).
+  A retry and a start on request queue alike.  The slot is held until the run
+  ends.  A launch still waiting when the daemon stops does not run.
 * Beside it, one job each: :mod:`~cronstable.runtime.concurrency` (may a new
   run start while others go: Allow, Forbid, Replace; with ``concurrencyScope:
   cluster`` a launch guard also holds the job's slot in the cluster's store and
@@ -40,6 +47,13 @@
   :mod:`~cronstable.runtime.restore` (what a previous daemon's records put back).
 * **@reboot** jobs run once when :meth:`Scheduler.run` starts, never again in
   that daemon's life (also not when a reload adds one).
+* **Workflows** are scheduled as jobs are (a :class:`FlowSlot` in the same heap,
+  with the same lateness, catch-up, clock-step and swap rules, the same cluster
+  gate, launch guards and durable fire records, through the workflow's
+  :attr:`~cronstable.config.desired.Workflow.job`); a fire starts a workflow run
+  (:mod:`~cronstable.runtime.workflows`) instead of a process, after
+  ``concurrencyPolicy`` decided over the workflow's runs going.  Each task then runs
+  as a run of the job ``WORKFLOW.TASK``, launched and watched here like any run.
 
 Time comes from an injected :class:`~cronstable.runtime.clock.Clock` and runs
 from an injected spawner, so the semantics are tested in milliseconds.
@@ -54,22 +68,31 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from cronstable.config.desired import Job
+from cronstable import xcom
+from cronstable.config.desired import Job, Workflow
+from cronstable.config.models import TaskConfig
 from cronstable.ports import (
     FAILURES,
+    WORKFLOW_RUN_ENV,
     ClusterGate,
     FinishedRun,
+    FlowKind,
+    FlowListener,
+    FlowRunView,
     Launch,
     LaunchGuard,
     LaunchKind,
     MissedFire,
+    MissedReason,
     Moment,
+    PendingRetry,
     ReportListener,
     Run,
     RunListener,
@@ -80,13 +103,15 @@ from cronstable.ports import (
     run_id,
     run_outcome,
 )
-from cronstable.runtime import concurrency
+from cronstable.runtime import concurrency, jitter
 from cronstable.runtime.backoff import RetryState
 from cronstable.runtime.clock import Clock
 from cronstable.runtime.concurrency import Admission, runs_going
+from cronstable.runtime.pools import Pools, Ticket
 from cronstable.runtime.restore import Restore
 from cronstable.runtime.retries import Retries
-from cronstable.runtime.table import JobSlot, LiveRun, SchedulerStats
+from cronstable.runtime.table import FlowRun, FlowSlot, JobSlot, LiveRun, SchedulerStats
+from cronstable.runtime.workflows import Flows
 from cronstable.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
@@ -120,6 +145,10 @@ class SwapSummary:
     unchanged: tuple[str, ...]
 
 
+WORKFLOW_RUN_ID = WORKFLOW_RUN_ENV
+"""The variable that tells a task's process its workflow run's id."""
+
+
 def _timing(job: Job) -> tuple[str, str, bool]:
     return (job.schedule.text, str(job.timezone), job.config.enabled)
 
@@ -131,7 +160,8 @@ class Scheduler:
     cluster slot, then durable state); ``hooks``, told of fires and retries to keep across
     restarts (None keeps nothing); ``run_listeners``, told of every run's start and end
     (run history, metrics, events, statsd, durable state); ``report_listeners``, told
-    what to report."""
+    what to report; ``pools``, the pools launches wait for (a table of its own, on this
+    clock, when not given: its section configures it)."""
 
     def __init__(
         self,
@@ -144,6 +174,8 @@ class Scheduler:
         hooks: StateHooks | None = None,
         run_listeners: Sequence[RunListener] = (),
         report_listeners: Sequence[ReportListener] = (),
+        flow_listeners: Sequence[FlowListener] = (),
+        pools: Pools | None = None,
     ) -> None:
         self.clock = clock
         self.spawner = spawner
@@ -157,6 +189,13 @@ class Scheduler:
         self._names: list[str] | None = None
         """The table's names in order, made when a page is read (None: not since the swap)."""
         self._positions: dict[str, int] | None = None
+        self._flows: dict[str, FlowSlot] = {}
+        """The applied workflows' slots, by name (no job has a workflow's name)."""
+        self._task_jobs: dict[str, Job] = {}
+        """The applied workflows' tasks, by their name as jobs (``WORKFLOW.TASK``)."""
+        self._generations = itertools.count(1)
+        """Every plan of a slot's next fire takes the next number: a heap entry is stale
+        unless its slot still has its number (unique across jobs and workflows)."""
         self._heap: list[tuple[datetime, int, int, str]] = []
         self._wake = asyncio.Event()
         self._stopping = False
@@ -169,13 +208,18 @@ class Scheduler:
         """Told of every run's start and end (metrics, run history)."""
         self.report_listeners: Final = tuple(report_listeners)
         """Told what to report: the moments of finished runs, missed fires (reporting)."""
+        self.flow_listeners: Final = tuple(flow_listeners)
+        """Told of every workflow run's start, change and end (history, metrics, state)."""
         self.gate: Final = gate
         """Asked before every scheduled fire and retry; None lets all run."""
         self.guards: Final = tuple(guards)
         """Asked, in order, before every run starts (cluster slots, state)."""
         self.state: Final = hooks
         """Told of fires and retries to keep across restarts; None keeps nothing."""
+        self.pools: Final = pools if pools is not None else Pools(clock)
+        """The pools a launch of a job with ``pool`` waits for."""
         self.retries = Retries(self)
+        self.flows = Flows(self)
         self._restore = Restore(self)
         self._reboot_waiting: set[str] = set()
         """@reboot jobs held back while the leadership was unknown: they start once it is
@@ -190,11 +234,16 @@ class Scheduler:
 
     @property
     def jobs(self) -> Mapping[str, Job]:
-        """The installed table, in configuration order."""
+        """The applied jobs (not the workflows' tasks) by name, in configuration order."""
         return {name: self._slots[name].job for name in self._table}
 
+    @property
+    def workflows(self) -> Mapping[str, Workflow]:
+        return {name: slot.workflow for name, slot in self._flows.items()}
+
     def has_job(self, name: str) -> bool:
-        return name in self._slots
+        """Whether ``name`` is an applied job or a task of an applied workflow."""
+        return name in self._slots or name in self._task_jobs
 
     def job_count(self) -> int:
         return len(self._slots)
@@ -217,12 +266,27 @@ class Scheduler:
         return positions.get(name)
 
     def job(self, name: str) -> Job | None:
-        """The applied definition of ``name``; None for a job not (or no longer) applied."""
-        slot = self._slots.get(name)
-        return slot.job if slot is not None else None
+        """The applied definition of ``name`` (a job, a workflow's task ``WORKFLOW.TASK``,
+        or a workflow as its :attr:`~cronstable.config.desired.Workflow.job`); None for
+        one not (or no longer) applied."""
+        slot = self._slots.get(name) or self._flows.get(name)
+        if slot is not None:
+            return slot.job
+        return self._task_jobs.get(name)
+
+    def flow_slot(self, name: str) -> FlowSlot | None:
+        """The applied workflow ``name``'s slot; None for a workflow not applied."""
+        return self._flows.get(name)
 
     def next_fire(self, name: str) -> datetime | None:
-        return self._slots[name].next_fire
+        slot = self._slots.get(name) or self._flows.get(name)
+        return slot.next_fire if slot is not None else None
+
+    def next_start(self, name: str) -> datetime | None:
+        """When the next fire of job (or workflow) ``name`` starts (its ``jitter``
+        applied)."""
+        slot = self._slot_named(name)
+        return slot.next_start if slot is not None else None
 
     def running(self, name: str) -> int:
         slot = self._slots.get(name)
@@ -239,6 +303,37 @@ class Scheduler:
         slot = self._slots.get(name)
         return slot is not None and Retries.pending(slot)
 
+    def pending_retry(self, name: str) -> PendingRetry | None:
+        """The retry of ``name`` waiting to start (its attempt, when, the fire it
+        retries); None when none waits."""
+        task_job = self._task_jobs.get(name)
+        if task_job is not None:
+            return self._task_retry(task_job)
+        slot = self._slots.get(name)
+        if slot is None or slot.retry is None or not Retries.pending(slot):
+            return None
+        state = slot.retry
+        if state.fire is None:
+            return None
+        return PendingRetry(state.count + 1, state.due, state.fire)
+
+    def _task_retry(self, job: Job) -> PendingRetry | None:
+        """The retry of workflow task ``job`` waiting to start in one of its workflow's runs."""
+        flow = self._flows.get(str(job.workflow))
+        for run in flow.runs if flow is not None else ():
+            task = run.tasks.get(str(job.task))
+            if task is not None and task.live is None and task.retry_at is not None:
+                return PendingRetry(task.attempts + 1, task.retry_at, run.scheduled)
+        return None
+
+    def flow_run(self, workflow: str, run: str) -> FlowRun | None:
+        """The run ``run`` (its id) of workflow ``workflow`` going here; None when none is."""
+        flow = self._flows.get(workflow)
+        for going in flow.runs if flow is not None else ():
+            if going.id == run:
+                return going
+        return None
+
     # ------------------------------------------------------------ on request
 
     def start_now(self, name: str, when: datetime) -> str:
@@ -246,9 +341,15 @@ class Scheduler:
 
         The scheduled time is ``when``, the attempt 1, and a retry sequence in
         progress is left alone.  ``concurrencyPolicy`` holds: Forbid raises
-        :class:`StartRefused` while a run is going, Replace stops it first.
+        :class:`StartRefused` while a run is going, Replace stops it first.  A job
+        with ``pool`` waits in the pool's queue like any launch (:meth:`queued`).
         Raises KeyError for an unknown job.
         """
+        if name in self._task_jobs:
+            workflow = self._task_jobs[name].workflow
+            raise StartRefused(
+                f"a task runs in its workflow's runs: start workflow {workflow!r} instead"
+            )
         slot = self._slots[name]
         if self._stopping:
             raise StartRefused("the daemon is shutting down")
@@ -260,13 +361,21 @@ class Scheduler:
         inst = self.launch(slot, when, 1, None, room.waits, kind="manual")
         return run_id(name, inst.scheduled_time, inst.attempt)
 
+    def queued(self, run: str) -> tuple[str, int] | None:
+        """(pool, place in its queue, 1 first) of the launch ``run`` while it waits for a
+        pool's slot; None when it does not wait (or no longer)."""
+        return self.pools.queued(run)
+
     def cancel_runs(self, name: str, run: str | None = None) -> list[str]:
         """Stop the running runs of ``name`` (only run id ``run`` when given); their ids.
 
         A cancelled run ends with outcome ``cancelled``, is not reported and ends
         the job's retry sequence.  Returns at once; the runs stop in the background.
-        Raises KeyError for an unknown job.
+        Raises KeyError for an unknown job.  A workflow's task (``WORKFLOW.TASK``) ends
+        ``cancelled`` in its workflow run, whose other tasks decide on that.
         """
+        if name in self._task_jobs:
+            return self._cancel_task_runs(name, run)
         slot = self._slots[name]
         stopped: list[str] = []
         for inst in slot.running:
@@ -275,11 +384,75 @@ class Scheduler:
                 continue
             inst.cancelled = True
             stopped.append(ident)
+            if inst.ticket is not None:
+                inst.ticket.withdraw()  # waiting in its pool's queue: it leaves it
             inst.stopping = asyncio.ensure_future(inst.run.cancel())
         if stopped:
             self.retries.end(slot)
             logger.info("Job %s: cancelling %s", name, ", ".join(stopped), extra={"job": name})
         return stopped
+
+    def _cancel_task_runs(self, name: str, run: str | None) -> list[str]:
+        stopped: list[str] = []
+        for flow in self._flows.values():
+            for going in flow.runs:
+                for task in going.tasks.values():
+                    live = task.live
+                    if live is None or live.job.name != name or live.cancelled:
+                        continue
+                    if run is not None and live.launch.id != run:
+                        continue
+                    live.cancelled = True
+                    stopped.append(live.launch.id)
+                    if live.ticket is not None:
+                        live.ticket.withdraw()  # waiting in its pool's queue: it leaves it
+                    live.stopping = asyncio.ensure_future(live.run.cancel())
+        if stopped:
+            logger.info("Job %s: cancelling %s", name, ", ".join(stopped), extra={"job": name})
+        return stopped
+
+    # ------------------------------------------------------------ workflows on request
+
+    def start_flow(self, name: str, when: datetime) -> str:
+        """Start a run of workflow ``name`` now, even when it is disabled; its run id.
+
+        ``concurrencyPolicy`` holds: Forbid raises :class:`StartRefused` while a run is
+        going, Replace cancels it and the new run starts once it ended.  Raises KeyError
+        for an unknown workflow."""
+        slot = self._flows[name]
+        if self._stopping:
+            raise StartRefused("the daemon is shutting down")
+        going = slot.going()
+        policy = slot.job.config.concurrency_policy
+        if policy == "Forbid" and (going or slot.starting):
+            count = len(going) + slot.starting
+            raise StartRefused(
+                f"{count} run{'' if count == 1 else 's'} still going and concurrencyPolicy "
+                "is Forbid"
+            )
+        waits = self._replaced_flows(slot, going) if policy == "Replace" else ()
+        return self.flows.start(slot, when, "manual", waits).id
+
+    def cancel_flow(self, name: str, run: str | None = None) -> list[str]:
+        """Cancel the running runs of workflow ``name`` (only run id ``run`` when given);
+        their ids.  Raises KeyError for an unknown workflow."""
+        slot = self._flows[name]
+        stopped = []
+        for going in list(slot.runs):
+            if run is not None and going.id != run:
+                continue
+            if self.flows.cancel(going):
+                stopped.append(going.id)
+        return stopped
+
+    def _replaced_flows(
+        self, slot: FlowSlot, going: Sequence[FlowRun]
+    ) -> tuple[asyncio.Event, ...]:
+        """Cancel ``going`` for a new run (concurrencyPolicy Replace): what it waits for."""
+        for run in going:
+            self.flows.cancel(run, "cancelled (concurrencyPolicy Replace starts a new run)")
+            self.stats.replaced += 1
+        return tuple(run.done for run in going if not run.done.is_set())
 
     def replace_runs(self, name: str, why: str) -> list[str]:
         """Stop the running runs of ``name`` as replaced (another node's run takes over:
@@ -301,15 +474,23 @@ class Scheduler:
         return [run_id(name, inst.scheduled_time, inst.attempt) for inst in active]
 
     def replace_jobs(
-        self, jobs: Mapping[str, Job], *, only: Collection[str] | None = None
+        self,
+        jobs: Mapping[str, Job],
+        workflows: Mapping[str, Workflow] | None = None,
+        *,
+        only: Collection[str] | None = None,
     ) -> SwapSummary:
-        """Install a new job table in one step (see the module docstring).
+        """Install a new job table (and, given ``workflows``, a new workflow table) in one
+        step (see the module docstring).
 
-        ``only``: the names that may differ from the table installed (added, changed or
-        removed); every other job of ``jobs`` is the very one installed.  The swap then
-        costs those (a one-file edit among 100,000 jobs), and ``unchanged`` is not listed.
+        ``only``: the names of jobs that may differ from the table installed (added,
+        changed or removed); every other job of ``jobs`` is the very one installed.  The
+        swap then costs those (a one-file edit among 100,000 jobs), and ``unchanged`` is
+        not listed.
         """
         now = self.clock.now()
+        if workflows is not None:
+            self._replace_flows(workflows, now, len(jobs))
         old = self._slots
         added: list[str] = []
         changed: list[str] = []
@@ -334,7 +515,7 @@ class Scheduler:
                 self._order += 1
                 slots[name] = self._swap(slots.get(name), new, self._order, now, added, changed, [])
         for slot in gone:
-            slot.generation += 1
+            slot.generation = next(self._generations)
             slot.next_fire = None
             self.retries.end(slot, "removed")
         self._slots = slots
@@ -378,17 +559,60 @@ class Scheduler:
             changed.append(job.name)
         return slot
 
+    def _replace_flows(self, workflows: Mapping[str, Workflow], now: datetime, base: int) -> None:
+        """The workflow half of :meth:`replace_jobs`: a changed workflow's runs going keep
+        the definition they started with; a removed one's start nothing more."""
+        old = self._flows
+        flows: dict[str, FlowSlot] = {}
+        for order, (name, flow) in enumerate(workflows.items(), start=base):
+            slot = old.get(name)
+            if slot is None:
+                slot = FlowSlot(job=flow.job, order=order, cursor=now, flow=flow)
+                self.plan(slot, now)
+            else:
+                retimed = _timing(slot.job) != _timing(flow.job)
+                slot.flow, slot.job, slot.order = flow, flow.job, order
+                if retimed:
+                    slot.cursor = max(slot.cursor, now)
+                    self.plan(slot, slot.cursor)
+            flows[name] = slot
+        for name, slot in old.items():
+            if name not in workflows:
+                slot.generation = next(self._generations)
+                slot.next_fire = None
+                for run in list(slot.runs):
+                    self.flows.retire(run)
+        self._flows = flows
+        self._task_jobs = {
+            job.name: job for flow in workflows.values() for job in flow.tasks.values()
+        }
+
     def plan(self, slot: JobSlot, after: datetime) -> None:
         """Compute and index the slot's next fire strictly after ``after``."""
-        slot.generation += 1
+        slot.generation = next(self._generations)
         job = slot.job
-        slot.next_fire = None
+        slot.next_fire = slot.next_start = None
         if not job.config.enabled or job.schedule.is_reboot:
             return
         fire = self._next(job, after)
         slot.next_fire = fire
         if fire is not None:
-            heapq.heappush(self._heap, (fire, slot.order, slot.generation, job.name))
+            slot.next_start = self.start_of(job, fire)
+            heapq.heappush(self._heap, (slot.next_start, slot.order, slot.generation, job.name))
+
+    def start_of(self, job: Job, fire: datetime) -> datetime:
+        """When ``job``'s scheduled ``fire`` starts: delayed by its ``jitter``
+        (:mod:`~cronstable.runtime.jitter`), kept below the next fire."""
+        spread = job.config.jitter
+        if not spread:
+            return fire
+        return fire + jitter.offset(job.name, fire, self._next(job, fire), spread)
+
+    def _slot_named(self, name: str) -> JobSlot | None:
+        return self._slots.get(name) or self._flows.get(name)
+
+    def _all_slots(self) -> list[JobSlot]:
+        return [*self._slots.values(), *self._flows.values()]
 
     @staticmethod
     def _next(job: Job, after: datetime) -> datetime | None:
@@ -412,8 +636,16 @@ class Scheduler:
         return self._stopping
 
     def stop(self) -> None:
-        """Stop spawning; :meth:`run` then cancels pending retries and waits for running jobs."""
+        """Stop spawning; :meth:`run` then cancels pending retries and waits for running jobs.
+        Launches waiting in a pool's queue do not run."""
         self._stopping = True
+        dropped = self.pools.withdraw_all()
+        if dropped:
+            logger.info(
+                "%d launch%s waiting in a pool's queue will not run: the daemon stops",
+                dropped,
+                "" if dropped == 1 else "es",
+            )
         self._wake.set()
 
     async def cancel_running(self) -> None:
@@ -424,7 +656,7 @@ class Scheduler:
         """Schedule until :meth:`stop`, then drain."""
         self._started = True
         now = self.clock.now()
-        for slot in list(self._slots.values()):
+        for slot in self._all_slots():
             if slot.job.config.enabled and slot.job.schedule.is_reboot:
                 if slot.retry is not None:
                     continue  # a retry re-armed from durable state goes on with this boot's run
@@ -460,7 +692,7 @@ class Scheduler:
     def _reboot_when_known(self, now: datetime) -> None:
         """Start the @reboot jobs that waited for the leadership, once the gate decides."""
         for name in sorted(self._reboot_waiting):
-            slot = self._slots.get(name)
+            slot = self._slot_named(name)
             if slot is None or not slot.job.config.enabled or not slot.job.schedule.is_reboot:
                 self._reboot_waiting.discard(name)
                 continue
@@ -478,7 +710,7 @@ class Scheduler:
         # in the old time) runs, as Vixie cron runs the current minute's wildcard jobs
         start = now.replace(microsecond=0) - timedelta(microseconds=1)
         count = 0
-        for slot in self._slots.values():
+        for slot in self._all_slots():
             if every or slot.job.schedule.is_wildcard:
                 slot.cursor = start
                 self.plan(slot, start)
@@ -497,7 +729,7 @@ class Scheduler:
     def _soonest(self) -> datetime | None:
         while self._heap:
             fire, _, generation, name = self._heap[0]
-            slot = self._slots.get(name)
+            slot = self._slot_named(name)
             if slot is not None and slot.generation == generation:
                 return fire
             heapq.heappop(self._heap)
@@ -505,11 +737,11 @@ class Scheduler:
 
     def _service(self, now: datetime) -> None:
         while self._heap and self._heap[0][0] <= now:
-            fire, _, generation, name = heapq.heappop(self._heap)
-            slot = self._slots.get(name)
-            if slot is None or slot.generation != generation:
+            _, _, generation, name = heapq.heappop(self._heap)
+            slot = self._slot_named(name)
+            if slot is None or slot.generation != generation or slot.next_fire is None:
                 continue
-            self._due(slot, fire, now)
+            self._due(slot, slot.next_fire, now)
 
     def _due(self, slot: JobSlot, fire: datetime, now: datetime) -> None:
         job = slot.job
@@ -517,7 +749,8 @@ class Scheduler:
         # after a restart, every fire before now was missed while the daemon was down:
         # none of them is ordinary scheduling delay
         on_time = now if resumed else now - timedelta(seconds=self.late_tolerance)
-        if fire >= on_time:
+        # on time or late by when each fire was to start (its jitter applied)
+        if self.start_of(job, fire) >= on_time:
             slot.cursor = fire
             self._fire(slot, fire)
             self.plan(slot, fire)
@@ -529,14 +762,18 @@ class Scheduler:
         last_missed = fire
         missed = 0
         cursor: datetime | None = fire
-        while cursor is not None and cursor < on_time and missed < MISSED_SCAN_LIMIT:
+        while (
+            cursor is not None
+            and self.start_of(job, cursor) < on_time
+            and missed < MISSED_SCAN_LIMIT
+        ):
             if window is not None and cursor >= window:
                 catch_up = cursor
             last_missed = cursor
             missed += 1
             cursor = self._next(job, cursor)
         counted = catch_up is not None  # the catch-up fire is among the `missed` counted
-        capped = cursor is not None and cursor < on_time
+        capped = cursor is not None and self.start_of(job, cursor) < on_time
         if capped:
             # too many to enumerate: resume at the on-time window; in the deadline
             # window take its first fire rather than walking to its last
@@ -589,12 +826,15 @@ class Scheduler:
         elif resumed and self.state is not None:
             self.state.fire_handled(job, last_missed)  # not reported missed again
         # fires inside the on-time window, if any, run as usual
-        while cursor is not None and cursor <= now:
+        while cursor is not None and self.start_of(job, cursor) <= now:
             slot.cursor = cursor
             self._fire(slot, cursor)
             cursor = self._next(job, cursor)
-        # every fire before the on-time window has been handled (run or missed)
-        self.plan(slot, max(slot.cursor, on_time - timedelta(microseconds=1)))
+        # every fire due to start before now has been handled (run or missed); after a
+        # capped walk, every fire before the on-time window
+        self.plan(
+            slot, max(slot.cursor, on_time - timedelta(microseconds=1)) if capped else slot.cursor
+        )
 
     # ------------------------------------------------------------ after a restart
 
@@ -605,6 +845,15 @@ class Scheduler:
     def rearm_retry(self, name: str, count: int, delay: float, scheduled: datetime) -> bool:
         """See :meth:`cronstable.runtime.restore.Restore.rearm_retry`."""
         return self._restore.rearm_retry(name, count, delay, scheduled)
+
+    def resume_flow(
+        self, run: FlowRunView, adopt: Mapping[str, tuple[int, int]], lost: str
+    ) -> bool:
+        """See :meth:`cronstable.runtime.restore.Restore.resume_flow`."""
+        return self._restore.resume_flow(run, adopt, lost)
+
+    def gate_allows(self, job: Job) -> bool:
+        return self.gate_says(job) is None
 
     def adopt(
         self,
@@ -621,12 +870,12 @@ class Scheduler:
     # ------------------------------------------------------------ runs
 
     def slot(self, name: str) -> JobSlot | None:
-        """The applied job ``name``'s slot; None for a job not applied."""
-        return self._slots.get(name)
+        """The applied job (or workflow) ``name``'s slot; None for one not applied."""
+        return self._slot_named(name)
 
     def applied(self, slot: JobSlot) -> bool:
         """Whether ``slot`` is still the applied one of its job (no swap removed it)."""
-        return self._slots.get(slot.job.name) is slot
+        return self._slot_named(slot.job.name) is slot
 
     def gate_says(self, job: Job) -> str | None:
         """The cluster gate's answer for ``job`` now (None: it may start)."""
@@ -671,6 +920,9 @@ class Scheduler:
         self._reboot_waiting.discard(job.name)
         if self.state is not None:
             self.state.fire_handled(job, scheduled)
+        if isinstance(slot, FlowSlot):
+            self._fire_flow(slot, scheduled, "reboot" if reboot else "fire")
+            return
         room = self.admit(slot)
         if room.forbidden:
             self.stats.skipped_forbid += 1
@@ -686,6 +938,100 @@ class Scheduler:
         self.retries.begin(slot)
         self.stats.fires += 1
         self.launch(slot, scheduled, 1, slot.retry, room.waits, kind="reboot" if reboot else "fire")
+
+    def _fire_flow(self, slot: FlowSlot, scheduled: datetime, kind: FlowKind) -> None:
+        """A fire of a workflow: concurrencyPolicy over its runs going, then (once the
+        launch guards let it: durable state records the fire first) a run."""
+        job = slot.job
+        going = slot.going()
+        policy = job.config.concurrency_policy
+        if policy == "Forbid" and (going or slot.starting):
+            self.stats.skipped_forbid += 1
+            count = len(going) + slot.starting
+            logger.info(
+                "Workflow %s: fire at %s skipped, %d run%s still going (concurrencyPolicy Forbid)",
+                job.name,
+                scheduled.isoformat(),
+                count,
+                "" if count == 1 else "s",
+                extra={"workflow": job.name, "scheduled_time": scheduled.isoformat()},
+            )
+            self._missed(job, MissedFire(job.name, scheduled, "forbid"))
+            return
+        waits = self._replaced_flows(slot, going) if policy == "Replace" and going else ()
+        self.stats.fires += 1
+        slot.starting += 1
+        task = asyncio.create_task(self._guarded_flow(slot, scheduled, kind, waits))
+        self._tasks.add(task)
+
+    async def _guarded_flow(
+        self,
+        slot: FlowSlot,
+        scheduled: datetime,
+        kind: FlowKind,
+        waits: tuple[asyncio.Event, ...],
+    ) -> None:
+        launch = Launch(slot.job, scheduled, 1, kind)
+        admitted: list[LaunchGuard] = []
+        try:
+            for guard in self.guards:
+                refused = await guard.admit(launch)
+                if refused is not None:
+                    self._refused(launch, refused)
+                    return
+                admitted.append(guard)
+        finally:
+            slot.starting -= 1
+            for guard in admitted:
+                try:
+                    guard.release(launch)
+                except Exception:
+                    logger.exception("A launch guard failed to release %s", launch.id)
+        if self._stopping or not self.applied(slot):
+            return
+        self.flows.start(slot, scheduled, kind, waits)
+
+    def launch_task(self, run: FlowRun, job: Job, attempt: int) -> LiveRun:
+        """Start a run of ``job``, a task of workflow run ``run`` (its definition), for the
+        workflow run's fire: watched like any run, its end told to the workflow run.
+
+        The process is told the workflow run's fire as its ``CRONSTABLE_SCHEDULED_TIME``,
+        its own run id (``WORKFLOW.TASK@<fire>#<attempt>``) as ``CRONSTABLE_RUN_ID``, and
+        the workflow run's id as ``CRONSTABLE_WORKFLOW_RUN_ID`` (added to the copy of the
+        task's definition the process is made from; the run is watched as ``job``)."""
+        launch = Launch(job, run.scheduled, attempt, "task")
+        told = replace(
+            job,
+            environment={**job.environment, WORKFLOW_RUN_ID: run.id, **_xcom_env(job, run)},
+        )
+        live = LiveRun(
+            self.spawner(told, run.scheduled, attempt),
+            launch,
+            None,
+            flow=run,
+            on_end=self.flows.task_ended,
+        )
+        # a task with ``pool`` waits in the pool's queue as a job's launch does (its
+        # ticket taken now, so the run's view shows it queued at once)
+        live.ticket = self.pools.take(launch)
+        self.watch_task(run, live)
+        return live
+
+    def watch_task(self, run: FlowRun, live: LiveRun) -> None:
+        """Watch ``live``, a task's run of ``run``, in the workflow run's own slot of it."""
+        job = live.job
+        task = str(job.task)
+        slot = run.slots.get(task)
+        if slot is None or slot.job is not job:
+            slot = run.slots[task] = JobSlot(job=job, order=-1, cursor=run.scheduled)
+        self.watch(slot, live)
+
+    def tell_flow(self, event: str, view: FlowRunView) -> None:
+        for listener in self.flow_listeners:
+            try:
+                getattr(listener, event)(view)
+            except Exception:
+                logger.exception("A workflow listener failed (%s)", event)
 
     def admit(self, slot: JobSlot) -> Admission:
         """concurrencyPolicy's answer for a new run of ``slot``'s job (counted)."""
@@ -706,6 +1052,15 @@ class Scheduler:
     ) -> LiveRun:
         launch = Launch(slot.job, scheduled, attempt, kind)
         live = LiveRun(self.spawner(slot.job, scheduled, attempt), launch, retry)
+        # at once, so a start on request knows its place; a launch replacing one that
+        # waited in the queue takes its place there (else a Replace job firing more often
+        # than its pool admits it would never reach the head)
+        place = min(
+            (r.ticket for r in slot.running if r.replaced and r.ticket and not r.ticket.holding),
+            key=lambda ticket: ticket.seq,
+            default=None,
+        )
+        live.ticket = self.pools.take(launch, place=place)
         self.watch(slot, live, waits)
         return live
 
@@ -721,6 +1076,21 @@ class Scheduler:
     async def _supervise(
         self, slot: JobSlot, inst: LiveRun, waits: tuple[asyncio.Future[None], ...]
     ) -> None:
+        try:
+            await self._watch_run(slot, inst, waits)
+        finally:
+            if inst.on_end is not None:
+                try:
+                    inst.on_end(inst)
+                except Exception:
+                    logger.exception(
+                        "Job %s: ending its workflow task failed; please report this",
+                        inst.job.name,
+                    )
+
+    async def _watch_run(
+        self, slot: JobSlot, inst: LiveRun, waits: tuple[asyncio.Future[None], ...]
+    ) -> None:
         name = slot.job.name
         launch = inst.launch
         scheduled, attempt = launch.scheduled, launch.attempt
@@ -733,11 +1103,39 @@ class Scheduler:
                 # the daemon told to stop, or the job removed: then it never starts
                 if inst.replaced or self._stopping or self._slots.get(name) is not slot:
                     return
+            if inst.adopted is not None:
+                inst.ticket = self.pools.hold(launch)  # it is going: it holds a slot at once
+            elif inst.ticket is not None:
+                admission = await self.pools.wait(inst.ticket)
+                if admission != "admitted":
+                    if admission in ("timeout", "full"):
+                        self._pool_refused(inst, inst.ticket, admission)
+                        # a workflow's task ends failed on that (its dependents decide)
+                        inst.refused = "pool_timeout" if admission == "timeout" else "pool_full"
+                    return
+                if inst.replaced or inst.cancelled or (self._stopping and launch.kind != "manual"):
+                    return  # replaced, cancelled or stopped just as it was admitted
+                if inst.flow is not None:
+                    if inst.flow.cancelled or inst.flow.retired:
+                        inst.cancelled = True  # its run was cancelled, or its workflow removed
+                        return
+                elif self._slots.get(name) is not slot:
+                    logger.info(
+                        "Job %s: the %s at %s admitted by pool %s does not run: the job "
+                        "was removed while it waited",
+                        name,
+                        launch.kind,
+                        scheduled.isoformat(),
+                        inst.ticket.pool.name,
+                        extra=fields,
+                    )
+                    return
             if inst.adopted is None:
                 for guard in self.guards:
                     refused = await guard.admit(launch)
                     if refused is not None:
                         self._refused(launch, refused)
+                        inst.refused = refused
                         return
                     admitted.append(guard)
                 if inst.replaced or inst.cancelled or (self._stopping and launch.kind != "manual"):
@@ -751,8 +1149,16 @@ class Scheduler:
                 started_at=inst.adopted or self.clock.now(),
                 pid=inst.run.pid,
                 manual=launch.kind == "manual",
+                pool_wait=inst.ticket.waited if inst.ticket is not None else None,
+                planned_start=self.start_of(launch.job, scheduled)
+                if launch.kind == "fire"
+                else None,
+                backfill=launch.kind == "backfill",
             )
+            inst.start = start
             self._tell("run_started", start)
+            if inst.flow is not None:
+                self.flows.task_started(inst)
             logger.info(
                 "Job %s %s: scheduled %s, attempt %d, pid %s",
                 name,
@@ -776,6 +1182,8 @@ class Scheduler:
                     guard.release(launch)
                 except Exception:
                     logger.exception("A launch guard failed to release %s", launch.id)
+            if inst.ticket is not None:
+                self.pools.release(inst.ticket)
         slot.last_result = result
         outcome: RunOutcome = (
             "unknown"
@@ -784,6 +1192,7 @@ class Scheduler:
             if inst.cancelled
             else run_outcome(result, replaced=inst.replaced)
         )
+        inst.outcome = outcome
         self._tell("run_finished", start, result, outcome)
         logger.info(
             "Job %s finished: %s%s, exit code %s, %.3f s, scheduled %s, attempt %d",
@@ -802,11 +1211,14 @@ class Scheduler:
                 "fail_reason": result.fail_reason,
             },
         )
+        record = FinishedRun.of(start, result, outcome)
+        inst.outcome, inst.record = outcome, record
         if outcome in ("replaced", "cancelled", "unknown"):
             return  # not reported, no retry
-        record = FinishedRun.of(start, result, outcome)
         if record.failed:
             _log_output(record)
+        if inst.flow is not None:
+            return  # its workflow run reports it and decides on a retry (on_end)
         self.retries.finished(slot, inst, record)
 
     def _tell(self, event: str, *args: object) -> None:
@@ -815,6 +1227,49 @@ class Scheduler:
                 getattr(listener, event)(*args)
             except Exception:
                 logger.exception("A run listener failed (%s)", event)
+
+    def _pool_refused(self, inst: LiveRun, ticket: Ticket, outcome: str) -> None:
+        """``inst`` waited past poolTimeout, or found its pool's queue full: it does not
+        run, and is told as a missed fire (counted, logged)."""
+        launch = inst.launch
+        job = launch.job
+        pool = ticket.pool
+        fields = {
+            "job": job.name,
+            "scheduled_time": launch.scheduled.isoformat(),
+            "pool": pool.name,
+        }
+        if outcome == "timeout":
+            self.stats.skipped_pool_timeout += 1
+            logger.warning(
+                "Job %s: %s at %s skipped: it waited %.1f s for a slot of pool %s "
+                "(poolTimeout; %d of %d slots in use, %d waiting)",
+                job.name,
+                launch.kind,
+                launch.scheduled.isoformat(),
+                job.config.pool_timeout or 0.0,
+                pool.name,
+                pool.in_use,
+                pool.slots,
+                len(pool.queue),
+                extra=fields,
+            )
+            reason: MissedReason = "pool_timeout"
+        else:
+            self.stats.skipped_pool_full += 1
+            logger.warning(
+                "Job %s: %s at %s skipped: the queue of pool %s is full (%d waiting)",
+                job.name,
+                launch.kind,
+                launch.scheduled.isoformat(),
+                pool.name,
+                len(pool.queue),
+                extra=fields,
+            )
+            reason = "pool_full"
+        if launch.kind == "retry":
+            self.retries.settle(job, reason)  # its durable record: not to be re-armed
+        self._missed(job, MissedFire(job.name, launch.scheduled, reason))
 
     def _refused(self, launch: Launch, reason: str) -> None:
         """A launch guard refused ``launch`` (logged, counted)."""
@@ -848,6 +1303,13 @@ class Scheduler:
     async def _drain(self) -> None:
         for slot in self._slots.values():
             self.retries.end(slot, settle=False)
+        for flow in self._flows.values():
+            for run in flow.runs:
+                for task in run.tasks.values():
+                    if task.retry_task is not None:
+                        task.retry_task.cancel()  # the retry stays recorded (retry_at)
+                        task.retry_task = None
+        await self.flows.drain()
         pending = [task for task in self._tasks if not task.done()]
         if pending:
             logger.info(
@@ -869,3 +1331,18 @@ def _log_output(record: FinishedRun) -> None:
                 text.rstrip("\n"),
                 extra={"job": record.start.job, "run_id": record.start.id, "stream": stream},
             )
+
+
+def _xcom_env(job: Job, run: FlowRun) -> dict[str, str]:
+    """The values a task declares in ``xcomEnv`` that its run's upstream tasks left, as
+    its environment has them (:func:`cronstable.xcom.env_name`)."""
+    config = job.config
+    if not isinstance(config, TaskConfig) or not config.xcom_env:
+        return {}
+    found: dict[str, str] = {}
+    for entry in config.xcom_env:
+        task, _, key = entry.partition(".")
+        value = run.xcom.get((task, key))
+        if value is not None:
+            found[xcom.env_name(task, key)] = value
+    return found

@@ -145,6 +145,19 @@ class Source(abc.ABC):
         """
         return None
 
+    async def snapshot_at(self, ref: str) -> Snapshot:
+        """The configuration as revision ``ref`` of the origin holds it (a branch, a tag, a
+        commit, for a git source), read without following it: nothing is applied or kept.
+
+        Raises :class:`SourceError` when ``ref`` names no revision, and, by default,
+        because the source has no revisions but its current one (only the git source
+        keeps a history to read from).
+        """
+        raise SourceError(
+            f"{self.description} has no revisions to read but its current one "
+            "(only a git source can read another revision)"
+        )
+
     @abc.abstractmethod
     async def close(self) -> None:
         """Release resources; :meth:`watch` ends."""

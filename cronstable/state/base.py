@@ -17,7 +17,8 @@ Keys, under each node's own part of the store (``nodes/<node>/``)::
     history/<job>        the last finished runs (output capped)
 
 and, for the cluster as a whole, ``cluster/reboot/<job>`` (a ``Leader`` @reboot
-job's digest, once per cluster).
+job's digest, once per cluster) and ``cluster/lastrun/<job>``, ``cluster/lastflow/<name>``
+(the last run that ended, on whichever node: the fleet view, :mod:`.fleet`).
 """
 
 from __future__ import annotations

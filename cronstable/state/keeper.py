@@ -18,6 +18,17 @@ in this node's part of the store):
   ``cluster/reboot/<job>`` (its digest, once per cluster) instead.
 * ``history/<job>``: the last finished runs, output capped at :data:`HISTORY_OUTPUT`
   bytes per stream, written at most every :data:`HISTORY_EVERY` seconds.
+* ``flows/<run id>``: a workflow run going, rewritten at each change (each task's
+  state, attempts, pending retry, and a running task's pid, boot id and start
+  ticks), removed when it ends; ``flowhistory/<workflow>``: its last finished
+  runs.  A restart resumes each run of an unchanged workflow (finished tasks stay,
+  running ones are adopted, pending ones start when their dependencies allow); a
+  changed workflow's run is dropped.  A ``Leader`` workflow under leader election,
+  on a store the nodes share, keeps its runs under ``cluster/flows/<run id>``
+  with the node that drives it and a heartbeat (:data:`FLOW_BEAT`): the leader
+  goes on with a run whose driver is itself (a restart) or has been silent for
+  :data:`FLOW_STALE` seconds (it died or lost the leadership); the tasks that ran
+  on another node count as failed (their outcome is that node's).
 
 When a write before a launch fails, ``onStoreUnavailable`` decides: ``degrade``
 launches anyway (as if stateless; a WARNING when the store first fails, INFO when
@@ -65,6 +76,8 @@ from cronstable.config.desired import Job
 from cronstable.platform import boot_id, process_start_ticks
 from cronstable.ports import (
     FinishedRun,
+    FlowRecords,
+    FlowRunView,
     History,
     Launch,
     Restorable,
@@ -77,7 +90,15 @@ from cronstable.ports import (
 )
 from cronstable.redact import redact
 from cronstable.state.base import BOOT_SCOPED, Record, StateError, StateStore, key, node_key
-from cronstable.state.records import history_record, history_runs
+from cronstable.state.records import (
+    StoredFlow,
+    flow_history_record,
+    flow_history_runs,
+    flow_run_record,
+    history_record,
+    history_runs,
+    read_flow_run,
+)
 from cronstable.state.writer import Writer
 
 logger = logging.getLogger(__name__)
@@ -92,6 +113,13 @@ HISTORY_RECORD = 1024 * 1024
 """Most bytes of one job's history record (older runs are left out to fit)."""
 FLUSH_AT_CLOSE = 5.0
 """Seconds a stopping daemon waits for queued records to be written."""
+FLOW_BEAT = 2.0
+"""Seconds between two heartbeats of a cluster-wide workflow run (its record rewritten),
+and between two looks for cluster-wide runs this node should go on with."""
+FLOW_STALE = 5 * FLOW_BEAT
+"""Seconds without a heartbeat after which the leader goes on with a cluster-wide run."""
+LOST_HERE = "outcome unknown: it ended while no daemon watched it"
+"""fail_reason of a task that was running when the daemon stopped and was gone after."""
 
 Policy = Literal["degrade", "fail-closed"]
 
@@ -131,6 +159,7 @@ class StateKeeper:
         cluster_wide: Callable[[Job], bool] = lambda job: False,
         gated: Callable[[Job], bool] = lambda job: False,
         boot: str | None = None,
+        flow_history: FlowRecords | None = None,
     ) -> None:
         self.node = node
         self._scheduler = scheduler
@@ -146,6 +175,7 @@ class StateKeeper:
         self.last_error: str | None = None
         self._dirty_history: set[str] = set()
         self._history_task: asyncio.Task[None] | None = None
+        self._flow_task: asyncio.Task[None] | None = None
         self._queued_meanwhile: set[str] = set()
         """Last-fire and retry keys this daemon queued while its store had not answered
         yet (at most two a job)."""
@@ -153,6 +183,10 @@ class StateKeeper:
         """Jobs that started a run here while the store had not answered yet."""
         self._running_meanwhile: set[str] = set()
         """Records of runs going now that started while the store had not answered yet."""
+        self.flow_history = flow_history
+        self._flows: dict[str, tuple[str, FlowRunView]] = {}
+        """The workflow runs this node drives: (record key, latest view) by run id."""
+        self._dirty_flow_history: set[str] = set()
 
     @property
     def scheduler(self) -> Restorable:
@@ -183,6 +217,8 @@ class StateKeeper:
             self.available, self.last_error = True, None  # it answered when prepared
         if store is not None and self._history_task is None:
             self._history_task = asyncio.create_task(self._history_rounds(), name="state-history")
+        if store is not None and store.shared and self._flow_task is None:
+            self._flow_task = asyncio.create_task(self._flow_rounds(), name="state-flows")
         return old
 
     @property
@@ -211,11 +247,12 @@ class StateKeeper:
 
     async def close(self) -> None:
         """Write the history and what is queued (bounded by :data:`FLUSH_AT_CLOSE`)."""
-        task, self._history_task = self._history_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task in (self._history_task, self._flow_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._history_task = self._flow_task = None
         self._flush_history()
         writer, self.writer = self.writer, None
         if writer is not None:
@@ -245,6 +282,12 @@ class StateKeeper:
 
     def _key(self, *rest: str) -> str:
         return node_key(self.node, *rest)
+
+    def submit(self, key_text: str, record: Record | None) -> None:
+        """Queue ``record`` (None: remove) at ``key_text`` through the writer, as this
+        keeper's own records go (coalesced, retried, bounded); nothing without a store.
+        For records of others that share the store (the fleet view's last runs)."""
+        self._submit(key_text, record)
 
     def _submit(self, key_text: str, record: Record | None) -> asyncio.Future[bool] | None:
         if self.writer is None:
@@ -471,6 +514,15 @@ class StateKeeper:
             await asyncio.sleep(HISTORY_EVERY)
             self._flush_history()
 
+    async def _flow_rounds(self) -> None:
+        while True:
+            await asyncio.sleep(FLOW_BEAT)
+            self._beat()
+            try:
+                await self.take_over()
+            except Exception:
+                logger.exception("State: going on with workflow runs failed; please report this")
+
     def _flush_history(self) -> None:
         dirty, self._dirty_history = self._dirty_history, set()
         for job in sorted(dirty):
@@ -478,6 +530,113 @@ class StateKeeper:
             # within HISTORY_RECORD bytes (etcd refuses a request over 1.5 MiB; escaped
             # output can grow past the per-stream cap)
             self._submit(self._key("history", job), history_record(job, runs, HISTORY_RECORD))
+        flows, self._dirty_flow_history = self._dirty_flow_history, set()
+        if self.flow_history is not None:
+            for workflow in sorted(flows):
+                self._submit(
+                    self._key("flowhistory", workflow),
+                    flow_history_record(
+                        workflow, self.flow_history.finished(workflow), self.node, HISTORY_RECORD
+                    ),
+                )
+
+    # ------------------------------------------------------------ FlowListener
+
+    def _flow_key(self, run: FlowRunView) -> str:
+        known = self._flows.get(run.id)
+        if known is not None:
+            return known[0]
+        job = self.scheduler.job(run.workflow)
+        if job is not None and self._once_per_cluster(job):
+            return key("cluster", "flows", run.id)
+        return self._key("flows", run.id)
+
+    def _write_flow(self, run: FlowRunView) -> None:
+        if self.writer is None:
+            return
+        if run.detached:  # another node drives it now: the record is its to write
+            self._flows.pop(run.id, None)
+            return
+        record_key = self._flow_key(run)
+        self._flows[run.id] = (record_key, run)
+        processes = {
+            task.task: (task.pid, process_start_ticks(task.pid), self.boot)
+            for task in run.tasks
+            if task.pid is not None and task.state == "running"
+        }
+        self._submit(record_key, flow_run_record(run, self.node, datetime.now(UTC), processes))
+
+    def flow_started(self, run: FlowRunView) -> None:
+        self._write_flow(run)
+
+    def flow_changed(self, run: FlowRunView) -> None:
+        self._write_flow(run)
+
+    def flow_finished(self, run: FlowRunView) -> None:
+        if self.writer is None:
+            return
+        known = self._flows.pop(run.id, None)
+        if not run.detached:
+            self._submit(known[0] if known is not None else self._flow_key(run), None)
+        self._dirty_flow_history.add(run.workflow)
+
+    def _beat(self) -> None:
+        """Rewrite the cluster-wide runs this node drives: they are not silent."""
+        cluster = key("cluster", "flows") + "/"
+        for record_key, run in list(self._flows.values()):
+            if record_key.startswith(cluster):
+                self._write_flow(run)
+
+    async def take_over(self) -> None:
+        """Go on with the cluster-wide workflow runs this node may drive now (it leads)
+        whose driver is this node or has been silent for :data:`FLOW_STALE` seconds."""
+        store = self.store
+        if store is None or not store.shared or self.waiting or not self.available:
+            return
+        try:
+            records = await store.list(key("cluster", "flows") + "/")
+        except (StateError, TimeoutError):
+            return
+        now = datetime.now(UTC)
+        for full, record in records.items():
+            stored = read_flow_run(record) if record is not None else None
+            if stored is None or stored.view.id in self._flows:
+                continue
+            job = self.scheduler.job(stored.view.workflow)
+            if job is None or not self.scheduler.gate_allows(job):
+                continue
+            silent = (now - stored.beat).total_seconds()
+            if stored.node != self.node and silent < FLOW_STALE:
+                continue
+            if job.digest != stored.view.digest:
+                self._submit(full, None)  # no node can finish it on this definition
+                continue
+            self._resume_flow(
+                stored,
+                f"outcome unknown: it ran on node {stored.node}, which no longer drives the run",
+            )
+
+    def _resume_flow(self, stored: StoredFlow, lost: str) -> bool:
+        adopt = {
+            task: (pid, ticks)
+            for task, (pid, ticks, boot) in stored.processes.items()
+            if ticks is not None
+            and boot is not None
+            and boot == self.boot
+            and process_start_ticks(pid) == ticks
+        }
+        if stored.node != self.node:
+            adopt = {}  # another node's processes are not this node's to watch
+        resumed = self.scheduler.resume_flow(stored.view, adopt, lost)
+        if resumed:
+            logger.warning(
+                "Workflow %s: run %s goes on from durable state (left by %s)",
+                stored.view.workflow,
+                stored.view.id,
+                "this node's previous daemon" if stored.node == self.node else stored.node,
+                extra={"workflow": stored.view.workflow, "flow_run": stored.view.id},
+            )
+        return resumed
 
     # ------------------------------------------------------------ the restore
 
@@ -491,7 +650,14 @@ class StateKeeper:
             by_kind.setdefault(kind, {})[full] = record
         for record in by_kind.get("history", {}).values():
             self._restore_history(record)
+        for record in by_kind.get("flowhistory", {}).values():
+            self._restore_flow_history(record)
+        adopted: set[str] = set()
+        for full, record in by_kind.get("flows", {}).items():
+            adopted |= self._restore_flow(full, record)
         for full, record in by_kind.get("running", {}).items():
+            if record is not None and record.get("runId") in adopted:
+                continue  # its workflow run watches it; its end removes the record
             self._restore_run(full, record)
         for full, record in by_kind.get("fires", {}).items():
             if full not in self._queued_meanwhile:  # this daemon handled a fire since
@@ -504,6 +670,51 @@ class StateKeeper:
         for full, record in by_kind.get("retries", {}).items():
             if full not in self._queued_meanwhile:  # this daemon armed or settled one since
                 self._restore_retry(full, record, now, booted)
+
+    def _restore_flow(self, full: str, record: Record | None) -> set[str]:
+        """Resume a workflow run a previous daemon on this node left; the ids of the task
+        runs it adopted."""
+        stored = read_flow_run(record) if record is not None else None
+        if stored is None:
+            self._submit(full, None)
+            return set()
+        if full in self._queued_meanwhile:
+            return set()
+        job = self.scheduler.job(stored.view.workflow)
+        why: str | None = None
+        if job is None:
+            why = "removed"
+        elif job.digest != stored.view.digest:
+            why = "redefined"
+        elif not self._resume_flow(stored, LOST_HERE):
+            why = "not resumable"
+        if why is not None:
+            self.stats.settled_at_restore += 1
+            logger.info(
+                "Workflow %s: the run %s a previous daemon left is dropped (%s)",
+                stored.view.workflow,
+                stored.view.id,
+                why,
+                extra={"workflow": stored.view.workflow},
+            )
+            self._submit(full, None)
+            return set()
+        return {
+            str(task.run_id)
+            for task in stored.view.tasks
+            if task.state == "running" and task.run_id is not None
+        }
+
+    def _restore_flow_history(self, record: Record | None) -> None:
+        read = flow_history_runs(record) if record is not None else None
+        if read is None or self.flow_history is None:
+            return
+        workflow, runs = read
+        if self.scheduler.job(workflow) is not None and runs:
+            late = bool(self.flow_history.finished(workflow))
+            self.flow_history.restore(workflow, runs)
+            if late:
+                self._dirty_flow_history.add(workflow)
 
     def _restore_history(self, record: Record | None) -> None:
         read = history_runs(record) if record is not None else None

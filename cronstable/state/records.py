@@ -28,11 +28,21 @@ an unknown key is ignored; a run missing one it needs is skipped, not the record
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from cronstable.ports import RUN_OUTCOMES, FinishedRun, RunStart, utc_text
+from cronstable.ports import (
+    RUN_OUTCOMES,
+    FinishedRun,
+    FlowRunView,
+    RunStart,
+    TaskRunView,
+    XcomValue,
+    utc_text,
+)
 from cronstable.state.base import Record
+from cronstable.workflows.dag import OUTCOMES, TASK_STATES
 
 
 def run_record(run: FinishedRun) -> Record:
@@ -119,3 +129,190 @@ def _parse_utc(text: object) -> datetime:
     if moment.tzinfo is None:
         raise ValueError("a time without a zone")
     return moment.astimezone(UTC)
+
+
+# ---------------------------------------------------------------- workflow runs
+#
+# A workflow run going (key ``flows/<run id>``, or ``cluster/flows/<run id>`` for a
+# ``Leader`` workflow on a store the nodes share) and the last finished runs of a
+# workflow (``flowhistory/<workflow>``) are kept as::
+#
+#     {"workflow": "etl", "runId": "etl@2026-05-01T03:00:00Z", "digest": "v1:workflow:…",
+#      "scheduled": "2026-05-01T03:00:00Z", "kind": "fire",
+#      "startedAt": "2026-05-01T03:00:00.01Z", "finishedAt": null, "outcome": null,
+#      "cancelled": false, "node": "n1", "beat": "2026-05-01T03:00:05Z",
+#      "tasks": {"extract": {"state": "succeeded", "attempts": 1,
+#                             "runId": "etl.extract@2026-05-01T03:00:00Z#1",
+#                             "startedAt": "…", "finishedAt": "…", "exitCode": 0,
+#                             "failReason": null, "retryAt": null, "queuedIn": null,
+#                             "pid": null, "startTicks": null, "bootId": null}, …},
+#      "xcom": [{"task": "extract", "key": "rows", "value": "42", "size": 6}, …]}
+#
+# ``node`` drove the run and ``beat`` is when it last said so; a running task's
+# ``pid``, ``startTicks`` and ``bootId`` let a restarted daemon adopt its process.
+# ``xcom``: the values its tasks left (at most 1 MiB together); in the history a
+# value dropped from an older run (to keep 1 MiB of values per workflow) is null.
+# Records written before values existed have no ``xcom`` (none).
+
+TaskProcess = tuple[int, int | None, str | None]
+"""(pid, start ticks, boot id) of a running task's process."""
+
+
+def flow_run_record(
+    view: FlowRunView,
+    node: str,
+    beat: datetime,
+    processes: Mapping[str, TaskProcess],
+) -> Record:
+    """``view`` as its record keeps it (``processes``: the running tasks' processes)."""
+    order = {task.task: index for index, task in enumerate(view.tasks)}
+    tasks: Record = {}
+    for task in view.tasks:
+        process = processes.get(task.task)
+        tasks[task.task] = {
+            "order": order[task.task],
+            "state": task.state,
+            "attempts": task.attempts,
+            "runId": task.run_id,
+            "startedAt": _text(task.started_at),
+            "finishedAt": _text(task.finished_at),
+            "exitCode": task.exit_code,
+            "failReason": task.fail_reason,
+            "retryAt": _text(task.retry_at),
+            "queuedIn": task.queued,
+            "pid": process[0] if process else None,
+            "startTicks": process[1] if process else None,
+            "bootId": process[2] if process else None,
+        }
+    return {
+        "workflow": view.workflow,
+        "runId": view.id,
+        "digest": view.digest,
+        "scheduled": utc_text(view.scheduled_time),
+        "kind": view.kind,
+        "startedAt": utc_text(view.started_at),
+        "finishedAt": _text(view.finished_at),
+        "outcome": view.outcome,
+        "cancelled": view.cancelled,
+        "node": node,
+        "beat": utc_text(beat),
+        "tasks": tasks,
+        "xcom": [
+            {"task": item.task, "key": item.key, "value": item.value, "size": item.size}
+            for item in view.xcom
+        ],
+    }
+
+
+def _text(moment: datetime | None) -> str | None:
+    return None if moment is None else utc_text(moment)
+
+
+def _maybe_time(text: object) -> datetime | None:
+    return None if text is None else _parse_utc(text)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFlow:
+    """A workflow run read back: the run as the scheduler takes it, who drove it and when
+    it last said so, and its running tasks' processes."""
+
+    view: FlowRunView
+    node: str
+    beat: datetime
+    processes: Mapping[str, TaskProcess]
+
+
+def read_flow_run(data: object) -> StoredFlow | None:
+    """The record :func:`flow_run_record` wrote; None for anything else.  The tasks' levels
+    are left 0 and their dependencies empty: the definition (by its digest) has them."""
+    if not isinstance(data, dict) or not isinstance(data.get("tasks"), dict):
+        return None
+    try:
+        tasks: list[tuple[int, TaskRunView]] = []
+        processes: dict[str, TaskProcess] = {}
+        for name, task in data["tasks"].items():
+            state = task["state"]
+            if state not in TASK_STATES:
+                return None
+            pid = task.get("pid")
+            if pid is not None:
+                ticks = task.get("startTicks")
+                boot = task.get("bootId")
+                processes[str(name)] = (
+                    int(pid),
+                    None if ticks is None else int(ticks),
+                    None if boot is None else str(boot),
+                )
+            tasks.append(
+                (
+                    int(task.get("order", len(tasks))),
+                    TaskRunView(
+                        task=str(name),
+                        name=f"{data['workflow']}.{name}",
+                        state=state,
+                        depends_on=(),
+                        run_when="allSucceeded",
+                        level=0,
+                        attempts=int(task.get("attempts", 0)),
+                        run_id=None if task.get("runId") is None else str(task["runId"]),
+                        started_at=_maybe_time(task.get("startedAt")),
+                        finished_at=_maybe_time(task.get("finishedAt")),
+                        exit_code=None if task.get("exitCode") is None else int(task["exitCode"]),
+                        fail_reason=None
+                        if task.get("failReason") is None
+                        else str(task["failReason"]),
+                        retry_at=_maybe_time(task.get("retryAt")),
+                        pid=None if pid is None else int(pid),
+                        queued=None if task.get("queuedIn") is None else str(task["queuedIn"]),
+                    ),
+                )
+            )
+        kind = data.get("kind", "fire")
+        outcome = data.get("outcome")
+        if kind not in ("fire", "reboot", "manual") or outcome not in (None, *OUTCOMES):
+            return None
+        xcom = tuple(
+            XcomValue(
+                str(item["task"]),
+                str(item["key"]),
+                None if item.get("value") is None else str(item["value"]),
+                int(item["size"]),
+            )
+            for item in data.get("xcom") or ()
+        )
+        view = FlowRunView(
+            id=str(data["runId"]),
+            workflow=str(data["workflow"]),
+            digest=str(data["digest"]),
+            scheduled_time=_parse_utc(data["scheduled"]),
+            started_at=_parse_utc(data["startedAt"]),
+            kind=kind,
+            tasks=tuple(task for _, task in sorted(tasks, key=lambda item: item[0])),
+            finished_at=_maybe_time(data.get("finishedAt")),
+            outcome=outcome,
+            cancelled=bool(data.get("cancelled", False)),
+            xcom=xcom,
+        )
+        return StoredFlow(view, str(data.get("node", "")), _parse_utc(data.get("beat")), processes)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def flow_history_record(
+    workflow: str, runs: Sequence[FlowRunView], node: str, limit: int
+) -> Record:
+    """``workflow``'s finished runs (the newest kept) within ``limit`` bytes of JSON."""
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    kept = [flow_run_record(run, node, run.finished_at or epoch, {}) for run in runs]
+    while len(kept) > 1 and len(json.dumps(kept)) > limit:
+        kept.pop(0)
+    return {"workflow": workflow, "runs": kept}
+
+
+def flow_history_runs(record: Record) -> tuple[str, list[FlowRunView]] | None:
+    runs = record.get("runs")
+    if not isinstance(runs, list):
+        return None
+    read = [found.view for item in runs if (found := read_flow_run(item)) is not None]
+    return str(record.get("workflow")), [run for run in read if run.finished_at is not None]

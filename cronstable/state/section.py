@@ -46,6 +46,7 @@ from cronstable.reconcile.backend_section import BackendSection, Reach, Retire
 from cronstable.state.base import OP_TIMEOUT, Record, StateError, StateStore, node_key
 from cronstable.state.factory import make_store
 from cronstable.state.keeper import Policy, StateKeeper
+from cronstable.state.pauses import PAUSES, PauseBook
 from cronstable.state.writer import Writer
 from cronstable.store_link import StoreLink, retry_cap
 
@@ -65,7 +66,8 @@ class _Reach(Reach[Records]):
 
 class StateSection(BackendSection[Wanted, StateStore, Records]):
     """``pools``: the daemon's connections to etcd (the cluster's, shared with the
-    leadership and the slots)."""
+    leadership and the slots); ``pauses``: the book the API pauses read with the
+    restore are handed to."""
 
     name = "state"
     store = "state"
@@ -80,9 +82,12 @@ class StateSection(BackendSection[Wanted, StateStore, Records]):
         registry: CollectorRegistry | None = None,
         *,
         pools: EtcdPools | None = None,
+        pauses: PauseBook | None = None,
     ) -> None:
         super().__init__()
         self.keeper = keeper
+        self.pauses = pauses
+        """Handed the API pauses read with the restore (they hold from the first fire)."""
         self.state_dir = Path(state_dir)
         self.pools = pools
         self._restored = False
@@ -127,12 +132,17 @@ class StateSection(BackendSection[Wanted, StateStore, Records]):
         return not self._restored and (not self.keeper.scheduler.started or waited)
 
     async def _reach(self, store: StateStore, restore: bool) -> Records:
-        """Prove ``store`` writable; this node's records when ``restore``."""
+        """Prove ``store`` writable; this node's records when ``restore``, and the API
+        pauses (``pauses/``), so they hold from the first fire."""
         await asyncio.wait_for(store.check(), timeout=OP_TIMEOUT * 2)
         if not restore:
             return None
         prefix = node_key(self.keeper.node) + "/"
-        return await asyncio.wait_for(store.list(prefix), timeout=OP_TIMEOUT * 2)
+        records = dict(await asyncio.wait_for(store.list(prefix), timeout=OP_TIMEOUT * 2))
+        if self.pauses is not None:
+            pauses = await asyncio.wait_for(store.list(PAUSES + "/"), timeout=OP_TIMEOUT * 2)
+            records.update(pauses)
+        return records
 
     def adjust(self, desired: DesiredState) -> None:
         assert desired.state is not None
@@ -170,6 +180,8 @@ class StateSection(BackendSection[Wanted, StateStore, Records]):
             _policy(desired),
         )
         if result is not None and not self._restored:
+            if self.pauses is not None:
+                self.pauses.load(result)
             self.keeper.restore(result, self.keeper.scheduler.clock.now())
         elif not self._restored:
             _not_restored()
@@ -203,6 +215,8 @@ class StateSection(BackendSection[Wanted, StateStore, Records]):
         if backend is not self.keeper.store:
             return  # replaced meanwhile
         restore = result is not None and not self._restored
+        if restore and self.pauses is not None and result is not None:
+            self.pauses.load(result)
         self.keeper.came_up(result if restore else None, self.keeper.scheduler.clock.now())
         self._restored = True
         logger.info(

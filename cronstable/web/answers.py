@@ -6,20 +6,19 @@ from typing import Any
 
 from aiohttp import web
 
-SHOWN_LENGTH = 64
-"""Characters of a request value (a job name from the URL) an answer or log line shows."""
+from cronstable.web.calls import SHOWN_LENGTH, Refused, shown
+
+__all__ = ["SHOWN_LENGTH", "error", "refused", "shown"]
 
 
 def error(status: int, message: str, **extra: Any) -> web.Response:
     return web.json_response({"error": message, **extra}, status=status)
 
 
-def shown(text: str, limit: int = SHOWN_LENGTH) -> str:
-    """``text`` cut to ``limit`` characters, every unprintable one escaped (``\\x1b``)."""
-    cut = text[:limit]
-    escaped = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in cut)
-    return escaped + ("…" if len(text) > limit else "")
-
-
-def no_such_job(name: str) -> web.Response:
-    return error(404, f"no job named '{shown(name)}'")
+def refused(refusal: Refused) -> web.Response:
+    """A :class:`~cronstable.web.calls.Refused` as the HTTP API answers it (a 401 names the
+    scheme it wants, ``WWW-Authenticate: Bearer``)."""
+    response = web.json_response(refusal.body(), status=refusal.status)
+    if refusal.status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="cronstable"'
+    return response

@@ -27,26 +27,26 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from cronstable import __version__
-from cronstable.web import encode
-from cronstable.web.answers import error, no_such_job, shown
+from cronstable.web import backfill as backfills
+from cronstable.web import calls, encode, pauses
+from cronstable.web.access import authorize
+from cronstable.web.answers import error, refused, shown
 from cronstable.web.auth import Token, bearer, is_local_peer, match
-from cronstable.web.bodies import timed_out
+from cronstable.web.bodies import MAX_BODY, timed_out
 from cronstable.web.dashboard import dashboard_page
 from cronstable.web.events import STREAM_HEADERS, EventStreams
-from cronstable.web.fires import next_fires
 from cronstable.web.github import GitHubWebhook
 from cronstable.web.hosts import HOST_REFUSED, ORIGIN_REFUSED, host_allowed, origin_allowed
+from cronstable.web.mcp.endpoint import McpEndpoint
 from cronstable.web.routes import ROUTES, STATUS_PAGE, STATUS_PAGE_MAX, Route, aiohttp_path
 from cronstable.web.settings import Holder, Settings
 from cronstable.web.view import DaemonApi
 
-__all__ = ["Holder", "Settings", "error", "make_app"]
+__all__ = ["MAX_BODY", "Holder", "Settings", "error", "make_app"]
 
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-MAX_BODY = 64 * 1024
-"""No route but the webhook reads a body bigger than this."""
 SERVER = "cronstable"
 """The Server header of every answer: no versions."""
 
@@ -80,6 +80,14 @@ def _page_size(text: str) -> int | None:
     if not text.isdigit() or not 1 <= int(text) <= STATUS_PAGE_MAX:
         return None
     return int(text)
+
+
+def _answer(call: Callable[[], calls.Json]) -> web.Response:
+    """``call``'s answer (200), or its refusal."""
+    try:
+        return web.json_response(call())
+    except calls.Refused as refusal:
+        return refused(refusal)
 
 
 def _wants_text(request: web.Request) -> bool:
@@ -135,11 +143,20 @@ class Api:
         return web.json_response(encode.applied_config(config))
 
     async def reload(self, request: web.Request) -> web.StreamResponse:
-        self.daemon.reload()
-        return web.json_response({"reload": "requested"}, status=202)
+        return web.json_response(calls.reload(self.daemon), status=202)
+
+    async def pools(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(calls.pools(self.daemon))
 
     async def cluster(self, request: web.Request) -> web.StreamResponse:
         return web.json_response(encode.cluster(self.daemon.cluster_view()))
+
+    async def fleet(self, request: web.Request) -> web.StreamResponse:
+        after, limit = request.query.get("after"), calls.limit_of(request.query.get("limit"))
+        try:
+            return web.json_response(await calls.fleet(self.daemon, after, limit))
+        except calls.Refused as refusal:
+            return refused(refusal)
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:
         body, content_type = self.daemon.metrics_text()
@@ -148,36 +165,85 @@ class Api:
         return response
 
     async def start(self, request: web.Request) -> web.StreamResponse:
-        name = request.match_info["name"]
-        if not self.daemon.has_job(name):
-            return no_such_job(name)
         try:
-            run, refusal = await self.daemon.start(name)
-        except KeyError:
-            return no_such_job(name)
-        if run is None:
-            return error(409, f"job {name!r} not started: {refusal}", job=name)
-        return web.json_response({"job": name, "run": run}, status=202)
+            answer = await calls.start(self.daemon, request.match_info["name"])
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer, status=202)
 
     async def cancel(self, request: web.Request) -> web.StreamResponse:
-        name = request.match_info["name"]
-        if not self.daemon.has_job(name):
-            return no_such_job(name)
-        wanted = request.query.get("run")
-        stopped = self.daemon.cancel(name, wanted)
-        if wanted is not None and not stopped:
-            return error(404, f"job {name!r} has no running run with that id", job=name)
-        return web.json_response({"job": name, "cancelled": stopped})
+        name, run = request.match_info["name"], request.query.get("run")
+        return _answer(lambda: calls.cancel(self.daemon, name, run))
+
+    async def pause(self, request: web.Request) -> web.StreamResponse:
+        name, by = request.match_info["name"], self.token_name(request)
+        try:
+            answer = await pauses.pause(self.daemon, name, await request.read(), by)
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer)
+
+    async def resume(self, request: web.Request) -> web.StreamResponse:
+        name, by = request.match_info["name"], self.token_name(request)
+        try:
+            answer = await pauses.resume(self.daemon, name, by)
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer)
+
+    async def pause_workflow(self, request: web.Request) -> web.StreamResponse:
+        name, by = request.match_info["name"], self.token_name(request)
+        try:
+            answer = await pauses.pause(self.daemon, name, await request.read(), by, workflow=True)
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer)
+
+    async def resume_workflow(self, request: web.Request) -> web.StreamResponse:
+        name, by = request.match_info["name"], self.token_name(request)
+        try:
+            answer = await pauses.resume(self.daemon, name, by, workflow=True)
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer)
+
+    async def backfill(self, request: web.Request) -> web.StreamResponse:
+        name, by = request.match_info["name"], self.token_name(request)
+        try:
+            status, answer = backfills.backfill(self.daemon, name, await request.read(), by)
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer, status=status)
+
+    async def backfill_progress(self, request: web.Request) -> web.StreamResponse:
+        return _answer(lambda: backfills.progress(self.daemon, request.match_info["name"]))
+
+    def token_name(self, request: web.Request) -> str | None:
+        """The name of the token the request carries (the auth middleware let it through);
+        None without one."""
+        presented = bearer(request.headers.get("Authorization"))
+        token = match(self.holder.settings.tokens, presented) if presented is not None else None
+        return token.name if token is not None else None
 
     async def runs(self, request: web.Request) -> web.StreamResponse:
-        name = request.match_info["name"]
-        if not self.daemon.has_job(name):
-            return no_such_job(name)
+        return _answer(lambda: calls.runs(self.daemon, request.match_info["name"]))
+
+    async def workflows(self, request: web.Request) -> web.StreamResponse:
+        return _answer(lambda: calls.workflows(self.daemon))
+
+    async def workflow_runs(self, request: web.Request) -> web.StreamResponse:
+        return _answer(lambda: calls.workflow_runs(self.daemon, request.match_info["name"]))
+
+    async def start_workflow(self, request: web.Request) -> web.StreamResponse:
         try:
-            runs = self.daemon.runs(name)
-        except KeyError:
-            return no_such_job(name)
-        return web.json_response({"job": name, "runs": encode.job_runs(runs)})
+            answer = await calls.start_workflow(self.daemon, request.match_info["name"])
+        except calls.Refused as refusal:
+            return refused(refusal)
+        return web.json_response(answer, status=202)
+
+    async def cancel_workflow(self, request: web.Request) -> web.StreamResponse:
+        name, run = request.match_info["name"], request.match_info["id"]
+        return _answer(lambda: calls.cancel_workflow(self.daemon, name, run))
 
     async def openapi(self, request: web.Request) -> web.StreamResponse:
         from cronstable.web.openapi import document
@@ -185,7 +251,8 @@ class Api:
         return web.json_response(document())
 
     async def next_fires(self, request: web.Request) -> web.StreamResponse:
-        return await next_fires(self.daemon, request)
+        name, hours = request.match_info["name"], calls.hours_of(request.query.get("hours"))
+        return _answer(lambda: calls.next_fires(self.daemon, name, hours))
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         if request.method == "HEAD":  # the headers a stream would start with, and no stream
@@ -267,22 +334,12 @@ class Api:
             and route.path == "/metrics"
             and settings.metrics_public
         ):
-            presented = bearer(request.headers.get("Authorization"))
-            if presented is not None:
-                token = match(settings.tokens, presented)
-                if token is None:
-                    return _unauthorized("the token is not valid", scope)
-                if not token.allows(scope):
-                    return error(
-                        403, f"the token {token.name!r} lacks scope {scope!r}", missingScope=scope
-                    )
-            elif settings.tokens or scope != "read":
-                return _unauthorized(f"this route needs a token with scope {scope!r}", scope)
-            elif not is_local_peer(request.transport):
-                return _unauthorized(
-                    "no token is configured, so only loopback and unix-socket peers may read",
-                    scope,
+            try:
+                token = authorize(
+                    settings, request.headers.get("Authorization"), request.transport, scope
                 )
+            except calls.Refused as refusal:
+                return refused(refusal)
         if request.method == "POST" and route is not None:
             peer = request.remote or "unix socket"
             logger.info(
@@ -332,12 +389,11 @@ async def _server_header(request: web.Request, response: web.StreamResponse) -> 
 
 
 def _unauthorized(message: str, scope: str) -> web.Response:
-    response = error(401, message, missingScope=scope)
-    response.headers["WWW-Authenticate"] = 'Bearer realm="cronstable"'
-    return response
+    return refused(calls.Refused(401, message, missingScope=scope))
 
 
-def make_app(daemon: DaemonApi, holder: Holder) -> web.Application:
+def make_app(daemon: DaemonApi, holder: Holder, mcp: McpEndpoint | None = None) -> web.Application:
+    """The application: every route of the table, and ``/mcp`` when ``mcp`` is given."""
     api = Api(daemon, holder)
     app = web.Application(
         middlewares=[api.errors, api.guard, api.auth, api.bodies], client_max_size=MAX_BODY
@@ -348,6 +404,8 @@ def make_app(daemon: DaemonApi, holder: Holder) -> web.Application:
         if route.method == "GET":
             app.router.add_route("HEAD", path, handler)
         api.routes.setdefault(added.resource.canonical, {})[route.method] = route  # type: ignore[union-attr]
+    if mcp is not None:
+        mcp.register(app)
     app.on_response_prepare.append(_server_header)
     app.on_shutdown.append(api.streams.close)
     return app

@@ -12,6 +12,9 @@ import asyncio
 
 from aiohttp import web
 
+MAX_BODY = 64 * 1024
+"""No route but the webhook reads a body bigger than this (nor does ``/mcp``)."""
+
 
 class BodyTooLarge(Exception):
     """More than the limit arrived."""

@@ -1,7 +1,8 @@
 """``GET /``: the dashboard, one self-contained HTML page (``dashboard.html``).
 
 The page holds no data: its script reads ``/status``, ``/jobs/{name}/runs``,
-``/jobs/{name}/next`` and ``/events`` with the token the user typed (kept in
+``/jobs/{name}/next``, ``/fleet`` (its fleet tab) and ``/events`` with the token the
+user typed (kept in
 ``sessionStorage``).  It is served with a Content-Security-Policy that allows
 exactly its one inline script and one inline style, by their sha256 digests
 (computed from the file on first use), and fetches to this origin only.

@@ -13,14 +13,42 @@ _DESCRIPTIONS = {
     400: "A query parameter or the body is not what the route takes",
     401: "No token (or webhook signature), or one that is not valid",
     403: "The token lacks the route's scope, or a page of another origin sent the request",
-    404: "No such job (or no webhook configured)",
+    404: "No such job or workflow (or run, or no webhook configured)",
     408: "The body did not arrive in time",
-    409: "concurrencyPolicy refused the start",
+    409: "The job's state refuses it (concurrencyPolicy refused the start; no API pause to lift)",
     413: "The body is too large",
     415: "The body's content type is not accepted",
     421: "No token is configured and the Host is not one this daemon answers (allowedHosts)",
     429: "Too many event streams are open",
     503: "Not ready (or, for the webhook, too many bodies being received: see Retry-After)",
+}
+
+
+_TIME = {"type": "string", "format": "date-time", "description": "ISO 8601 with an offset."}
+_BODIES: dict[str, dict[str, Any]] = {
+    "pause": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["reason"],
+        "properties": {
+            "reason": {"type": "string", "minLength": 1, "maxLength": 1000},
+            "until": _TIME | {"description": "When the pause ends by itself (in the future)."},
+        },
+    },
+}
+"""The JSON body of each route that takes one, by handler."""
+_BODIES["pause_workflow"] = _BODIES["pause"]
+_BODIES["backfill"] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["from", "to"],
+    "properties": {
+        "from": _TIME | {"description": "The first fire at or after this time."},
+        "to": _TIME | {"description": "Fires before this time (not in the future)."},
+        "dryRun": {"type": "boolean", "default": False, "description": "List, run nothing."},
+        "max": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 100},
+        "ignorePause": {"type": "boolean", "default": False},
+    },
 }
 
 
@@ -41,12 +69,24 @@ def document() -> dict[str, Any]:
             operation["security"] = [{"bearer": [route.scope]}]
         parameters: list[dict[str, Any]] = []
         if "{name}" in route.path:
+            what = "workflow" if route.path.startswith("/workflows/") else "job"
             parameters.append(
                 {
                     "name": "name",
                     "in": "path",
                     "required": True,
-                    "description": "The job's name, percent-encoded as one path segment.",
+                    "description": f"The {what}'s name, percent-encoded as one path segment.",
+                    "schema": {"type": "string"},
+                }
+            )
+        if "{id}" in route.path:
+            parameters.append(
+                {
+                    "name": "id",
+                    "in": "path",
+                    "required": True,
+                    "description": "The workflow run's id (<workflow>@<scheduled UTC>), "
+                    "percent-encoded.",
                     "schema": {"type": "string"},
                 }
             )
@@ -91,8 +131,31 @@ def document() -> dict[str, Any]:
                     "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 168},
                 }
             )
+        if route.handler == "fleet":
+            parameters += [
+                {
+                    "name": "after",
+                    "in": "query",
+                    "required": False,
+                    "description": "The page after this job's name (the last page's nextAfter).",
+                    "schema": {"type": "string", "maxLength": 1024},
+                },
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "required": False,
+                    "description": "Jobs (and workflows) in the page (default 100, at most 500).",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": 500},
+                },
+            ]
         if parameters:
             operation["parameters"] = parameters
+        body = _BODIES.get(route.handler)
+        if body is not None:
+            operation["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": body}},
+            }
         paths.setdefault(route.path, {})[route.method.lower()] = operation
     return {
         "openapi": "3.1.0",

@@ -48,8 +48,23 @@ ROUTES: tuple[Route, ...] = (
           "reload", (202,)),
     Route("GET", "/metrics", "read", "Prometheus metrics.", "metrics"),
     Route("POST", "/jobs/{name}/start", "trigger",
-          "Start the job now (also when disabled); 409 when concurrencyPolicy refuses.",
+          "Start the job now (also when disabled; a job with a pool may wait in its queue: "
+          "queuePosition); 409 when concurrencyPolicy refuses.",
           "start", (202, 404, 409)),
+    Route("POST", "/jobs/{name}/pause", "trigger",
+          "Pause the job: its fires are skipped until it is resumed or {until}; body "
+          "{reason, until?}. Kept in the state store, apart from the repository's suspend.",
+          "pause", (200, 400, 404, 503)),
+    Route("POST", "/jobs/{name}/resume", "trigger",
+          "Lift the job's API pause (not the repository's suspend); 409 when it has none.",
+          "resume", (200, 404, 409, 503)),
+    Route("POST", "/jobs/{name}/backfill", "trigger",
+          "Run every fire of the job's schedule in [from, to), one after another; body "
+          "{from, to, dryRun?, max?, ignorePause?}; dryRun lists them.", "backfill",
+          (200, 202, 400, 404, 409)),
+    Route("GET", "/jobs/{name}/backfill", "read",
+          "The job's backfill going (or its last): fires, progress, outcomes.",
+          "backfill_progress", (200, 404)),
     Route("POST", "/jobs/{name}/cancel", "trigger",
           "Stop the job's running runs (only ?run=ID when given).", "cancel", (200, 404)),
     Route("GET", "/jobs/{name}/runs", "read",
@@ -70,9 +85,36 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/cluster", "read",
           "Members, leader, lease and this node's role ({enabled: false} without election).",
           "cluster"),
+    Route("GET", "/workflows", "read",
+          "Every workflow: its tasks, its runs going and its last run with each task's state.",
+          "workflows"),
+    Route("GET", "/workflows/{name}/runs", "read",
+          "The workflow's runs going, then its last finished ones, with each task's state.",
+          "workflow_runs", (200, 404)),
+    Route("POST", "/workflows/{name}/start", "trigger",
+          "Start a run of the workflow now (also when disabled); 409 when concurrencyPolicy "
+          "refuses.", "start_workflow", (202, 404, 409)),
+    Route("POST", "/workflows/{name}/pause", "trigger",
+          "Pause the workflow: its fires start no run until it is resumed or {until}; body "
+          "{reason, until?}. Kept in the state store, apart from the repository's suspend.",
+          "pause_workflow", (200, 400, 404, 503)),
+    Route("POST", "/workflows/{name}/resume", "trigger",
+          "Lift the workflow's API pause (not the repository's suspend); 409 when it has none.",
+          "resume_workflow", (200, 404, 409, 503)),
+    Route("POST", "/workflows/{name}/runs/{id}/cancel", "trigger",
+          "Cancel the workflow run: its pending tasks are cancelled, its running ones stopped.",
+          "cancel_workflow", (200, 404)),
+    Route("GET", "/pools", "read",
+          "Every pool: slots, slots in use, the queue in admission order, the oldest wait.",
+          "pools"),
+    Route("GET", "/fleet", "read",
+          "Every member (revision, job-set id, leader, last seen) and a page of jobs "
+          "(?after=NAME&limit=100): where each last ran, its next fire, which node runs it.",
+          "fleet", (200, 400)),
 )  # fmt: skip
 
 
 def aiohttp_path(path: str) -> str:
-    """A route path as aiohttp matches it (a job name is one percent-encoded segment)."""
-    return path.replace("{name}", "{name:.+}")
+    """A route path as aiohttp matches it (a job or workflow name, and a run id, is one
+    percent-encoded segment)."""
+    return path.replace("{name}", "{name:.+}").replace("{id}", "{id:[^/]+}")

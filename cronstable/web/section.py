@@ -39,6 +39,7 @@ import os
 import socket
 import ssl
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -60,9 +61,13 @@ from cronstable.web.listeners import (
     server_context,
     unlink_socket,
 )
+from cronstable.web.mcp.endpoint import McpEndpoint, SdkMissing
 from cronstable.web.protocol import Connection, ConnectionSettings, note_heads
 from cronstable.web.settings import Holder, Settings
 from cronstable.web.view import DaemonApi
+
+if TYPE_CHECKING:
+    from cronstable.web.mcp.asgi import McpServer
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +158,8 @@ class _Prepared:
     mtimes: dict[str, int | None] = field(default_factory=dict)
     """The watched files' modification times, taken before they were read."""
     connections: ConnectionSettings = field(default_factory=ConnectionSettings)
+    mcp: McpServer | None = None
+    """The MCP server to start at commit (the first revision that enables it)."""
 
 
 class WebSection:
@@ -167,13 +174,16 @@ class WebSection:
         self._config: WebConfig | None = None
         self._mtimes: dict[str, int | None] = {}
         self._checker: asyncio.Task[None] | None = None
-        self.metrics = ConnectionMetrics(registry if registry is not None else CollectorRegistry())
+        registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = ConnectionMetrics(registry)
         self.connection_settings = ConnectionSettings()
         """What new connections get (the applied revision's timeouts)."""
         self.budget = DescriptorBudget(WebConfig.model_fields["fd_reserve"].default, self.metrics)
         self.accept_errors = AcceptErrors(self.metrics)
         self.setups = TaskSet("web")
         """The set-ups (TLS handshakes) of accepted connections, on every listener."""
+        self.mcp = McpEndpoint(daemon, self.holder, registry)
+        """``/mcp``, serving while the applied revision enables ``web.mcp``."""
 
     def urls(self) -> list[str]:
         """Where the API answers now (real ports when the configuration said 0)."""
@@ -186,7 +196,7 @@ class WebSection:
     async def _server(self) -> web.Server:
         if self._runner is None:
             runner = web.AppRunner(
-                make_app(self.daemon, self.holder),
+                make_app(self.daemon, self.holder, self.mcp),
                 access_log=None,
                 shutdown_timeout=SHUTDOWN_TIMEOUT,
                 handle_signals=False,
@@ -217,6 +227,11 @@ class WebSection:
                         "refusing to accept unsigned pushes",
                     )
                 )
+        try:
+            mcp_server = await self.mcp.prepare(web_config.mcp)
+        except SdkMissing as exc:
+            mcp_server = None
+            problems.append(desired.problem(("web", "mcp", "enabled"), str(exc)))
         if web_config.tls is not None:
             try:
                 context = await asyncio.to_thread(server_context, web_config.tls)
@@ -259,6 +274,7 @@ class WebSection:
             ConnectionSettings(
                 web_config.keep_alive_timeout, web_config.header_timeout, web_config.body_timeout
             ),
+            mcp_server,
         )
         if problems:
             await self.discard(prepared)
@@ -288,6 +304,7 @@ class WebSection:
 
     def commit(self, prepared: _Prepared, desired: DesiredState) -> None:
         self.holder.settings = prepared.settings or Settings()
+        self.mcp.commit(prepared.config.mcp if prepared.config is not None else None, prepared.mcp)
         self._config, self._mtimes = prepared.config, prepared.mtimes
         self.connection_settings = prepared.connections
         if prepared.config is not None:
@@ -411,6 +428,7 @@ class WebSection:
             listener.close()
         self.listeners = {}
         await self.setups.cancel()  # the TLS handshakes still going, of every listener
+        await self.mcp.close()  # its sessions end with the listeners
         self.budget.close()
         self.accept_errors.close()
         if self._runner is not None:

@@ -55,6 +55,7 @@ from cronstable.sources.git.refs import (
     is_ancestor,
     is_hex,
     peel_to_commit,
+    resolve_local_revision,
     short,
     visible,
 )
@@ -283,6 +284,15 @@ class GitSource(Source):
 
     async def last_applied(self) -> Snapshot | None:
         return await _in_worker(self._load_applied_sync)
+
+    async def snapshot_at(self, ref: str) -> Snapshot:
+        """See :meth:`Source.snapshot_at`.  ``ref`` is read as ``git rev-parse`` reads it: a
+        branch or tag of the remote, a sha, each maybe followed by ``~N`` or ``^N``;
+        ``HEAD`` is the ref this source follows.  The remote is fetched first, so a branch
+        pushed a moment ago is seen; when it cannot be reached, the cache answers."""
+        if not self._started or self._closed:
+            raise SourceError(f"{self.description} is not running")
+        return await _in_worker(self._snapshot_at_sync, ref)
 
     def applied(self, snapshot: Snapshot, reads: Collection[str] | None = None) -> None:
         revision = snapshot.revision
@@ -525,18 +535,49 @@ class GitSource(Source):
                     poll.movement = "backwards" if backwards else "rewritten"
             return poll
 
-    def _fetch(self, repo: CacheRepo) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
-        """Fetch what the ref needs; the remote's refs and symrefs (the local mirror updated)."""
+    def _snapshot_at_sync(self, ref: str) -> Snapshot:
+        rev = ref.strip()
+        cut = min((i for i in (rev.find("~"), rev.find("^")) if i >= 0), default=len(rev))
+        base, operators = rev[:cut], rev[cut:]
+        followed = self._refs if base in ("", "HEAD", "@") else FollowedRef(base, self.description)
+        with self._cache.locked():
+            repo = self._cache.repo
+            if repo is None:
+                raise SourceError("closed")
+            try:
+                refs, symrefs = self._fetch(repo, followed)
+                start = followed.resolve(repo, refs, symrefs)[1].decode("ascii")
+            except SourceError as exc:
+                if followed is self._refs:
+                    raise SourceError(self._remote.scrub(str(exc))) from exc
+                start = base  # the remote is down, or has no such ref: the cache may know it
+                fetch_error: SourceError | None = exc
+            else:
+                fetch_error = None
+            try:
+                commit = resolve_local_revision(repo, start + operators)
+            except SourceError as exc:
+                cause = fetch_error if fetch_error is not None else exc
+                raise SourceError(self._remote.scrub(str(cause))) from cause
+            files = read_files(repo.object_store, commit, self._path, self.description, self.limits)
+        return Snapshot(revision=commit.id.decode("ascii"), source=self.description, files=files)
+
+    def _fetch(
+        self, repo: CacheRepo, followed: FollowedRef | None = None
+    ) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
+        """Fetch what ``followed`` (the source's ref) needs; the remote's refs and symrefs
+        (the local mirror updated)."""
         store = repo.object_store
+        wanted = followed if followed is not None else self._refs
 
         def determine_wants(
             refs: Mapping[Ref, ObjectID], depth: int | None = None
         ) -> list[ObjectID]:
             try:
-                wanted = self._refs.wants(repo, advertised(refs))
+                shas = wanted.wants(repo, advertised(refs))
             except SourceError:
                 return []  # reported after the fetch, from the same refs
-            return [ObjectID(sha) for sha in dict.fromkeys(wanted) if ObjectID(sha) not in store]
+            return [ObjectID(sha) for sha in dict.fromkeys(shas) if ObjectID(sha) not in store]
 
         try:
             for attempt in transient(
