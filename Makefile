@@ -88,6 +88,7 @@ bench: $(STAMP) deps $(SHIM)
 	$(BIN)/python bench/bench_runtime.py
 	$(BIN)/python bench/bench_limits.py
 	$(BIN)/python bench/bench_webhook.py
+	$(BIN)/python bench/bench_scale.py
 	$(BIN)/python bench/bench_mcp.py
 
 clean:

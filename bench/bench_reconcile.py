@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cronstable.config import load_snapshot
+from cronstable.config import Limits, load_snapshot
 from cronstable.reconcile.apply import Applier
 from cronstable.runtime.clock import ManualClock
 from cronstable.runtime.daemon import JobsSection, ProcessSpawner
@@ -64,7 +64,9 @@ async def main() -> None:
     files = {f"jobs/team{t:03d}.yaml": team_file(t) for t in range(teams)}
     files["jobs/_defaults.yaml"] = b"defaults:\n  shell: /bin/bash\n  killTimeout: 10\n"
     scheduler = Scheduler(ManualClock(datetime(2026, 6, 1, tzinfo=UTC)), ProcessSpawner(None))
-    applier = Applier([JobsSection(scheduler, ProcessSpawner(None))])
+    # 100,000 jobs are past the default input limits: raised the way docs/cli.md says
+    limits = Limits(max_revision_bytes=1 << 30, max_yaml_nodes=10_000_000)
+    applier = Applier([JobsSection(scheduler, ProcessSpawner(None))], limits=limits)
 
     start = time.perf_counter()
     first = await applier.reconcile(snapshot(files))
@@ -84,7 +86,7 @@ async def main() -> None:
         assert record.outcome == "applied" and record.summary is not None
         assert record.summary["changed"] == 1, record.summary
         start = time.perf_counter()
-        load_snapshot(snap)
+        load_snapshot(snap, limits=limits)
         full.append(time.perf_counter() - start)
 
     def ms(samples: list[float]) -> str:

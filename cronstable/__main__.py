@@ -27,14 +27,21 @@ def main(argv: list[str] | None = None) -> int:
         import gc
 
         gc.disable()
+    import os
+
     from cronstable.cli import run_cli
 
     try:
-        return run_cli(args)
+        status = run_cli(args)
+        if argv is None and args and args[0] in ONE_SHOT:
+            # nothing is left to do but free what the load made, object by object (a
+            # tenth of the load's time at 100,000 jobs): the process ends here instead
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+        return status
     except BrokenPipeError:
         # `cronstable next … | head`: the reader left; say nothing more
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 

@@ -1086,7 +1086,7 @@ def parse_schedule(spec: str | Mapping[str, str | int], name: str | None = None)
     (without it an ``H`` is an error).  Raises :class:`ScheduleError` with a
     human message.  Parses are cached.
     """
-    if isinstance(spec, Mapping):
+    if not isinstance(spec, str) and isinstance(spec, Mapping):  # str first: ABCs are slow
         spec = _mapping_text(spec)
     if isinstance(spec, str):
         h = name_hash(name) if name is not None and "H" in spec else None

@@ -11,10 +11,11 @@ compiled with autoescape on.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
-from jinja2.sandbox import SandboxedEnvironment
+if TYPE_CHECKING:  # imported when a template is first compiled: most revisions set none
+    import jinja2
+    from jinja2.sandbox import SandboxedEnvironment
 
 
 class TemplateError(Exception):
@@ -32,12 +33,17 @@ class TemplateError(Exception):
 
 @functools.cache
 def _environment(autoescape: bool) -> SandboxedEnvironment:
+    import jinja2
+    from jinja2.sandbox import SandboxedEnvironment
+
     return SandboxedEnvironment(autoescape=autoescape, undefined=jinja2.Undefined)
 
 
 @functools.lru_cache(maxsize=4096)
 def compile_template(text: str, *, autoescape: bool = False) -> jinja2.Template:
     """``text`` compiled (cached by text); raises :class:`TemplateError`."""
+    import jinja2
+
     try:
         return _environment(autoescape).from_string(text)
     except jinja2.TemplateSyntaxError as exc:

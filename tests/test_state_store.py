@@ -48,6 +48,30 @@ async def test_put_get_delete(store: StateStore) -> None:
 
 
 @pytest.mark.asyncio
+async def test_apply_writes_and_removes_in_order(store: StateStore) -> None:
+    running = node_key("n1", "running", "job@2026-01-01T00:00:00Z#1")
+    history = node_key("n1", "history", "job")
+    await store.apply([(running, {"pid": 1}), (history, {"runs": []}), (running, {"pid": 2})])
+    got = await store.get(running)
+    assert got is not None and got["pid"] == 2
+    assert await store.get(history) is not None
+    await store.apply([(running, None), (history, {"runs": [1]})])
+    assert await store.get(running) is None
+    got = await store.get(history)
+    assert got is not None and got["runs"] == [1]
+    assert list(await store.list(node_key("n1", ""))) == [history]
+
+
+def test_only_a_running_runs_record_is_boot_scoped() -> None:
+    from cronstable.state.base import boot_scoped
+
+    assert boot_scoped(node_key("n1", "running", "a/b@x#1"))
+    assert not boot_scoped(node_key("n1", "history", "running"))
+    assert not boot_scoped(node_key("running", "retries", "job"))
+    assert not boot_scoped(key("cluster", "running", "x", "y"))
+
+
+@pytest.mark.asyncio
 async def test_create_is_put_if_absent(store: StateStore) -> None:
     k = key("cluster", "reboot", "migrate")
     assert await store.create(k, {"digest": "a"}) is True

@@ -264,6 +264,29 @@ def _route(command: str, job: str | None, run: str | None) -> tuple[str, str]:
     return "POST", f"/jobs/{segment}/cancel{query}"
 
 
+PAGE = 10_000
+"""Jobs asked for in each later page of ``/status``: the daemon's largest ``?limit=``."""
+MAX_PAGES = 1000
+"""Pages of ``/status`` the client reads at most (ten million jobs)."""
+
+
+def _every_page(target: Target, first: dict[str, Any]) -> dict[str, Any]:
+    """The status with the jobs of every page (``/status`` answers a page at a time)."""
+    jobs = list(first.get("jobs") or [])
+    cursor = first.get("nextCursor")
+    pages = 1
+    while isinstance(cursor, str) and pages < MAX_PAGES:
+        query = urlencode({"limit": PAGE, "cursor": cursor}, quote_via=quote)
+        answer = target.call("GET", f"/status?{query}")
+        page = answer.json()
+        if not 200 <= answer.status < 300 or not isinstance(page, dict):
+            break  # the pages read so far are shown; the answer said why it stopped
+        jobs.extend(page.get("jobs") or [])
+        cursor = page.get("nextCursor")
+        pages += 1
+    return first | {"jobs": jobs, "nextCursor": cursor if isinstance(cursor, str) else None}
+
+
 def _human(command: str, data: Any, show_output: bool) -> str:
     if command == "status":
         return status_text(data)
@@ -339,6 +362,15 @@ def cmd_client(
         return EXIT_USAGE
     data = answer.json()
     where = redact(target.endpoint.url)
+    if command == "status" and 200 <= answer.status < 300 and isinstance(data, dict):
+        try:
+            data = _every_page(target, data)
+        except Unreachable as exc:
+            _say(f"{prog}: {exc}")
+            return EXIT_UNREACHABLE
+        except ApiError as exc:
+            _say(f"{prog}: {exc}")
+            return EXIT_USAGE
     if 200 <= answer.status < 300 and data is not None:
         if as_json:
             sys.stdout.write(json_text(data))

@@ -39,6 +39,7 @@ def cmd_run(
         cache_dir=Path(cache_dir) if cache_dir else None,
         log_overrides=LogOverrides(level=log_level, format=log_format),
         limits=limits,
+        own_process=True,
         runtime_dir=Path(runtime_dir) if runtime_dir else None,
     )
     setup_logging(log_level or "INFO", log_format or "text")

@@ -9,6 +9,7 @@ from datetime import tzinfo
 from cronstable.config.models import (
     ClusterConfig,
     LoggingConfig,
+    MetricsConfig,
     OnFailure,
     PoolConfig,
     RunSettings,
@@ -175,6 +176,12 @@ class DesiredState:
     """Leader election between the nodes (None: every job runs on every node)."""
     state: StateConfig | None = None
     """Durable state (None: retries, last fires and run history live in memory only)."""
+    metrics: MetricsConfig | None = None
+    """What ``GET /metrics`` serves (None: the defaults)."""
+    groups: tuple[Mapping[str, Job], ...] = field(default=(), repr=False, compare=False)
+    """Every job again, by the file (batch) it came from: a load with a cache hands a file
+    that did not change the same mapping as the revision before, so a plan compares those
+    by identity and the jobs of the others one by one (empty: compare every job)."""
     workflows: Mapping[str, Workflow] = field(default_factory=dict)
     """Workflows by name, in configuration order."""
     pools: Mapping[str, Pool] = field(default_factory=dict)

@@ -25,10 +25,11 @@ the schedule, so nothing outside the package is needed to fingerprint a job.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, overload
 
 from cronstable.config.models import PoolConfig, RunSettings, WorkflowSettings
 from cronstable.schedule import Schedule
@@ -40,7 +41,10 @@ def canonical_job(
     config: RunSettings, schedule: Schedule | None, environment: Mapping[str, str]
 ) -> dict[str, Any]:
     """``schedule`` None for a workflow's task (its workflow's schedule is its workflow's)."""
-    data = config.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    # what model_dump() calls, without its wrapper (a tenth of a digest at 100,000 jobs)
+    data: dict[str, Any] = type(config).__pydantic_serializer__.to_python(
+        config, mode="json", by_alias=True, exclude_defaults=True
+    )
     if schedule is not None:
         data["schedule"] = schedule.text
     data["environment"] = dict(sorted(environment.items()))
@@ -48,10 +52,16 @@ def canonical_job(
     return data
 
 
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def canonical_json(data: Any) -> bytes:
-    return json.dumps(
-        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    """``json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+    allow_nan=False)`` as UTF-8, through one encoder made once (``dumps`` with options
+    makes a new encoder for every call: a third of the cost of a job's digest)."""
+    return _ENCODER.encode(data).encode("utf-8")
 
 
 def job_digest(
@@ -84,8 +94,73 @@ def pool_digest(config: PoolConfig) -> str:
 
 
 def job_set_id(digests: Iterable[str]) -> str:
-    h = hashlib.sha256(SCHEME_VERSION.encode())
-    for digest in sorted(digests):
-        h.update(b"\n")
-        h.update(digest.encode())
-    return f"{SCHEME_VERSION}:{h.hexdigest()}"
+    return job_set_id_of_joined(joined_digests(digests))
+
+
+def joined_digests(digests: Iterable[str]) -> bytes:
+    """What a job-set id hashes after the scheme: ``"\n" + digest`` for each digest, in
+    sorted order."""
+    ordered = sorted(digests)
+    return ("\n" + "\n".join(ordered)).encode() if ordered else b""
+
+
+def job_set_id_of_joined(joined: bytes) -> str:
+    """The job-set id of :func:`joined_digests` (``job_set_id(d) == job_set_id_of_joined(
+    joined_digests(d))``)."""
+    return f"{SCHEME_VERSION}:{hashlib.sha256(SCHEME_VERSION.encode() + joined).hexdigest()}"
+
+
+_ENTRY = 1 + len(SCHEME_VERSION) + 1 + 64
+"""Bytes of one digest in :func:`joined_digests`: the newline, ``v1:`` and 64 hex digits."""
+
+
+class _Digests(Sequence[bytes]):
+    """The digests of joined bytes, by index (for :mod:`bisect`)."""
+
+    def __init__(self, joined: bytes) -> None:
+        self.joined = joined
+
+    def __len__(self) -> int:
+        return len(self.joined) // _ENTRY
+
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[bytes]: ...
+    def __getitem__(self, index: int | slice) -> bytes | Sequence[bytes]:
+        if isinstance(index, slice):
+            raise TypeError("no slices")
+        return self.joined[index * _ENTRY + 1 : (index + 1) * _ENTRY]
+
+
+def splice_digests(joined: bytes, gone: Iterable[str], new: Iterable[str]) -> bytes | None:
+    """:func:`joined_digests` of the digests of ``joined`` without ``gone`` and with
+    ``new``, made by copying the runs between the changes (digests are unique and of one
+    length); None when they are not (then make it whole)."""
+    if len(joined) % _ENTRY:
+        return None
+    view = _Digests(joined)
+    cuts: list[tuple[int, int, bytes]] = []  # (index in old, 0 insert / 1 remove, digest)
+    for digest in gone:
+        encoded = digest.encode()
+        at = bisect.bisect_left(view, encoded)
+        if len(encoded) != _ENTRY - 1 or at >= len(view) or view[at] != encoded:
+            return None
+        cuts.append((at, 1, b""))
+    for digest in new:
+        encoded = digest.encode()
+        if len(encoded) != _ENTRY - 1:
+            return None
+        cuts.append((bisect.bisect_left(view, encoded), 0, b"\n" + encoded))
+    cuts.sort()
+    pieces: list[bytes] = []
+    done = 0
+    for at, remove, piece in cuts:
+        pieces.append(joined[done * _ENTRY : at * _ENTRY])
+        done = at
+        if remove:
+            done = at + 1
+        else:
+            pieces.append(piece)
+    pieces.append(joined[done * _ENTRY :])
+    return b"".join(pieces)

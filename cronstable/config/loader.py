@@ -48,7 +48,14 @@ from cronstable.config.crontab import Crontab, base_defaults, is_crontab_name, p
 from cronstable.config.desired import DesiredState, Job, Pool, Workflow, workflow_job
 from cronstable.config.envfile import EnvFileError, parse_env_file
 from cronstable.config.errors_map import clean_loc, describe, known_keys, suggest
-from cronstable.config.fingerprint import job_digest, job_set_id, pool_digest, workflow_digest
+from cronstable.config.fingerprint import (
+    job_digest,
+    job_set_id_of_joined,
+    joined_digests,
+    pool_digest,
+    splice_digests,
+    workflow_digest,
+)
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
 from cronstable.config.models import (
     WORKFLOW_DEFAULT_KEYS,
@@ -59,6 +66,7 @@ from cronstable.config.models import (
     JobDefaults,
     JobSettings,
     LoggingConfig,
+    MetricsConfig,
     PoolConfig,
     RunSettings,
     SecretSource,
@@ -79,6 +87,8 @@ from cronstable.schedule import parse_schedule
 from cronstable.workflows.dag import Dag, find_cycles
 
 TOP_LEVEL_KEYS = known_keys(ConfigFile)
+_SECTIONS = frozenset({"web", "logging", "cluster", "state", "metrics"})
+"""The daemon-wide sections (:meth:`_Loader._sections_of`)."""
 
 
 @dataclass(slots=True)
@@ -111,12 +121,41 @@ class _FlowEntry:
 @dataclass(slots=True)
 class _FileResult:
     defaults_layers: list[_Layer] = field(default_factory=list)
-    jobs: list[_JobEntry] = field(default_factory=list)
+    jobs: list[_JobEntry | _Reused] = field(default_factory=list)
     workflows: list[_FlowEntry] = field(default_factory=list)
 
 
-_Batch = tuple[dict[int, Job], tuple[tuple[str, bytes], ...]]
-"""One file's built jobs (by index in the file) and the (env file, digest) they read."""
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """One file's built jobs and what building them found, kept from load to load."""
+
+    jobs: dict[int, Job]
+    """By index in the file."""
+    deps: tuple[tuple[str, bytes], ...]
+    """The (env file, digest) they read."""
+    by_name: dict[str, Job] = field(default_factory=dict)
+    """The same jobs by name, in the file's order (a revision's ``groups``)."""
+    warnings: tuple[Problem, ...] = ()
+    problems: tuple[Problem, ...] = ()
+    """What the scans after building said of these jobs (secrets given twice, reporters
+    set in part), located: a load that reuses the batch says it again."""
+    scoped: tuple[Job, ...] = ()
+    """The jobs with ``concurrencyScope: cluster`` (they need a cluster section)."""
+    digests: tuple[str, ...] = ()
+    """The jobs' digests, sorted."""
+
+
+@dataclass(slots=True)
+class _Reused:
+    """Every job of one file, its batch reused whole: no entry per job is made (a one-file
+    edit in 100,000 jobs costs that file).  :meth:`_Loader.expand` makes the entries after
+    all when a name clashes with another file's."""
+
+    file: str
+    key: Hashable
+    batch: _Batch
+    raws: list[Any]
+    base: list[_Layer]
 
 
 class LoadCache:
@@ -140,6 +179,19 @@ class LoadCache:
         self._tried: tuple[dict[bytes, yamlread.Document], dict[Hashable, _Batch]] = ({}, {})
         self._used_documents: dict[bytes, yamlread.Document] = {}
         self._used_batches: dict[Hashable, _Batch] = {}
+        self._bytes: dict[int, tuple[bytes, bytes]] = {}
+        """The last load's file bytes and their digests, by the id of the bytes object
+        (held, so that no other object takes that id)."""
+        self._used_bytes: dict[int, tuple[bytes, bytes]] = {}
+        self._jobs: tuple[dict[str, Job], list[Mapping[str, Job]]] | None = None
+        """The good load's jobs and its groups (a load whose groups hold the same names in
+        the same order copies the jobs and puts in the groups that changed)."""
+        self._new_jobs: tuple[dict[str, Job], list[Mapping[str, Job]]] | None = None
+        self._secrets: dict[bytes, frozenset[str]] = {}
+        """Each held document's inline secrets, by the digest of its bytes."""
+        self._good_digests: bytes | None = None
+        """The good load's job digests, sorted and joined (its job-set id hashes them)."""
+        self._digests: bytes | None = None
 
     def document(self, digest: bytes) -> yamlread.Document | None:
         doc = self._good[0].get(digest) or self._tried[0].get(digest)
@@ -150,19 +202,78 @@ class LoadCache:
     def keep_document(self, digest: bytes, doc: yamlread.Document) -> None:
         self._used_documents[digest] = doc
 
+    def digest(self, data: bytes) -> bytes:
+        """The SHA-256 of ``data``; of the very bytes object the last load read, the one
+        found then (a source hands the bytes of a file that did not change again)."""
+        known = self._bytes.get(id(data))
+        digest = known[1] if known is not None and known[0] is data else _sha256(data)
+        self._used_bytes[id(data)] = (data, digest)
+        return digest
+
+    def secrets(self, digest: bytes) -> frozenset[str] | None:
+        """The inline secrets of the document of ``digest``, if found before."""
+        return self._secrets.get(digest)
+
+    def keep_secrets(self, digest: bytes, found: frozenset[str]) -> None:
+        self._secrets[digest] = found
+
     def batch(self, key: Hashable) -> _Batch | None:
         return self._good[1].get(key) or self._tried[1].get(key)
 
-    def keep_batch(
-        self, key: Hashable, jobs: dict[int, Job], deps: tuple[tuple[str, bytes], ...]
-    ) -> None:
-        self._used_batches[key] = (jobs, deps)
+    def keep_batch(self, key: Hashable, batch: _Batch) -> None:
+        self._used_batches[key] = batch
+
+    def joined_digests(self) -> bytes | None:
+        """What the job-set id hashes (:func:`~cronstable.config.fingerprint.joined_digests`)
+        for the batches this load used, made from the good load's by splicing out the
+        digests of the batches it used that this one does not and in the others': a
+        one-file edit costs that file and one copy (None: not made so; make it whole).
+        Only for a load without problems, where every job is in exactly one batch."""
+        old = self._good_digests
+        if old is None:
+            return None
+        good = self._good[1]
+        used = self._used_batches
+        gone = [d for k, b in good.items() if used.get(k) is not b for d in b.digests]
+        new = [d for k, b in used.items() if good.get(k) is not b for d in b.digests]
+        joined = splice_digests(old, gone, new)
+        self._digests = joined
+        return joined
+
+    def jobs_like(self, groups: list[Mapping[str, Job]]) -> dict[str, Job] | None:
+        """The jobs of ``groups``, in their order, as a copy of the good load's table with
+        the groups that changed put in: when every group holds the names the good load's
+        group in its place held, in their order (an edit that adds, removes or renames no
+        job).  None otherwise: make the table group by group."""
+        if self._jobs is None:
+            return None
+        jobs, good = self._jobs
+        if len(good) != len(groups):
+            return None
+        changed = [(old, new) for old, new in zip(good, groups, strict=True) if old is not new]
+        if any(len(old) != len(new) or list(old) != list(new) for old, new in changed):
+            return None
+        table = dict(jobs)
+        for _, new in changed:
+            table.update(new)
+        return table
+
+    def keep_jobs(self, jobs: dict[str, Job], groups: list[Mapping[str, Job]]) -> None:
+        """This load's table and groups: the good ones if it succeeds."""
+        self._new_jobs = (jobs, groups)
+
+    def keep_digests(self, joined: bytes | None) -> None:
+        """This load's joined digests: the good ones if it succeeds (None: a load with
+        workflows or pools, whose digests a splice does not start from)."""
+        self._digests = joined
 
     def finish(self, ok: bool = True) -> None:
         """End a load: ``ok`` if it produced a state (else it was rejected)."""
         used = (self._used_documents, self._used_batches)
         if ok:
             self._good, self._tried = used, ({}, {})
+            self._good_digests = self._digests
+            self._jobs = self._new_jobs
         else:  # what the good load holds already is not held twice
             documents, batches = self._good
             self._tried = (
@@ -170,6 +281,11 @@ class LoadCache:
                 {k: v for k, v in used[1].items() if k not in batches},
             )
         self._used_documents, self._used_batches = {}, {}
+        self._digests = None
+        self._new_jobs = None
+        self._bytes, self._used_bytes = self._used_bytes, {}
+        held = self._good[0].keys() | self._tried[0].keys()
+        self._secrets = {k: v for k, v in self._secrets.items() if k in held}
 
     def entries(self) -> int:
         """How many parsed files and built batches are held (for tests and metrics)."""
@@ -261,6 +377,19 @@ def _attribute(layers: list[_Layer], loc: KeyPath) -> tuple[_Layer, KeyPath] | N
     return candidates[-1]
 
 
+_How = str | tuple[str, int]
+"""How a file was reached: loaded directly (the words), or by the include entry ``index``
+of a file."""
+
+
+class _Clash(Exception):
+    """A reused file's job has the name of another job: build without reuse."""
+
+
+def _sha256(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
 class _Abort(Exception):
     """A revision-wide limit was passed: reading more would only cost memory."""
 
@@ -288,10 +417,18 @@ class _Loader:
         self.listed: list[str] = []
         self._docs: dict[str, dict[str, Any] | None] = {}
         self._nodes: dict[str, Node | None] = {}
+        self._job_lines: dict[str, list[int]] = {}
+        self._dropped: set[str] = set()
+        """YAML files whose node tree is not kept (:meth:`position` parses them again)."""
+        self._scoped: list[Job] = []
+        """The jobs with concurrencyScope cluster (store_needs)."""
+        self.groups: list[Mapping[str, Job]] = []
+        """Each batch's jobs by name, in order (with a cache: a reused batch is the same
+        mapping from revision to revision, which plan() compares by identity)."""
         self._results: dict[str, _FileResult] = {}
         self._crontabs: dict[str, Crontab] = {}
         self._stack: list[str] = []
-        self._reached: dict[str, list[str]] = {}
+        self._reached: dict[str, list[_How]] = {}
         self._entry_files: list[str] = []
         self._included: dict[str, list[str]] = {}
         """The files each file includes, in order (for its workflows)."""
@@ -300,6 +437,7 @@ class _Loader:
         self.logging: LoggingConfig | None = None
         self.cluster: ClusterConfig | None = None
         self.state: StateConfig | None = None
+        self.metrics: MetricsConfig | None = None
         self.pools: dict[str, Pool] = {}
         self._pool_seen: dict[str, tuple[str, int]] = {}
         """Where each pool name was first written: (file, index in its ``pools``)."""
@@ -332,7 +470,18 @@ class _Loader:
         crontab = self._crontabs.get(file)
         if crontab is not None:
             return crontab.locate(path)
+        if file in self._dropped:
+            self._dropped.discard(file)
+            self._nodes[file] = self._reparse(file)
         return yamlread.locate(self._nodes.get(file), path)
+
+    def _reparse(self, file: str) -> Node | None:
+        """A file's node tree again (the load keeps none: they are most of its memory);
+        only for a problem or a warning to place, or a section's keys."""
+        try:
+            return yamlread.parse(self.tree.read(file), self.limits.max_yaml_nodes).root
+        except (TreeError, yamlread.YamlError):  # it parsed before: not expected
+            return None
 
     def validation_problems(
         self, exc: ValidationError, model: type[BaseModel], layers: list[_Layer]
@@ -356,11 +505,19 @@ class _Loader:
             self.problem(layer.file, (*layer.prefix, *shown), message, at=(*layer.prefix, *path))
 
     def inline_secrets(self) -> set[str]:
-        """The inline secrets written in every document read (see :mod:`.secrets`)."""
+        """The inline secrets written in every document read (see :mod:`.secrets`); a
+        cached document's are found once."""
         found: set[str] = set()
-        for doc in self._docs.values():
-            if doc is not None:
-                found |= inline_secrets(doc)
+        for path, doc in self._docs.items():
+            if doc is None:
+                continue
+            digest = self._digests.get(path)
+            known = self.cache.secrets(digest) if self.cache is not None and digest else None
+            if known is None:
+                known = frozenset(inline_secrets(doc))
+                if self.cache is not None and digest is not None:
+                    self.cache.keep_secrets(digest, known)
+            found |= known
         return found
 
     # ------------------------------------------------------------ reading
@@ -397,7 +554,7 @@ class _Loader:
             self.problems.append(Problem(self.shown(path), None, None, (), str(exc)))
             return None
         self.read_order.append(path)
-        digest = hashlib.sha256(data).digest()
+        digest = self.cache.digest(data) if self.cache is not None else _sha256(data)
         self._digests[path] = digest
         if is_crontab_name(path):
             return self._crontab(path, data)
@@ -414,10 +571,18 @@ class _Loader:
                     Problem(self.shown(path), exc.line, exc.column, exc.key, exc.message)
                 )
                 return None
+            if not _SECTIONS.intersection(parsed.data if isinstance(parsed.data, dict) else ()):
+                # the node tree goes (most of the memory): found again (_reparse) to place
+                # a problem; a file with a daemon-wide section keeps it, as each load
+                # places every key of its sections
+                parsed = parsed.without_nodes()
             if self.cache is not None:
                 self.cache.keep_document(digest, parsed)
         self._nodes_left -= parsed.size
         self._nodes[path] = parsed.root
+        if parsed.root is None:
+            self._dropped.add(path)
+        self._job_lines[path] = list(parsed.lines.get("jobs", ()))
         doc = parsed.data
         if doc is None:
             doc = {}
@@ -442,11 +607,15 @@ class _Loader:
         self._docs[path] = doc
         return doc
 
-    def crontab_warnings(self, entries: list[_JobEntry], jobs: dict[str, Job]) -> None:
+    def crontab_warnings(self, entries: list[_JobEntry | _Reused], jobs: dict[str, Job]) -> None:
         """Once per crontab: lines read in UTC for want of a zone; MAILTO that cannot send."""
         unzoned: dict[str, int] = {}
         unsent: dict[str, int] = {}
+        if not self._crontabs:
+            return
         for entry in entries:
+            if isinstance(entry, _Reused):
+                continue  # a YAML file's jobs
             crontab = self._crontabs.get(entry.file)
             name = entry.raw.get("name")
             job = jobs.get(name) if isinstance(name, str) else None
@@ -478,7 +647,7 @@ class _Loader:
         line, column = position if position else (None, None)
         self.warnings.append(Problem(self.shown(file), line, column, (), message))
 
-    def load_entry(self, entry: str) -> list[_JobEntry]:
+    def load_entry(self, entry: str) -> list[_JobEntry | _Reused]:
         if entry == "" or self.tree.is_dir(entry):
             self.listed.append(entry)
             files = self.tree.config_files_below(entry)
@@ -496,15 +665,15 @@ class _Loader:
                 )
         else:
             files = [entry]
-        jobs: list[_JobEntry] = []
+        jobs: list[_JobEntry | _Reused] = []
         self._entry_files = list(files)
         for path in files:
             jobs.extend(self.process(path, "loaded directly"))
         return jobs
 
     def process(
-        self, path: str, how: str, origin: tuple[str, KeyPath] | None = None
-    ) -> list[_JobEntry]:
+        self, path: str, how: _How, origin: tuple[str, KeyPath] | None = None
+    ) -> list[_JobEntry | _Reused]:
         """Load one file (once) and what it includes; ``origin`` is the include entry naming it."""
         self._reached.setdefault(path, []).append(how)
         if path in self._stack:
@@ -540,19 +709,12 @@ class _Loader:
                 self.problem(path, ("defaults",), "expected a mapping of job settings")
         jobs = doc.get("jobs")
         if isinstance(jobs, list):
-            for index, raw in enumerate(jobs):
-                if not isinstance(raw, dict):
-                    self.problem(path, ("jobs", index), "a job must be a mapping")
-                    continue
-                own = _Layer(path, ("jobs", index), raw)
-                base = (
-                    [_Layer(path, ("<crontab>",), base_defaults())]
-                    if path in self._crontabs
-                    else []
-                )
-                result.jobs.append(
-                    _JobEntry(path, index, raw, [*base, *result.defaults_layers, own])
-                )
+            base = [_Layer(path, ("<crontab>",), base_defaults())] if path in self._crontabs else []
+            reused = None if base else self._reusable(path, jobs, result.defaults_layers)
+            if reused is not None:
+                result.jobs.append(reused)
+            else:
+                result.jobs.extend(self._entries(path, jobs, [*base, *result.defaults_layers]))
         elif jobs is not None:
             self.problem(path, ("jobs",), "expected a list of jobs")
         flows = doc.get("workflows")
@@ -565,6 +727,64 @@ class _Loader:
         elif flows is not None:
             self.problem(path, ("workflows",), "expected a list of workflows")
         return result.jobs
+
+    def _entries(self, path: str, raws: list[Any], layers: list[_Layer]) -> list[_JobEntry]:
+        """An entry per job of a file's ``jobs``, below ``layers`` (its defaults)."""
+        entries: list[_JobEntry] = []
+        for index, raw in enumerate(raws):
+            if not isinstance(raw, dict):
+                self.problem(path, ("jobs", index), "a job must be a mapping")
+                continue
+            own = _Layer(path, ("jobs", index), raw)
+            entries.append(_JobEntry(path, index, raw, [*layers, own]))
+        return entries
+
+    def _reusable(self, path: str, raws: list[Any], defaults: list[_Layer]) -> _Reused | None:
+        """The previous load's batch of every job of the file, when none of its inputs
+        changed (the file, the defaults that reach it, the env files its jobs read)."""
+        if self.cache is None:
+            return None
+        if set(map(type, raws)) != {dict}:  # a C scan: one file's jobs are all mappings
+            return None  # the entries report what is not a mapping (or there are none)
+        key = self._batch_key(path, len(raws), defaults)
+        hit = self.cache.batch(key)
+        if hit is None or not self._deps_hold(hit):
+            return None
+        return _Reused(path, key, hit, raws, list(defaults))
+
+    def expand(self, group: _Reused) -> list[_JobEntry]:
+        return self._entries(group.file, group.raws, group.base)
+
+    def plain_entries(self, entries: list[_JobEntry | _Reused]) -> list[_JobEntry | _Reused]:
+        """``entries``, each reused file's made into entries after all when the revision has
+        workflows or pools: their checks (pool names, task names against jobs) read the
+        jobs' entries, so such a revision's jobs are built as without a cache (a cached
+        load equals a fresh one; the speed is for revisions of jobs only)."""
+        if not any(r.workflows for r in self._results.values()) and not self._pool_seen:
+            return entries
+        if not any(isinstance(e, _Reused) for e in entries):
+            return entries
+        plain: list[_JobEntry | _Reused] = []
+        for entry in entries:
+            plain.extend(self.expand(entry) if isinstance(entry, _Reused) else [entry])
+        return plain
+
+    def _batch_key(
+        self, file: str, indices: tuple[int, ...] | int, defaults: list[_Layer]
+    ) -> Hashable:
+        """What a batch is cached under; ``indices``: of the jobs in it (an int ``n``: the
+        first ``n``, a whole file of mappings, as a tuple ``0 … n-1`` is written)."""
+        if isinstance(indices, tuple) and indices and indices[-1] == len(indices) - 1:
+            indices = len(indices)  # increasing from 0: every index from 0 to the last
+        return (
+            file,
+            self._digests[file],
+            indices,
+            tuple((layer.file, self._digests[layer.file], layer.prefix) for layer in defaults),
+        )
+
+    def _deps_hold(self, batch: _Batch) -> bool:
+        return all(self._env_digest(p) == d for p, d in batch.deps)
 
     def workflow_entries(self) -> list[_FlowEntry]:
         """The workflows of every file :meth:`load_entry` loaded (includes first), in the
@@ -602,8 +822,7 @@ class _Loader:
             except TreeError as exc:
                 self.problem(path, ("include", index), str(exc))
                 continue
-            position = self.position(path, ("include", index))
-            how = f"included by {self.shown(path)}" + (f":{position[0]}" if position else "")
+            how: _How = (path, index)  # its words and line only for a message (_how)
             if self.tree.is_dir(target):
                 self.listed.append(target)
                 targets = self.tree.config_files_below(target)
@@ -627,6 +846,7 @@ class _Loader:
             ("logging", LoggingConfig),
             ("cluster", ClusterConfig),
             ("state", StateConfig),
+            ("metrics", MetricsConfig),
         )
         for key, model in sections:
             if key not in doc or doc[key] is None:
@@ -654,6 +874,8 @@ class _Loader:
                 self.cluster = section
             elif isinstance(section, StateConfig):
                 self.state = section
+            elif isinstance(section, MetricsConfig):
+                self.metrics = section
 
     def _pools_of(self, path: str, doc: dict[str, Any]) -> None:
         """The file's ``pools``: each validated; a name defined twice is an error naming
@@ -696,12 +918,18 @@ class _Loader:
             )
             self._section_positions(path, ("pools", config.name), raw)
 
-    def pool_refs(self, entries: list[_JobEntry], jobs: Mapping[str, Job]) -> None:
+    def pool_refs(self, entries: list[_JobEntry | _Reused], jobs: Mapping[str, Job]) -> None:
         """Every ``pool`` a job or a task names is a pool of the revision; a pool with
         ``scope: cluster`` has the cluster section's store to keep its slots in."""
         known = set(self.pools) | set(self._pool_seen)  # a broken pool is reported as such
         named_by: list[tuple[_JobEntry, Job]] = []
-        for entry in entries:
+        plain: list[_JobEntry] = []
+        for group in entries:
+            if not isinstance(group, _Reused):
+                plain.append(group)
+            elif any(job.config.pool is not None for job in group.batch.by_name.values()):
+                plain.extend(self.expand(group))  # located as a fresh load locates them
+        for entry in plain:
             name = entry.raw.get("name")
             job = jobs.get(name) if isinstance(name, str) else None
             if job is not None and job.file == entry.file:
@@ -729,7 +957,7 @@ class _Loader:
                         "add a cluster section (etcd or filesystem)",
                     )
 
-    def store_needs(self, jobs: Iterable[Job]) -> None:
+    def store_needs(self, jobs: Mapping[str, Job], tasks: Iterable[Job] = ()) -> None:
         """What needs a shared store has one: ``state.backend: etcd`` the etcd of the
         ``cluster`` section, ``concurrencyScope: cluster`` a ``cluster`` section."""
         state = self._sections.get("state")
@@ -749,18 +977,18 @@ class _Loader:
                     ),
                 )
         if self.cluster is None:
-            for job in jobs:
-                if job.config.concurrency_scope == "cluster":
-                    self.problems.append(
-                        Problem(
-                            self.shown(job.file),
-                            job.line,
-                            None,
-                            ("concurrencyScope",),
-                            f"job {job.name!r}: concurrencyScope cluster needs a shared store: "
-                            "add a cluster section (etcd, filesystem or kubernetes)",
-                        )
+            scoped = [job for job in self._scoped if jobs.get(job.name) is job]
+            for job in [*scoped, *(t for t in tasks if t.config.concurrency_scope == "cluster")]:
+                self.problems.append(
+                    Problem(
+                        self.shown(job.file),
+                        job.line,
+                        None,
+                        ("concurrencyScope",),
+                        f"job {job.name!r}: concurrencyScope cluster needs a shared store: "
+                        "add a cluster section (etcd, filesystem or kubernetes)",
                     )
+                )
 
     def _section_positions(self, file: str, key: KeyPath, value: Any) -> None:
         """Record where a section and every key and list item in it are written."""
@@ -776,13 +1004,38 @@ class _Loader:
 
     # ------------------------------------------------------------ jobs
 
-    def build_jobs(self, entries: list[_JobEntry]) -> dict[str, Job]:
+    def build_jobs(self, entries: list[_JobEntry | _Reused]) -> dict[str, Job]:
+        marks = (
+            len(self.warnings),
+            len(self.problems),
+            len(self._scoped),
+            len(self.groups),
+            len(self.read_order),
+        )
+        try:
+            return self._build_jobs(entries)
+        except _Clash:
+            # a name in two places: every reused file's entries are made after all, and
+            # the duplicates are reported as without a cache (what was built is cached)
+            del self.warnings[marks[0] :], self.problems[marks[1] :], self._scoped[marks[2] :]
+            del self.groups[marks[3] :], self.read_order[marks[4] :]
+            expanded: list[_JobEntry | _Reused] = []
+            for entry in entries:
+                expanded.extend(self.expand(entry) if isinstance(entry, _Reused) else [entry])
+            return self._build_jobs(expanded)
+
+    def _build_jobs(self, entries: list[_JobEntry | _Reused]) -> dict[str, Job]:
         # Duplicates are found on the names as written, before validation, so a
         # duplicate is reported even when one of the two jobs has other problems.
-        unique: list[_JobEntry] = []
+        # A reused file's names are not checked one by one: a clash shows as a table
+        # that grows by less than the file's jobs (_Clash).
+        unique: list[_JobEntry | _Reused] = []
         first_seen: dict[str, _JobEntry] = {}
         seen: set[tuple[str, int]] = set()
         for entry in entries:
+            if isinstance(entry, _Reused):
+                unique.append(entry)
+                continue
             name = entry.raw.get("name")
             again = (entry.file, entry.index) in seen
             if isinstance(name, str) and name in first_seen:
@@ -794,21 +1047,61 @@ class _Loader:
             if isinstance(name, str):
                 first_seen[name] = entry
             unique.append(entry)
-        jobs: dict[str, Job] = {}
+        reused = any(isinstance(e, _Reused) for e in unique)
+        parts: list[Mapping[str, Job]] = []
+        grouped = self.cache is not None
         for batch in self._batches(unique):
+            if isinstance(batch, _Reused):
+                self._replay(batch.batch)
+                assert self.cache is not None  # only a cache has batches to reuse
+                self.cache.keep_batch(batch.key, batch.batch)
+                self.groups.append(batch.batch.by_name)
+                parts.append(batch.batch.by_name)
+                continue
+            groups = len(self.groups)
             results = self.build_batch(batch)
-            for entry in batch:
-                job = results.get(entry.index)
-                if job is not None:
-                    jobs[job.name] = job
-                    self._secret_warnings(job.config, entry)
-                    self._report_warnings(job.config, entry)
+            if len(self.groups) > groups:
+                parts.append(self.groups[-1])
+            else:  # not kept (no cache, or problems): its jobs by name all the same
+                grouped = False
+                built = (results.get(entry.index) for entry in batch)
+                parts.append({job.name: job for job in built if job is not None})
+        jobs = self.cache.jobs_like(parts) if grouped and self.cache is not None else None
+        if jobs is None:
+            jobs = {}
+            for part in parts:
+                size = len(jobs)
+                jobs.update(part)
+                if reused and len(jobs) != size + len(part):
+                    raise _Clash
+        if grouped and self.cache is not None:
+            self.cache.keep_jobs(jobs, parts)
         return jobs
 
-    def _report_warnings(self, config: RunSettings, entry: _JobEntry) -> None:
+    def _replay(self, batch: _Batch) -> None:
+        """What a reused batch found when it was built, found again."""
+        self.warnings.extend(batch.warnings)
+        self.problems.extend(batch.problems)
+        self._scoped.extend(batch.scoped)
+        for path, _ in batch.deps:
+            if path not in self.read_order:
+                self.read_order.append(path)
+
+    def _scan(self, batch: list[_JobEntry], results: dict[int, Job]) -> None:
+        """The checks of built jobs: secrets given twice, reporters set in part."""
+        for entry in batch:
+            job = results.get(entry.index)
+            if job is not None:
+                written = _written_keys(entry)
+                self._secret_warnings(job.config, entry, written)
+                self._report_warnings(job.config, entry, written)
+                if job.config.concurrency_scope == "cluster":
+                    self._scoped.append(job)
+
+    def _report_warnings(self, config: RunSettings, entry: _JobEntry, written: set[str]) -> None:
         """Warn about a reporter given some but not all of its required keys (it stays off);
-        an error for mail with from and to but no smtpHost."""
-        written = _written_keys(entry)
+        an error for mail with from and to but no smtpHost.  ``written``: the job's
+        top-level keys (:func:`_written_keys`)."""
         for key, moment in report_moments(config):
             if key not in written:
                 continue  # nothing written under it: the defaults, which never warn
@@ -842,9 +1135,8 @@ class _Loader:
         line, column = position if position else (None, None)
         into.append(Problem(self.shown(layer.file), line, column, where, message))
 
-    def _secret_warnings(self, config: RunSettings, entry: _JobEntry) -> None:
+    def _secret_warnings(self, config: RunSettings, entry: _JobEntry, written: set[str]) -> None:
         """Warn about a secret given more than one source: only the first set one is used."""
-        written = _written_keys(entry)
         for attributes, key in _job_secret_paths():
             if key[0] not in written:
                 continue  # nothing written under it: no source set
@@ -885,10 +1177,17 @@ class _Loader:
         self.warnings.append(Problem(self.shown(file), line, column, where, message))
 
     @staticmethod
-    def _batches(entries: list[_JobEntry]) -> Iterator[list[_JobEntry]]:
-        """Runs of jobs of one file sharing the same defaults (one file's own jobs)."""
+    def _batches(entries: list[_JobEntry | _Reused]) -> Iterator[list[_JobEntry] | _Reused]:
+        """Runs of jobs of one file sharing the same defaults (one file's own jobs); a
+        reused file's jobs are one run."""
         batch: list[_JobEntry] = []
         for entry in entries:
+            if isinstance(entry, _Reused):
+                if batch:
+                    yield batch
+                    batch = []
+                yield entry
+                continue
             if batch and (entry.file, entry.layers[:-1]) != (batch[0].file, batch[0].layers[:-1]):
                 yield batch
                 batch = []
@@ -896,45 +1195,60 @@ class _Loader:
         if batch:
             yield batch
 
+    def _how(self, how: _How) -> str:
+        """How a file was reached, in words: "loaded directly", "included by a.yaml:3"."""
+        if isinstance(how, str):
+            return how
+        path, index = how
+        position = self.position(path, ("include", index))
+        return f"included by {self.shown(path)}" + (f":{position[0]}" if position else "")
+
     def _duplicate(self, name: str, first: _JobEntry, entry: _JobEntry) -> None:
         file = first.file
         position = self.position(file, ("jobs", first.index))
         line = position[0] if position else "?"
         if (file, first.index) == (entry.file, entry.index):
-            reached = " and ".join(self._reached.get(entry.file, []))
+            reached = " and ".join(self._how(how) for how in self._reached.get(entry.file, []))
             message = f"job {name!r} is defined twice: {self.shown(entry.file)} is {reached}"
         else:
             message = f"job {name!r} is defined twice; the first is at {self.shown(file)}:{line}"
         self.problem(entry.file, ("jobs", entry.index, "name"), message)
 
     def build_batch(self, batch: list[_JobEntry]) -> dict[int, Job]:
-        """Build one file's jobs, reusing the previous load's when no input changed."""
+        """Build one file's jobs and scan them, reusing the previous load's when no input
+        changed."""
         if not batch:
             return {}
-        if self.cache is None:
-            return self._build_all(batch)[0]
         first = batch[0]
         key = (
-            first.file,
-            self._digests[first.file],
-            tuple(e.index for e in batch),
-            tuple(
-                (layer.file, self._digests[layer.file], layer.prefix) for layer in first.layers[:-1]
-            ),
+            self._batch_key(first.file, tuple(e.index for e in batch), first.layers[:-1])
+            if self.cache is not None
+            else None
         )
-        hit = self.cache.batch(key)
-        if hit is not None and all(self._env_digest(p) == d for p, d in hit[1]):
-            jobs, deps = hit
-            for path, _ in deps:
-                if path not in self.read_order:
-                    self.read_order.append(path)
-        else:
-            problems_before = len(self.problems)
-            jobs, env_files = self._build_all(batch)
-            if len(self.problems) != problems_before:
-                return jobs
-            deps = tuple((p, self._digests[p]) for p in env_files)
-        self.cache.keep_batch(key, jobs, deps)
+        hit = self.cache.batch(key) if self.cache is not None else None
+        if hit is not None and self._deps_hold(hit):
+            self._replay(hit)
+            assert self.cache is not None
+            self.cache.keep_batch(key, hit)
+            self.groups.append(hit.by_name)
+            return hit.jobs
+        problems, warnings, scoped = len(self.problems), len(self.warnings), len(self._scoped)
+        jobs, env_files = self._build_all(batch)
+        built = len(self.problems) == problems
+        self._scan(batch, jobs)
+        if self.cache is None or not built:
+            return jobs
+        kept = _Batch(
+            jobs,
+            tuple((p, self._digests[p]) for p in env_files),
+            by_name={job.name: job for job in jobs.values()},
+            warnings=tuple(self.warnings[warnings:]),
+            problems=tuple(self.problems[problems:]),
+            scoped=tuple(self._scoped[scoped:]),
+            digests=tuple(sorted(job.digest for job in jobs.values())),
+        )
+        self.cache.keep_batch(key, kept)
+        self.groups.append(kept.by_name)
         return jobs
 
     def _build_all(self, batch: list[_JobEntry]) -> tuple[dict[int, Job], set[str]]:
@@ -957,8 +1271,9 @@ class _Loader:
 
     def _build_job(self, entry: _JobEntry) -> tuple[Job, tuple[str, ...]] | None:
         """The job and the env files it read."""
-        merged: dict[str, Any] = {}
-        for layer in entry.layers:
+        # merge() copies what it merges into, so the first layer needs no copy of its own
+        merged: dict[str, Any] = entry.layers[0].data
+        for layer in entry.layers[1:]:
             merged = merge(merged, layer.data)
         try:
             config = JobConfig.model_validate(merged)
@@ -980,17 +1295,25 @@ class _Loader:
             )
             return None
         zone = job_zone(config, schedule.zone)
-        position = self.position(entry.file, ("jobs", entry.index))
         job = Job(
             config=config,
             schedule=schedule,
             timezone=zone,
             environment=environment,
             file=entry.file,
-            line=position[0] if position else 0,
+            line=self._job_line(entry.file, entry.index),
             digest=job_digest(config, schedule, environment),
         )
         return job, env_files
+
+    def _job_line(self, file: str, index: int) -> int:
+        """The line of the file's ``jobs`` item ``index`` (0 if unknown); a file's lines
+        are found once, not by a walk from the document's root for every job."""
+        if file in self._crontabs:
+            position = self.position(file, ("jobs", index))
+            return position[0] if position else 0
+        lines = self._job_lines.get(file, [])
+        return lines[index] if index < len(lines) else 0
 
     def _environment(
         self, config: RunSettings, entry: _JobEntry
@@ -1035,7 +1358,7 @@ class _Loader:
             name = entry.raw.get("name")
             if (entry.file, entry.index) in seen:
                 if isinstance(name, str) and first_seen.get(name) is entry:
-                    reached = " and ".join(self._reached.get(entry.file, []))
+                    reached = " and ".join(map(self._how, self._reached.get(entry.file, [])))
                     self.problem(
                         entry.file,
                         ("workflows", entry.index, "name"),
@@ -1197,8 +1520,9 @@ class _Loader:
                 continue
             built[str(task.task)] = task
             self._task_entries.append((job_entry, task))
-            self._secret_warnings(task.config, job_entry)
-            self._report_warnings(task.config, job_entry)
+            keys = _written_keys(job_entry)
+            self._secret_warnings(task.config, job_entry, keys)
+            self._report_warnings(task.config, job_entry, keys)
         known = list(raws)
         for task_name, (index, raw) in raws.items():
             where = (*prefix, index)
@@ -1429,18 +1753,36 @@ def load(
     """
     loader = _Loader(tree, cache, display_root, limits)
     jobs: dict[str, Job] = {}
+    digests = b""
     workflows: dict[str, Workflow] = {}
     finished = False
     try:
         with _gc_paused():
-            entries = loader.load_entry(entry)
+            entries = loader.plain_entries(loader.load_entry(entry))
             jobs = loader.build_jobs(entries)
             workflows = loader.build_workflows(loader.workflow_entries(), jobs)
             loader.crontab_warnings(entries, jobs)
             loader.pool_refs(entries, jobs)
             loader.store_needs(
-                [*jobs.values(), *(t for flow in workflows.values() for t in flow.tasks.values())]
+                jobs, (t for flow in workflows.values() for t in flow.tasks.values())
             )
+            if not loader.problems:
+                plain = not workflows and not loader.pools
+                spliced = cache.joined_digests() if cache is not None and plain else None
+                digests = (
+                    spliced
+                    if spliced is not None
+                    else joined_digests(
+                        [
+                            *(job.digest for job in jobs.values()),
+                            *(f.digest for f in workflows.values()),
+                            *(p.digest for p in loader.pools.values()),
+                        ]
+                    )
+                )
+                if cache is not None:
+                    # a splice starts from a load of jobs only (every digest one length)
+                    cache.keep_digests(digests if plain else None)
         finished = True
     except _Abort:
         pass
@@ -1456,20 +1798,16 @@ def load(
         logging=loader.logging,
         cluster=loader.cluster,
         state=loader.state,
+        metrics=loader.metrics,
         pools=loader.pools,
-        job_set_id=job_set_id(
-            [
-                *(job.digest for job in jobs.values()),
-                *(f.digest for f in workflows.values()),
-                *(p.digest for p in loader.pools.values()),
-            ]
-        ),
+        job_set_id=job_set_id_of_joined(digests),
         workflows=workflows,
         files=tuple(loader.read_order),
         directories=tuple(dict.fromkeys(loader.listed)),
         warnings=tuple(dict.fromkeys(_hidden(loader.warnings, secrets))),
         positions=loader.positions,
         secrets=frozenset(secrets),
+        groups=tuple(loader.groups) if cache is not None else (),
     )
 
 

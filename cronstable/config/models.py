@@ -102,7 +102,7 @@ class Model(BaseModel):
     @classmethod
     def _empty_section_is_default(cls, data: Any) -> Any:
         """``onFailure:`` with nothing after it means the defaults, not an error."""
-        if isinstance(data, dict):
+        if isinstance(data, dict) and None in data.values():  # a C scan; rarely true
             nested = section_keys(cls)
             if nested and any(data.get(key, 0) is None for key in nested):
                 data = {k: v for k, v in data.items() if not (v is None and k in nested)}
@@ -1571,6 +1571,23 @@ class StateConfig(Model):
     runs anyway as if stateless (and logs it); ``fail-closed`` skips that launch."""
 
 
+PER_JOB_METRICS_UP_TO = 10_000
+"""Without ``metrics.perJob``, per-job metric series are kept up to this many jobs."""
+
+
+def _optional_flag(value: Any) -> Any:
+    return None if value is None else to_flag(value)
+
+
+class MetricsConfig(Model):
+    """The daemon's Prometheus metrics (``GET /metrics``)."""
+
+    per_job: Annotated[bool | None, BeforeValidator(_optional_flag)] = Field(None, alias="perJob")
+    """Keep the series labelled by job (runs, durations, CPU, memory, retries, runs going,
+    last success, next fire). Unset: on up to 10,000 jobs, off above (a log line says so);
+    off, the daemon-wide series stay and a scrape costs the same for any number of jobs."""
+
+
 class PoolConfig(Model):
     """A pool of slots shared by the jobs that name it: at most ``slots`` of their runs
     go at once; others wait in the pool's queue, highest ``poolPriority`` first, then
@@ -1621,6 +1638,8 @@ class ConfigFile(Model):
     """Leader election between the daemons that follow this configuration."""
     state: StateConfig | None = None
     """Durable state kept across restarts of the daemon."""
+    metrics: MetricsConfig | None = None
+    """What ``GET /metrics`` serves."""
     pools: Annotated[
         list[PoolConfig], BeforeValidator(to_list, json_schema_input_type=list[PoolConfig] | None)
     ] = Field(default_factory=list)

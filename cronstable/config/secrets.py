@@ -185,8 +185,17 @@ def _walk(model: type[BaseModel], data: Any, path: KeyPath, out: list[_Found]) -
 
 def _visit(slot: _Slot, shape: _Shape, value: Any, path: KeyPath, out: list[_Found]) -> None:
     if isinstance(value, list) and shape.items is not None:
+        inner = shape.items
+        if slot.kind is None and inner.items is None and inner.values is None and inner.model:
+            # a list of models (``jobs``): items whose keys lead to no secret are skipped
+            # without a call each (a C scan of their keys)
+            slots = _slot_by_key(inner.model).keys()
+            for index, item in enumerate(value):
+                if isinstance(item, dict) and not slots.isdisjoint(item):
+                    _walk(inner.model, item, (*path, index), out)
+            return
         for index, item in enumerate(value):
-            _visit(slot, shape.items, item, (*path, index), out)
+            _visit(slot, inner, item, (*path, index), out)
     elif isinstance(value, dict) and shape.values is not None:
         for key, item in value.items():
             _visit(slot, shape.values, item, (*path, key), out)

@@ -21,7 +21,8 @@ is a few nodes that expand to billions of values) and refused past the budget.
 from __future__ import annotations
 
 import codecs
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -336,6 +337,14 @@ class Document:
     root: Node | None
     size: int = 0
     """Values in the document, each use of an alias counted as a copy of what it names."""
+    lines: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """The line of each item of each top-level list, by its key (what a loader places
+    most often; it lets the node tree go: :meth:`without_nodes`)."""
+
+    def without_nodes(self) -> Document:
+        """The document without its node tree (most of its memory); what :attr:`lines`
+        says stays, anything else is located by parsing the bytes again."""
+        return replace(self, root=None)
 
     def locate(self, path: KeyPath) -> tuple[int, int] | None:
         return locate(self.root, path)
@@ -392,7 +401,7 @@ def parse(data: bytes | str, budget: int | None = None) -> Document:
             return Document(None, None, 0)
         builder = _Builder(limit)
         value = builder.build(root)
-        return Document(value, root, builder.size[id(root)])
+        return Document(value, root, builder.size[id(root)], _item_lines(root))
     except YamlError:
         raise
     except _OverBudget as exc:
@@ -442,6 +451,31 @@ def _entries(node: MappingNode) -> list[tuple[Node, Node]]:
         else:
             own.append((key, value))
     return merged + own
+
+
+def _item_lines(root: Node) -> dict[str, tuple[int, ...]]:
+    if not isinstance(root, MappingNode):
+        return {}
+    found: dict[str, tuple[int, ...]] = {}
+    for name, value in _entries(root):  # later entries win, as in locate()
+        if isinstance(name, ScalarNode) and isinstance(value, SequenceNode):
+            found[name.value] = tuple(item.start_mark.line + 1 for item in value.value)
+        elif isinstance(name, ScalarNode):
+            found.pop(name.value, None)
+    return found
+
+
+def item_lines(root: Node | None, key: str) -> list[int] | None:
+    """The line (1-based) of each item of the list under the top-level ``key``, or None
+    when there is no such list: :func:`locate` of ``(key, i)`` for every ``i`` at once."""
+    if not isinstance(root, MappingNode):
+        return None
+    for name, value in reversed(_entries(root)):
+        if isinstance(name, ScalarNode) and name.value == key:
+            if isinstance(value, SequenceNode):
+                return [item.start_mark.line + 1 for item in value.value]
+            return None
+    return None
 
 
 def locate(root: Node | None, path: KeyPath) -> tuple[int, int] | None:

@@ -76,6 +76,10 @@ class NodeFacts:
     """``-l``/``--log-format`` as given: they win over the ``logging`` section."""
     limits: Limits = DEFAULT_LIMITS
     """The input limits every revision is loaded under."""
+    own_process: bool = False
+    """The daemon is the process (``cronstable run``): what the first revision made is
+    frozen out of the cyclic collector's walks (see :class:`~cronstable.reconcile.apply.Applier`);
+    never in a process that builds daemons of its own (the tests)."""
     runtime_dir: Path | None = None
     """``--runtime-dir``: the daemon's runtime directory, where the runs' sockets are
     (None: the platform's, :func:`cronstable.platform.run_channel_dir`)."""
@@ -286,7 +290,9 @@ def build_daemon(
         # commit serves what the others committed
         web,
     ]
-    applier = Applier(sections, metrics, limits=node.limits, status=status)
+    applier = Applier(
+        sections, metrics, limits=node.limits, status=status, freeze_start_up=node.own_process
+    )
 
     # closed in this order once the runs drained (a failure is logged, the rest closed)
     closing: list[Closer] = [

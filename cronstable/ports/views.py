@@ -238,6 +238,10 @@ class Status:
     """None without a ``state`` section."""
     stores: Mapping[str, StoreView]
     """The stores the sections use, by name (``cluster``, ``slots``, ``state``)."""
+    job_count: int = 0
+    """Jobs in the applied table (``jobs`` may hold a page of them)."""
+    next_cursor: str | None = None
+    """Where the next page of ``jobs`` starts (None: this page is the last)."""
     workflows: tuple[WorkflowStatus, ...] = ()
     pools: tuple[PoolView, ...] = ()
     """Every pool, the applied ones first."""

@@ -16,9 +16,11 @@ a rejected revision is not retried in a loop — the next revision is tried.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
@@ -145,6 +147,30 @@ class LoggingSection:
         """Nothing to release: the installed logging outlives the daemon's stop."""
 
 
+@contextlib.contextmanager
+def _first_revision_gc() -> Iterator[None]:
+    """Until the first revision is applied, no cyclic collection; then everything alive is
+    frozen (:func:`gc.freeze`): never walked by the collector again.
+
+    Start-up makes most of the objects a daemon ever holds (3 million for 100,000 jobs),
+    and the collector would walk them three times over as they age through its
+    generations (a fifth of the start-up, measured) to free none of them.  Reference
+    counting still frees frozen objects: a revision's state holds no cycles (models, jobs,
+    schedules, parsed documents), so the revision that replaces this one frees it.  What
+    freezing could keep is a frozen object that later becomes part of a garbage cycle;
+    the set is fixed once, at start-up (again only while no revision was applied yet), so
+    such a leak is bounded by it and never grows with time or reloads.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
 def _internal(exc: Exception) -> Problem:
     return Problem("", None, None, (), f"internal error ({type(exc).__name__}: {exc})")
 
@@ -159,14 +185,18 @@ class Applier:
         *,
         limits: Limits | None = None,
         status: ReconcileStatus | None = None,
+        freeze_start_up: bool = False,
     ) -> None:
         """``sections``: prepared and committed in this order; ``status``: where the
-        attempts are recorded (its observers hear of each)."""
+        attempts are recorded (its observers hear of each); ``freeze_start_up``: the
+        process is this daemon's own, and what its first revision made is frozen out of
+        the cyclic collector's walks (:func:`_first_revision_gc`)."""
         self.sections: list[Section[Any]] = list(sections)
         self.metrics = metrics
         self.limits = limits if limits is not None else Limits()
         self.status = status if status is not None else ReconcileStatus()
         self.cache = LoadCache()
+        self.freeze_start_up = freeze_start_up
         self._lock = asyncio.Lock()
         self._crontabs_seen: set[str] = set()
 
@@ -200,7 +230,10 @@ class Applier:
         dropped unrecorded (outcome "superseded").
         """
         async with self._lock:
-            return await self._reconcile(snapshot, recheck)
+            if self.status.applied_state is not None or not self.freeze_start_up:
+                return await self._reconcile(snapshot, recheck)
+            with _first_revision_gc():
+                return await self._reconcile(snapshot, recheck)
 
     async def _reconcile(self, snapshot: Snapshot, recheck: Recheck | None) -> RevisionRecord:
         started = time.perf_counter()

@@ -10,7 +10,7 @@ unchanged one costs one string comparison.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -20,7 +20,7 @@ from cronstable.config.models import WorkflowSettings
 from cronstable.published import hide_secrets
 
 JobChangeKind = Literal["added", "removed", "changed"]
-SECTIONS = ("web", "logging", "cluster", "state")
+SECTIONS = ("web", "logging", "cluster", "state", "metrics")
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +290,27 @@ def _section(state: DesiredState | None, name: str) -> Any:
     )
 
 
+def changed_groups(
+    desired: DesiredState, applied: DesiredState | None
+) -> tuple[list[str], list[str]] | None:
+    """The names of the jobs in the groups (files) of ``applied`` that ``desired`` does not
+    have, and in those of ``desired`` that ``applied`` does not have; every other job is the
+    same object in both.  None when the two cannot be told apart by their groups (no
+    groups: loads without a cache), then every job is compared.  Costs the groups that
+    changed, not the jobs: a one-file edit in 100,000 jobs compares that file's."""
+    if applied is None or not desired.groups or not applied.groups:
+        return None
+    if sum(map(len, desired.groups)) != len(desired.jobs):
+        return None
+    if sum(map(len, applied.groups)) != len(applied.jobs):
+        return None
+    before = {id(group) for group in applied.groups}
+    after = {id(group) for group in desired.groups}
+    gone = [name for group in applied.groups if id(group) not in after for name in group]
+    arrived = [name for group in desired.groups if id(group) not in before for name in group]
+    return gone, arrived
+
+
 def plan(
     desired: DesiredState,
     applied: DesiredState | None,
@@ -298,7 +319,30 @@ def plan(
     applied_revision: str | None = None,
 ) -> Plan:
     """What applying ``desired`` over ``applied`` (None: nothing running) changes."""
-    changes, unchanged = _job_changes(applied.jobs if applied is not None else {}, desired.jobs)
+    old_jobs = applied.jobs if applied is not None else {}
+    changes: list[JobChange] = []
+    unchanged = 0
+    maybe = changed_groups(desired, applied)
+    if maybe is None:
+        gone: Iterable[str] = old_jobs
+        arrived: Iterable[str] = desired.jobs
+    else:
+        gone, arrived = maybe
+        # the jobs of the files that did not change are the same objects as before
+        unchanged = len(desired.jobs) - len(arrived)
+    for name in gone:
+        if name not in desired.jobs:
+            changes.append(JobChange(name, "removed", old_jobs[name], None))
+    for name in arrived:
+        job = desired.jobs[name]
+        before = old_jobs.get(name)
+        if before is None:
+            changes.append(JobChange(name, "added", None, job))
+        elif before.digest != job.digest:
+            changes.append(JobChange(name, "changed", before, job, job_fields(before, job)))
+        else:
+            unchanged += 1
+    changes.sort(key=lambda c: ({"removed": 0, "added": 1, "changed": 2}[c.kind], c.name))
     flows, unchanged_flows = _workflow_changes(desired, applied)
     sections = tuple(
         SectionChange(name, old, new)

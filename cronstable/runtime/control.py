@@ -12,7 +12,9 @@ and metric series of jobs a revision removes, at the commit that removes them.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
@@ -22,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from cronstable.config import ConfigError, DesiredState, Job, load_snapshot
 from cronstable.config.limits import DEFAULT_LIMITS, Limits
+from cronstable.config.models import PER_JOB_METRICS_UP_TO
 from cronstable.metrics import DaemonMetrics
 from cronstable.ports import (
     AppliedConfig,
@@ -59,7 +62,16 @@ from cronstable.runtime.table import FlowRun
 from cronstable.sources.base import Source, SourceError
 from cronstable.workflows.dag import levels
 
-__all__ = ["DaemonControl", "RunRecordsSection", "StartRefused"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["DaemonControl", "RunRecordsSection", "StartRefused", "page_cursor"]
+
+
+def page_cursor(position: int, job: Job) -> str:
+    """The cursor of a ``/status`` page starting at ``job`` (at ``position`` in the table):
+    opaque to clients, URL-safe."""
+    text = f"{position}:{job.name}".encode()
+    return base64.urlsafe_b64encode(text).decode("ascii").rstrip("=")
 
 
 class DaemonControl:
@@ -168,28 +180,37 @@ class DaemonControl:
         origin = self.source.origin() if self.source is not None else None
         return None if origin is None else (origin.url, origin.ref)
 
-    def status(self) -> Status:
+    def status(self, limit: int | None = None, cursor: str | None = None) -> Status:
+        """The daemon at a glance; its jobs in configuration order, every one, or at most
+        ``limit`` from ``cursor`` (a previous page's ``next_cursor``; ValueError when it
+        is not one).  A page costs what it holds, however many jobs there are."""
         status = self.reconciled
+        scheduler = self.scheduler
+        count = scheduler.job_count()
+        start = 0 if cursor is None else self._resume(cursor)
+        page = scheduler.page(start, count if limit is None else limit)
         jobs = tuple(
             JobStatus(
-                name=name,
+                name=job.name,
                 schedule=job.schedule.text,
                 timezone=str(job.timezone),
                 enabled=job.config.enabled,
-                next_fire=self.scheduler.next_fire(name),
-                next_start=self.scheduler.next_start(name),
+                next_fire=scheduler.next_fire(job.name),
+                next_start=scheduler.next_start(job.name),
                 jitter=job.config.jitter or None,
-                pauses=self.pause_control.pauses(name)
+                pauses=self.pause_control.pauses(job.name)
                 if self.pause_control is not None
                 else JobPauses(),
-                backfill=self.backfills.view(name),
-                buffered=self.scheduler.buffered(name),
-                running=tuple(self.history.running(name)),
-                last_run=self.history.last(name),
-                retry_pending=self.scheduler.retry_pending(name),
+                backfill=self.backfills.view(job.name),
+                buffered=scheduler.buffered(job.name),
+                running=tuple(self.history.running(job.name)),
+                last_run=self.history.last(job.name),
+                retry_pending=scheduler.retry_pending(job.name),
             )
-            for name, job in self.scheduler.jobs.items()
+            for _, job in page
         )
+        following = scheduler.page(page[-1][0] + 1, 1) if page else []
+        next_cursor = page_cursor(*following[0]) if following else None
         rejected = status.last_failed
         applied = status.applied
         if rejected is not None and applied is not None and rejected.time < applied.time:
@@ -200,9 +221,25 @@ class DaemonControl:
             jobs=jobs,
             state=self.state() if self.state is not None else None,
             stores=self._stores(),
+            job_count=count,
+            next_cursor=next_cursor,
             workflows=self.workflows(),
             pools=self.pools(),
         )
+
+    def _resume(self, cursor: str) -> int:
+        """Where the page a cursor names starts: at its job, or where that job was when a
+        revision removed it since (jobs may then be skipped or shown twice)."""
+        try:
+            text = base64.urlsafe_b64decode(cursor.encode("ascii") + b"==").decode("utf-8")
+            index, name = text.split(":", 1)
+            where = int(index)
+        except (ValueError, UnicodeError) as exc:
+            raise ValueError("not a cursor this daemon gave") from exc
+        if where < 0:
+            raise ValueError("not a cursor this daemon gave")
+        found = self.scheduler.position(name)
+        return found if found is not None else where
 
     async def fleet(self, after: str | None = None, limit: int = DEFAULT_PAGE) -> FleetView:
         """A page of the fleet view (``GET /fleet``)."""
@@ -482,13 +519,28 @@ class DaemonControl:
             self.source.nudge(revision)
 
 
+def per_job_metrics(desired: DesiredState) -> tuple[bool, str]:
+    """Whether a revision keeps per-job metric series, and why (``metrics.perJob``; unset:
+    up to :data:`~cronstable.config.models.PER_JOB_METRICS_UP_TO` jobs)."""
+    chosen = desired.metrics.per_job if desired.metrics is not None else None
+    if chosen is not None:
+        return chosen, f"metrics.perJob is {'true' if chosen else 'false'}"
+    count = len(desired.jobs)
+    if count > PER_JOB_METRICS_UP_TO:
+        return False, (
+            f"the revision has {count:,} jobs, over {PER_JOB_METRICS_UP_TO:,} "
+            "(metrics.perJob: true keeps them)"
+        )
+    return True, f"the revision has {count:,} jobs"
+
+
 Gone = tuple[list[str], list[str]]
 """The jobs (workflows' tasks among them) and the workflows a revision removes."""
 
 
 class RunRecordsSection:
     """Drops the history and metric series of removed jobs, tasks and workflows when a
-    revision commits."""
+    revision commits, and keeps per-job metric series or not (``metrics.perJob``)."""
 
     name = "run-records"
 
@@ -500,12 +552,15 @@ class RunRecordsSection:
         self.flow_history = flow_history
 
     def affected(self, plan: Plan) -> bool:
-        return any(change.kind == "removed" for change in plan.jobs) or any(
-            task.kind == "removed" for task in plan.task_changes()
+        return (
+            any(change.kind != "changed" for change in plan.jobs)
+            or any(task.kind == "removed" for task in plan.task_changes())
+            or any(change.section == "metrics" for change in plan.sections)
         )
 
-    async def prepare(self, desired: DesiredState) -> Gone:
-        """What ``desired`` removes of what runs now (before any section commits)."""
+    async def prepare(self, desired: DesiredState) -> tuple[Gone, bool, str]:
+        """What ``desired`` removes of what runs now (before any section commits), and
+        whether per-job series are kept, with why."""
         scheduler = self.metrics.scheduler
         tasks = desired.tasks()
         running = [
@@ -514,17 +569,24 @@ class RunRecordsSection:
         ]
         jobs = [name for name in running if name not in desired.jobs and name not in tasks]
         flows = [name for name in scheduler.workflows if name not in desired.workflows]
-        return jobs, flows
+        return ((jobs, flows), *per_job_metrics(desired))
 
-    def commit(self, prepared: Gone, desired: DesiredState) -> None:
-        jobs, flows = prepared
+    def commit(self, prepared: tuple[Gone, bool, str], desired: DesiredState) -> None:
+        (jobs, flows), per_job, why = prepared
         self.history.forget(jobs)
         self.metrics.forget(jobs)
         self.metrics.forget_workflows(flows)
         if self.flow_history is not None:
             self.flow_history.forget(flows)
+        if per_job != self.metrics.per_job:
+            logger.info(
+                "Per-job metric series %s: %s",
+                "on" if per_job else "off (each job's series dropped)",
+                why,
+            )
+            self.metrics.keep_per_job(per_job)
 
-    async def discard(self, prepared: Gone) -> None:
+    async def discard(self, prepared: tuple[Gone, bool, str]) -> None:
         return None
 
     async def close(self) -> None:

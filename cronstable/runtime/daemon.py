@@ -36,7 +36,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -44,7 +44,7 @@ from cronstable.config import ConfigError, DesiredState, Job, Problem
 from cronstable.metrics import DaemonMetrics
 from cronstable.ports import RunChannel
 from cronstable.reconcile.apply import Applier
-from cronstable.reconcile.plan import Plan
+from cronstable.reconcile.plan import Plan, changed_groups
 from cronstable.redact import redact
 from cronstable.runtime import exec_shim
 from cronstable.runtime.control import DaemonControl
@@ -71,11 +71,29 @@ class _StopRequested(Exception):
     """A stop request came while the daemon was still starting."""
 
 
-def resolve_identities(state: DesiredState) -> dict[str, Identity | None]:
-    """Each job's user/group as ids; raises ConfigError naming every job that cannot run."""
+def resolve_identities(
+    state: DesiredState,
+    names: Collection[str] | None = None,
+    known: Mapping[str, Identity | None] | None = None,
+) -> dict[str, Identity | None]:
+    """Each job's user/group as ids; raises ConfigError naming every job that cannot run.
+
+    ``names``: only these jobs may differ from ``known`` (the identities of the revision
+    running), whose others are kept as they are."""
     identities: dict[str, Identity | None] = {}
+    if names is not None and known is not None:
+        identities = dict(known)
+        for name in names:
+            identities.pop(name, None)
     problems: list[Problem] = []
-    for name, job in {**state.jobs, **state.tasks()}.items():
+    jobs = state.jobs
+    tasks = state.tasks()  # few: each resolved again (a group's delta names jobs only)
+    chosen = (
+        {**jobs, **tasks}.items()
+        if names is None
+        else [*((n, jobs[n]) for n in names if n in jobs), *tasks.items()]
+    )
+    for name, job in chosen:
         try:
             identities[name] = resolve_identity(job.config.user, job.config.group)
         except IdentityError as exc:
@@ -114,23 +132,34 @@ class ProcessSpawner:
 
 
 class JobsSection:
-    """The job table: users and groups are resolved when prepared; one swap on commit."""
+    """The job table: users and groups are resolved when prepared; one swap on commit.
+
+    A revision whose files mostly did not change (its groups: :func:`changed_groups`)
+    resolves and swaps the jobs of the files that did, not every job."""
 
     name = "jobs"
 
     def __init__(self, scheduler: Scheduler, spawner: ProcessSpawner) -> None:
         self.scheduler = scheduler
         self.spawner = spawner
+        self._installed: DesiredState | None = None
+        """The revision whose jobs the scheduler's table holds."""
 
     def affected(self, plan: Plan) -> bool:
         return bool(plan.jobs) or bool(plan.workflows)
 
     async def prepare(self, desired: DesiredState) -> Any:
-        return await asyncio.to_thread(resolve_identities, desired)
+        delta = changed_groups(desired, self._installed)
+        if delta is None:
+            return await asyncio.to_thread(resolve_identities, desired), None
+        only = {*delta[0], *delta[1]}
+        return resolve_identities(desired, only, self.spawner.identities), only
 
     def commit(self, prepared: Any, desired: DesiredState) -> None:
-        self.spawner.identities = prepared
-        self.scheduler.replace_jobs(desired.jobs, desired.workflows)
+        identities, only = prepared
+        self.spawner.identities = identities
+        self.scheduler.replace_jobs(desired.jobs, desired.workflows, only=only)
+        self._installed = desired
 
     async def discard(self, prepared: Any) -> None:
         return None

@@ -21,8 +21,9 @@ from cronstable.workflows.dag import OUTCOMES
 
 
 class _SchedulerCollector(Collector):
-    def __init__(self, scheduler: Callable[[], Scheduler]) -> None:
+    def __init__(self, scheduler: Callable[[], Scheduler], per_job: Callable[[], bool]) -> None:
         self._scheduler = scheduler
+        self._per_job = per_job
 
     @property
     def scheduler(self) -> Scheduler:
@@ -46,10 +47,11 @@ class _SchedulerCollector(Collector):
             "When the job fires next (Unix time); absent for a job with no next fire.",
             labels=["job"],
         )
-        for name in self.scheduler.jobs:
-            fire = self.scheduler.next_fire(name)
-            if fire is not None:
-                nxt.add_metric([name], fire.timestamp())
+        if self._per_job():
+            for name in self.scheduler.jobs:
+                fire = self.scheduler.next_fire(name)
+                if fire is not None:
+                    nxt.add_metric([name], fire.timestamp())
         yield nxt
         flow_next = GaugeMetricFamily(
             "cronstable_workflow_next_fire_timestamp_seconds",
@@ -181,24 +183,33 @@ class RunMetrics:
             registry=registry,
         )
         self._scheduler = scheduler
+        self.per_job = True
+        """Whether the series labelled by job are kept (``metrics.perJob``)."""
+        self._counted: set[str] = set()
+        """The runs going whose start ``running`` counted (a run started while the
+        series were off is not taken off it when it ends)."""
         self._flows_going: set[str] = set()
-        registry.register(_SchedulerCollector(scheduler))
+        registry.register(_SchedulerCollector(scheduler, lambda: self.per_job))
 
     @property
     def scheduler(self) -> Scheduler:
         return self._scheduler()
 
     def run_started(self, run: RunStart) -> None:
-        if not self.scheduler.has_job(run.job):
+        if not self.per_job or not self.scheduler.has_job(run.job):
             return
+        self._counted.add(run.id)
         self.running.labels(run.job).inc()
         if run.attempt > 1 and not run.manual:
             self.retries.labels(run.job).inc()
 
     def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
-        if not self.scheduler.has_job(run.job):
+        counted = run.id in self._counted
+        self._counted.discard(run.id)
+        if not self.per_job or not self.scheduler.has_job(run.job):
             return  # a run of a job a revision removed: its series are gone
-        self.running.labels(run.job).dec()
+        if counted:
+            self.running.labels(run.job).dec()
         self.runs.labels(run.job, outcome).inc()
         self.duration.labels(run.job).observe(result.duration)
         if result.cpu_seconds is not None:
@@ -207,6 +218,22 @@ class RunMetrics:
             self.max_rss.labels(run.job).set(result.max_rss)
         if outcome == "succeeded":
             self.last_success.labels(run.job).set(result.finished_at.timestamp())
+
+    def keep_per_job(self, keep: bool) -> None:
+        """Keep the series labelled by job, or drop every one of them and keep none."""
+        if not keep and self.per_job:
+            for metric in (
+                self.runs,
+                self.duration,
+                self.cpu,
+                self.max_rss,
+                self.retries,
+                self.running,
+                self.last_success,
+            ):
+                metric.clear()
+            self._counted.clear()
+        self.per_job = keep
 
     def flow_started(self, run: FlowRunView) -> None:
         if run.id not in self._flows_going:

@@ -76,7 +76,7 @@ import asyncio
 import heapq
 import itertools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -195,6 +195,13 @@ class Scheduler:
         self.late_tolerance = late_tolerance
         self.stats = SchedulerStats()
         self._slots: dict[str, JobSlot] = {}
+        self._table: Mapping[str, Job] = {}
+        """The jobs installed, in configuration order (``_slots`` may be in another)."""
+        self._order = 0
+        """The largest slot order given (a partial swap numbers on from it)."""
+        self._names: list[str] | None = None
+        """The table's names in order, made when a page is read (None: not since the swap)."""
+        self._positions: dict[str, int] | None = None
         self._flows: dict[str, FlowSlot] = {}
         """The applied workflows' slots, by name (no job has a workflow's name)."""
         self._task_jobs: dict[str, Job] = {}
@@ -240,8 +247,8 @@ class Scheduler:
 
     @property
     def jobs(self) -> Mapping[str, Job]:
-        """The applied jobs (not the workflows' tasks) by name."""
-        return {name: slot.job for name, slot in self._slots.items()}
+        """The applied jobs (not the workflows' tasks) by name, in configuration order."""
+        return {name: self._slots[name].job for name in self._table}
 
     @property
     def workflows(self) -> Mapping[str, Workflow]:
@@ -250,6 +257,26 @@ class Scheduler:
     def has_job(self, name: str) -> bool:
         """Whether ``name`` is an applied job or a task of an applied workflow."""
         return name in self._slots or name in self._task_jobs
+
+    def job_count(self) -> int:
+        return len(self._slots)
+
+    def page(self, start: int, limit: int) -> list[tuple[int, Job]]:
+        """At most ``limit`` jobs from position ``start`` of the table (configuration
+        order), each with its position: what a page of ``/status`` reads, in time of the
+        page, not of the table."""
+        names = self._names
+        if names is None:  # once per swap, when a page is first asked for
+            names = self._names = list(self._table)
+        chosen = names[start : start + limit]
+        return [(i, self._slots[name].job) for i, name in enumerate(chosen, start)]
+
+    def position(self, name: str) -> int | None:
+        """Where ``name`` is in the table (configuration order); None if it is not there."""
+        positions = self._positions
+        if positions is None:  # once per swap, when a page is first resumed
+            positions = self._positions = {n: i for i, n in enumerate(self._table)}
+        return positions.get(name)
 
     def job(self, name: str) -> Job | None:
         """The applied definition of ``name`` (a job, a workflow's task ``WORKFLOW.TASK``,
@@ -462,56 +489,96 @@ class Scheduler:
         return [run_id(name, inst.scheduled_time, inst.attempt) for inst in active]
 
     def replace_jobs(
-        self, jobs: Mapping[str, Job], workflows: Mapping[str, Workflow] | None = None
+        self,
+        jobs: Mapping[str, Job],
+        workflows: Mapping[str, Workflow] | None = None,
+        *,
+        only: Collection[str] | None = None,
     ) -> SwapSummary:
         """Install a new job table (and, given ``workflows``, a new workflow table) in one
-        step (see the module docstring)."""
+        step (see the module docstring).
+
+        ``only``: the names of jobs that may differ from the table installed (added,
+        changed or removed); every other job of ``jobs`` is the very one installed.  The
+        swap then costs those (a one-file edit among 100,000 jobs), and ``unchanged`` is
+        not listed.
+        """
         now = self.clock.now()
         if workflows is not None:
             self._replace_flows(workflows, now, len(jobs))
         old = self._slots
-        slots: dict[str, JobSlot] = {}
         added: list[str] = []
         changed: list[str] = []
         unchanged: list[str] = []
-        for order, (name, job) in enumerate(jobs.items()):
-            slot = old.get(name)
-            if slot is None:
-                slot = JobSlot(job=job, order=order, cursor=now)
-                self.plan(slot, now)
-                added.append(name)
-            elif slot.job.digest == job.digest:
-                slot.order = order
-                unchanged.append(name)
-            else:
-                retimed = _timing(slot.job) != _timing(job)
-                disabled = not job.config.enabled
-                self.retries.end(slot, "disabled" if disabled else "redefined")
-                slot.job = job
-                slot.order = order
-                if disabled:
-                    self._drop_buffer(slot, "the job was disabled")
-                if retimed:
-                    # a new fire sequence: none of it from before the swap; the cursor
-                    # is later than now only after a backward clock step, when a
-                    # fixed-time fire already handled must not run again
-                    slot.cursor = max(slot.cursor, now)
-                    self.plan(slot, slot.cursor)
-                changed.append(name)
-            slots[name] = slot
-        removed = [name for name in old if name not in jobs]
-        for name in removed:
-            slot = old[name]
+        gone: list[JobSlot] = []
+        if only is None or not old:
+            slots: dict[str, JobSlot] = {}
+            for order, (name, job) in enumerate(jobs.items()):
+                slots[name] = self._swap(old.get(name), job, order, now, added, changed, unchanged)
+            removed = [name for name in old if name not in jobs]
+            gone = [old[name] for name in removed]
+        else:
+            slots = old  # changed in place: nothing runs between here and the end of the swap
+            removed = []
+            for name in only:
+                new = jobs.get(name)
+                if new is None:
+                    if name in slots:
+                        gone.append(slots.pop(name))
+                        removed.append(name)
+                    continue
+                self._order += 1
+                slots[name] = self._swap(slots.get(name), new, self._order, now, added, changed, [])
+        for slot in gone:
             slot.generation = next(self._generations)
             slot.next_fire = None
             self.retries.end(slot, "removed")
             self._drop_buffer(slot, "the job was removed")
         self._slots = slots
+        self._table = jobs
+        self._names = None
+        self._positions = None
+        self._order = max(self._order, len(jobs))
         for name in changed:
             # its pending retry ended: the fires waiting for it need not wait any more
             self.drain_buffer(slots[name])
         self._wake.set()
         return SwapSummary(tuple(added), tuple(removed), tuple(changed), tuple(unchanged))
+
+    def _swap(
+        self,
+        slot: JobSlot | None,
+        job: Job,
+        order: int,
+        now: datetime,
+        added: list[str],
+        changed: list[str],
+        unchanged: list[str],
+    ) -> JobSlot:
+        """The slot of ``job`` in the new table (see :meth:`replace_jobs`)."""
+        if slot is None:
+            slot = JobSlot(job=job, order=order, cursor=now)
+            self.plan(slot, now)
+            added.append(job.name)
+        elif slot.job.digest == job.digest:
+            slot.order = order
+            unchanged.append(job.name)
+        else:
+            retimed = _timing(slot.job) != _timing(job)
+            disabled = not job.config.enabled
+            self.retries.end(slot, "disabled" if disabled else "redefined")
+            slot.job = job
+            slot.order = order
+            if disabled:
+                self._drop_buffer(slot, "the job was disabled")
+            if retimed:
+                # a new fire sequence: none of it from before the swap; the cursor
+                # is later than now only after a backward clock step, when a
+                # fixed-time fire already handled must not run again
+                slot.cursor = max(slot.cursor, now)
+                self.plan(slot, slot.cursor)
+            changed.append(job.name)
+        return slot
 
     def _replace_flows(self, workflows: Mapping[str, Workflow], now: datetime, base: int) -> None:
         """The workflow half of :meth:`replace_jobs`: a changed workflow's runs going keep

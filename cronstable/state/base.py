@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -78,6 +79,19 @@ def node_key(node: str, *rest: str) -> str:
     return key("nodes", node, *rest)
 
 
+BOOT_SCOPED = "running"
+"""The kind of record that means something only until the machine reboots: a running
+run's record (its pid and process group, the boot id it started in; a restart adopts a
+run only within the same boot).  Kept on a node's disk it needs no flush: a daemon that
+dies leaves it in the page cache, and after a power cut it would be dropped anyway."""
+
+
+def boot_scoped(key_text: str) -> bool:
+    """Whether the record at ``key_text`` is one of this node's :data:`BOOT_SCOPED`."""
+    parts = key_text.split("/")
+    return len(parts) == 4 and parts[0] == "nodes" and parts[2] == BOOT_SCOPED
+
+
 def encode(record: Record) -> bytes:
     return json.dumps({"version": FORMAT_VERSION, **record}, sort_keys=True).encode()
 
@@ -126,6 +140,16 @@ class StateStore(ABC):
     async def list(self, prefix: str = "") -> dict[str, Record | None]:
         """Every key under ``prefix`` (a key or a key ending in ``/``) with its record
         (None for one this version cannot read), in key order."""
+
+    async def apply(self, changes: Sequence[tuple[str, Record | None]]) -> None:
+        """Write each record (None: remove the key), in order; a store that can do them
+        together does (one round for them all).  Raises :class:`StateError` at the first
+        that fails (the ones before it may be written)."""
+        for key_text, record in changes:
+            if record is None:
+                await self.delete(key_text)
+            else:
+                await self.put(key_text, record)
 
     async def close(self) -> None:
         """Free what the store holds open."""

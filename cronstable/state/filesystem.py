@@ -3,10 +3,12 @@
 ``nodes/n1/retries/backup`` is ``<dir>/nodes/n1/retries/backup.json``.  A write goes
 to a temporary file beside the record (``.tmp-*``), is flushed to disk, then renamed
 over the record, and the directory is flushed too, so a crash or a power cut leaves
-the old record or the new one.  :meth:`FilesystemStore.create` links the temporary
-file to the record's name, which fails when one exists: put-if-absent without a lock.
-Directories are made 0700.  The blocking calls run in a thread, each bounded by
-:data:`~cronstable.state.base.OP_TIMEOUT`.
+the old record or the new one.  A running run's record is renamed the same way but
+not flushed (:func:`~cronstable.state.base.boot_scoped`: it is only read within the
+boot that wrote it, and a daemon that dies leaves it in the page cache).
+:meth:`FilesystemStore.create` links the temporary file to the record's name, which
+fails when one exists: put-if-absent without a lock.  Directories are made 0700.  The
+blocking calls run in a thread, each bounded by :data:`~cronstable.state.base.OP_TIMEOUT`.
 """
 
 from __future__ import annotations
@@ -15,11 +17,19 @@ import asyncio
 import contextlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from cronstable.state.base import OP_TIMEOUT, Record, StateError, StateStore, decode, encode
+from cronstable.state.base import (
+    OP_TIMEOUT,
+    Record,
+    StateError,
+    StateStore,
+    boot_scoped,
+    decode,
+    encode,
+)
 
 _T = TypeVar("_T")
 SUFFIX = ".json"
@@ -68,30 +78,37 @@ class FilesystemStore(StateStore):
 
     # ------------------------------------------------------------ blocking halves
 
-    def _write_temp(self, path: Path, record: Record) -> str:
+    def _write_temp(self, path: Path, record: Record, flush: bool = True) -> str:
         _make_dirs(path.parent)
         fd, temp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(encode(record))
                 handle.flush()
-                os.fsync(handle.fileno())
+                if flush:
+                    os.fsync(handle.fileno())
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
             raise
         return temp
 
-    def _put(self, key: str, record: Record) -> None:
+    def _put(self, key: str, record: Record, dirs: set[Path] | None = None) -> None:
+        """``dirs``: where to note the directory to flush, instead of flushing it now."""
         path = self._path(key)
-        temp = self._write_temp(path, record)
+        flush = not boot_scoped(key)  # a running run's record is not flushed (base.py)
+        temp = self._write_temp(path, record, flush)
         try:
             os.replace(temp, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
             raise
-        _fsync_dir(path.parent)
+        if flush:
+            if dirs is None:
+                _fsync_dir(path.parent)
+            else:
+                dirs.add(path.parent)
 
     def _create(self, key: str, record: Record) -> bool:
         path = self._path(key)
@@ -106,19 +123,36 @@ class FilesystemStore(StateStore):
         _fsync_dir(path.parent)
         return True
 
+    def _apply(self, changes: Sequence[tuple[str, Record | None]]) -> None:
+        """Each change, and each directory they renamed into flushed once, at the end."""
+        dirs: set[Path] = set()
+        try:
+            for key, record in changes:
+                if record is None:
+                    self._delete(key, dirs)
+                else:
+                    self._put(key, record, dirs)
+        finally:
+            for directory in sorted(dirs):
+                _fsync_dir(directory)
+
     def _get(self, key: str) -> Record | None:
         try:
             return decode(self._path(key).read_bytes())
         except FileNotFoundError:
             return None
 
-    def _delete(self, key: str) -> bool:
+    def _delete(self, key: str, dirs: set[Path] | None = None) -> bool:
         path = self._path(key)
         try:
             path.unlink()
         except FileNotFoundError:
             return False
-        _fsync_dir(path.parent)
+        if not boot_scoped(key):
+            if dirs is None:
+                _fsync_dir(path.parent)
+            else:
+                dirs.add(path.parent)
         return True
 
     def _list(self, prefix: str) -> dict[str, Record | None]:
@@ -163,6 +197,11 @@ class FilesystemStore(StateStore):
 
     async def delete(self, key: str) -> bool:
         return await self._run(f"cannot remove {key}", lambda: self._delete(key))
+
+    async def apply(self, changes: Sequence[tuple[str, Record | None]]) -> None:
+        """Every change in one call of the thread (a burst of runs costs one round)."""
+        what = f"cannot write {changes[0][0]}" if len(changes) == 1 else "cannot write records"
+        await self._run(what, lambda: self._apply(changes))
 
     async def list(self, prefix: str = "") -> dict[str, Record | None]:
         return await self._run(f"cannot list {prefix or 'the records'}", lambda: self._list(prefix))

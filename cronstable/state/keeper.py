@@ -89,7 +89,7 @@ from cronstable.ports import (
     utc_text,
 )
 from cronstable.redact import redact
-from cronstable.state.base import Record, StateError, StateStore, key, node_key
+from cronstable.state.base import BOOT_SCOPED, Record, StateError, StateStore, key, node_key
 from cronstable.state.records import (
     StoredFlow,
     flow_history_record,
@@ -475,11 +475,11 @@ class StateKeeper:
         if run.pid is None:
             return
         if self.writer.held:
-            self._running_meanwhile.add(self._key("running", run.id))
+            self._running_meanwhile.add(self._key(BOOT_SCOPED, run.id))
         job = self.scheduler.job(run.job)
         ticks = process_start_ticks(run.pid)
         self._submit(
-            self._key("running", run.id),
+            self._key(BOOT_SCOPED, run.id),
             {
                 "job": run.job,
                 "digest": job.digest if job is not None else None,
@@ -498,7 +498,7 @@ class StateKeeper:
     def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
         if self.writer is None:
             return
-        running = self._key("running", run.id)
+        running = self._key(BOOT_SCOPED, run.id)
         if running in self._running_meanwhile:
             # started and ended while nothing was written: the store never had it
             self._running_meanwhile.discard(running)

@@ -4,11 +4,12 @@ The scheduler's notifications must return at once, so records are written by
 one task: :meth:`Writer.submit` queues the newest value of a key (a record, or
 None to remove it) and replaces a value of that key still waiting, so a burst of
 changes to one key costs one write.  Keys are written in the order of their
-latest change.  A write that fails keeps its key queued (unless a newer value
-came meanwhile) and the task backs off (:data:`BACKOFF_FIRST` doubling to
-:data:`BACKOFF_MAX`) before it tries again, so an outage loses no record that
-was not superseded.  At most :data:`MAX_QUEUED` keys wait; past that the oldest
-is dropped with a warning.
+latest change, up to :data:`BATCH` of them in one call of the store
+(:meth:`~cronstable.state.base.StateStore.apply`).  A write that fails keeps its key
+queued (unless a newer value came meanwhile) and the task backs off
+(:data:`BACKOFF_FIRST` doubling to :data:`BACKOFF_MAX`) before it tries again, so an
+outage loses no record that was not superseded.  At most :data:`MAX_QUEUED` keys wait;
+past that the oldest is dropped with a warning.
 
 A writer made *held* queues without writing until :meth:`Writer.release`: the
 state keeper holds its writes while it waits for a store that has not answered
@@ -19,6 +20,7 @@ replaces them.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Callable
 
@@ -27,6 +29,8 @@ from cronstable.state.base import OP_TIMEOUT, Record, StateError, StateStore
 logger = logging.getLogger(__name__)
 
 MAX_QUEUED = 10_000
+BATCH = 256
+"""Keys written in one call of the store at most."""
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 5.0
 
@@ -98,12 +102,6 @@ class Writer:
         if not self._queued and self.held:
             self._idle.set()
 
-    async def _write(self, key: str, record: Record | None) -> None:
-        if record is None:
-            await asyncio.wait_for(self.store.delete(key), timeout=OP_TIMEOUT)
-        else:
-            await asyncio.wait_for(self.store.put(key, record), timeout=OP_TIMEOUT)
-
     async def _run(self) -> None:
         backoff = BACKOFF_FIRST
         while not self._closing:
@@ -115,25 +113,36 @@ class Writer:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            key = next(iter(self._queued))
-            record, futures = self._queued.pop(key)
+            # up to BATCH keys, oldest change first, in one call of the store (a burst of
+            # runs costs one round, not a round a record)
+            batch = list(itertools.islice(self._queued.items(), BATCH))
+            for key, _ in batch:
+                del self._queued[key]
             try:
-                await self._write(key, record)
+                await asyncio.wait_for(
+                    self.store.apply([(key, record) for key, (record, _) in batch]),
+                    timeout=OP_TIMEOUT,
+                )
             except (StateError, TimeoutError) as exc:
                 error = str(exc) or "no answer in time"
-                _settle(futures, False)
-                if key not in self._queued:  # nothing newer: try this one again
-                    self._queued[key] = (record, [])
+                for key, (record, futures) in batch:
+                    _settle(futures, False)
+                    if key not in self._queued:  # nothing newer: try this one again
+                        self._queued[key] = (record, [])
                 self._report(False, error)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
                 continue
             except Exception:
-                logger.exception("State: writing %s failed unexpectedly; please report this", key)
-                _settle(futures, False)
+                logger.exception(
+                    "State: writing %s failed unexpectedly; please report this", batch[0][0]
+                )
+                for _, (_, futures) in batch:
+                    _settle(futures, False)
                 continue
             backoff = BACKOFF_FIRST
-            _settle(futures, True)
+            for _, (_, futures) in batch:
+                _settle(futures, True)
             self._report(True, None)
 
     def _report(self, ok: bool, error: str | None) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
@@ -37,7 +38,7 @@ from cronstable.web.events import STREAM_HEADERS, EventStreams
 from cronstable.web.github import GitHubWebhook
 from cronstable.web.hosts import HOST_REFUSED, ORIGIN_REFUSED, host_allowed, origin_allowed
 from cronstable.web.mcp.endpoint import McpEndpoint
-from cronstable.web.routes import ROUTES, Route, aiohttp_path
+from cronstable.web.routes import ROUTES, STATUS_PAGE, STATUS_PAGE_MAX, Route, aiohttp_path
 from cronstable.web.settings import Holder, Settings
 from cronstable.web.view import DaemonApi
 
@@ -73,6 +74,12 @@ def status_text(status: dict[str, Any]) -> str:
         else:
             lines.append(f"{job['name']}: scheduled ({_ago(job['nextFire'])})")
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _page_size(text: str) -> int | None:
+    if not text.isdigit() or not 1 <= int(text) <= STATUS_PAGE_MAX:
+        return None
+    return int(text)
 
 
 def _answer(call: Callable[[], calls.Json]) -> web.Response:
@@ -112,10 +119,22 @@ class Api:
         return web.json_response({"ready": True})
 
     async def status(self, request: web.Request) -> web.StreamResponse:
-        status = calls.status(self.daemon)
+        text = request.query.get("limit")
+        limit = STATUS_PAGE if text is None else _page_size(text)
+        if limit is None:
+            return error(400, f"limit must be a whole number from 1 to {STATUS_PAGE_MAX}")
+        try:
+            view = self.daemon.status(limit, request.query.get("cursor"))
+        except ValueError:
+            return error(400, "cursor is not one this daemon gave (start again without it)")
+        status = encode.status(view)
+        headers = {}
+        if view.next_cursor is not None:
+            query = urlencode({"limit": limit, "cursor": view.next_cursor})
+            headers["Link"] = f'</status?{query}>; rel="next"'
         if _wants_text(request):
-            return web.Response(text=status_text(status))
-        return web.json_response(status)
+            return web.Response(text=status_text(status), headers=headers)
+        return web.json_response(status, headers=headers)
 
     async def config(self, request: web.Request) -> web.StreamResponse:
         config = self.daemon.applied_config()

@@ -275,6 +275,8 @@ def status(view: Status) -> Json:
         "applied": revision(view.applied),
         "lastRejected": revision(view.last_rejected),
         "jobs": [job_status(job) for job in view.jobs],
+        "jobCount": view.job_count,
+        "nextCursor": view.next_cursor,
         "workflows": [workflow_status(flow) for flow in view.workflows],
         "state": state(view.state),
         "stores": stores(view.stores),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cronstable import __version__
-from cronstable.web.routes import ROUTES
+from cronstable.web.routes import ROUTES, STATUS_PAGE, STATUS_PAGE_MAX
 
 _DESCRIPTIONS = {
     200: "OK",
@@ -97,6 +97,27 @@ def document() -> dict[str, Any]:
                     "in": "query",
                     "required": False,
                     "description": "Only this run id (<job>@<scheduled UTC>#<attempt>).",
+                    "schema": {"type": "string"},
+                }
+            )
+        if route.handler == "status":
+            parameters.append(
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "required": False,
+                    "description": "Jobs in this page, in configuration order (default "
+                    f"{STATUS_PAGE}, at most {STATUS_PAGE_MAX}).",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": STATUS_PAGE_MAX},
+                }
+            )
+            parameters.append(
+                {
+                    "name": "cursor",
+                    "in": "query",
+                    "required": False,
+                    "description": "Where the page starts: the nextCursor of the page before "
+                    "(also in its Link header, rel=next). Without it, the first page.",
                     "schema": {"type": "string"},
                 }
             )

@@ -28,13 +28,19 @@ class Route:
     does not apply (its callers reach the daemon by a public name)."""
 
 
+STATUS_PAGE = 1000
+"""Jobs in a ``/status`` answer without ``?limit=`` (the rest are a cursor away)."""
+STATUS_PAGE_MAX = 10_000
+"""The largest ``?limit=`` of ``/status``: every answer stays a bounded size."""
+
 ROUTES: tuple[Route, ...] = (
     Route("GET", "/version", None, "The daemon's version.", "version"),
     Route("GET", "/healthz", None, "The process is up.", "healthz"),
     Route("GET", "/readyz", None, "A revision is applied (503 with the reason if not).",
           "readyz", (200, 503)),
-    Route("GET", "/status", "read", "Applied and last rejected revisions, and every job.",
-          "status"),
+    Route("GET", "/status", "read",
+          "Applied and last rejected revisions, and the jobs a page at a time (?limit=, "
+          "?cursor=).", "status", (200, 400)),
     Route("GET", "/config", "admin",
           "The applied configuration in canonical form, secrets as sha256 digests.",
           "config", (200, 404)),

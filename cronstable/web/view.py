@@ -36,7 +36,9 @@ class DaemonApi(Protocol):
         """None when ready, else why not."""
         ...
 
-    def status(self) -> Status: ...
+    def status(self, limit: int | None = None, cursor: str | None = None) -> Status:
+        """Every job, or at most ``limit`` from ``cursor``; ValueError for a bad cursor."""
+        ...
 
     def runs(self, name: str) -> JobRuns:
         """KeyError for an unknown job."""
