@@ -335,6 +335,15 @@ def _job_secret_paths() -> tuple[tuple[tuple[str, ...], KeyPath], ...]:
     return secret_paths(JobSettings)
 
 
+@functools.cache
+def _scanned_keys() -> frozenset[str]:
+    """The top-level job keys the warning scans look under (secrets, report moments): a
+    job that writes none of them is not scanned at all."""
+    moments = {key for key, _ in report_moments(JobDefaults())}
+    secrets = {key[0] for _, key in _job_secret_paths() if key and isinstance(key[0], str)}
+    return frozenset(moments | secrets)
+
+
 def _attribute(layers: list[_Layer], loc: KeyPath) -> tuple[_Layer, KeyPath] | None:
     """Which layer supplied the merged value at ``loc``, and its path in that layer."""
     candidates: list[tuple[_Layer, KeyPath]] = [(layer, ()) for layer in layers]
@@ -1093,8 +1102,9 @@ class _Loader:
             job = results.get(entry.index)
             if job is not None:
                 written = _written_keys(entry)
-                self._secret_warnings(job.config, entry, written)
-                self._report_warnings(job.config, entry, written)
+                if not written.isdisjoint(_scanned_keys()):  # else nothing to warn about
+                    self._secret_warnings(job.config, entry, written)
+                    self._report_warnings(job.config, entry, written)
                 if job.config.concurrency_scope == "cluster":
                     self._scoped.append(job)
 
