@@ -23,15 +23,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cronstable.cluster.factory import make_slots
 from cronstable.cluster.pool_section import PoolSlotSection
 from cronstable.cluster.pool_slots import PoolSlots
-from cronstable.cluster.slots import SlotStore
 from cronstable.config import DesiredState
 from cronstable.config.models import ClusterConfig
-from cronstable.etcd import EtcdPools, login_from_environment
-from cronstable.reconcile.backend_section import Reach
-from cronstable.store_link import StoreLink
+from cronstable.etcd import EtcdPools
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +48,9 @@ class LockSlotSection(PoolSlotSection):
     store = "lock-slots"
     title = "Cluster locks"
     refused_for = " for cronstable lock"
+    kind = KIND
+    holds = "cronstable lock holds its locks"
+    follows = "cronstable lock follows"
 
     def __init__(
         self,
@@ -66,38 +65,6 @@ class LockSlotSection(PoolSlotSection):
 
     def wanted(self, desired: DesiredState) -> ClusterConfig | None:
         return desired.cluster
-
-    def build(self, config: ClusterConfig, desired: DesiredState) -> SlotStore:
-        login = login_from_environment() if config.backend == "etcd" else (None, None)
-        slots = self.slots
-        return make_slots(
-            config, slots.node, slots.instance, login=login, pools=self.pools, kind=KIND
-        )
-
-    def started(self, backend: SlotStore, result: None, desired: DesiredState) -> None:
-        logger.info(
-            "Cluster locks: cronstable lock holds its locks in %r (leaseTtl %s s)",
-            backend,
-            backend.ttl,
-        )
-
-    def waits(
-        self,
-        backend: SlotStore,
-        link: StoreLink[None],
-        reach: Reach[None],
-        desired: DesiredState,
-    ) -> None:
-        logger.warning(
-            "Cluster locks: the %s store does not answer (%s); until it does, cronstable "
-            "lock follows onStoreUnavailable (trying again with back-off up to %g s)",
-            backend.backend,
-            link.last_error,
-            link.cap,
-        )
-
-    def answered(self, backend: SlotStore, result: None) -> None:
-        logger.info("Cluster locks: cronstable lock holds its locks in %r", backend)
 
 
 class _LockCollector(Collector):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -46,42 +47,45 @@ from cronstable.store_link import StoreLink, retry_cap
 logger = logging.getLogger(__name__)
 
 
-class SlotSection(BackendSection[ClusterConfig, SlotStore, None]):
-    """``pools``: the daemon's connections to etcd (shared with the leadership and the
-    state store)."""
+class _SlotOwner(Protocol):
+    """What holds records in a section's slot store: the slot guard, a pool's or the
+    locks' :class:`~cronstable.cluster.pool_slots.PoolSlots`."""
 
-    name = "cluster-slots"
-    store = "slots"
-    title = "Cluster slots"
+    node: str
+    instance: str
+
+    def use(self, store: SlotStore | None) -> SlotStore | None: ...
+
+    async def close(self) -> None: ...
+
+
+class SlotStoreSection(BackendSection[ClusterConfig, SlotStore, None]):
+    """A slot store of the cluster's backend in one key space (``kind``), held by one
+    owner: the steps and log lines the slot, pool and lock sections share.  A subclass
+    says which revisions want it and, for the log, who holds what (``holds``) and who
+    follows ``onStoreUnavailable`` while the store does not answer (``follows``)."""
+
     build_errors = (EtcdError, ValueError)
     check_errors = (SlotError,)
-    refused_for = " for concurrencyScope cluster"
+    kind = "slots"
+    """The key space in the cluster's store."""
+    holds = ""
+    follows = ""
 
-    def __init__(
-        self,
-        guard: SlotGuard,
-        registry: CollectorRegistry | None = None,
-        *,
-        pools: EtcdPools | None = None,
-    ) -> None:
+    def __init__(self, owner: _SlotOwner, *, pools: EtcdPools | None = None) -> None:
         super().__init__()
-        self.guard = guard
+        self.owner = owner
         self.pools = pools
-        if registry is not None:
-            registry.register(_SlotCollector(guard))
-
-    def wanted(self, desired: DesiredState) -> ClusterConfig | None:
-        if desired.cluster is None or not any(uses_slot(job) for job in desired.jobs.values()):
-            return None
-        return desired.cluster  # the jobs count too: slots only while one holds them
 
     def where(self, config: ClusterConfig) -> KeyPath:
         return store_key(config)
 
     def build(self, config: ClusterConfig, desired: DesiredState) -> SlotStore:
         login = login_from_environment() if config.backend == "etcd" else (None, None)
-        guard = self.guard
-        return make_slots(config, guard.node, guard.instance, login=login, pools=self.pools)
+        owner = self.owner
+        return make_slots(
+            config, owner.node, owner.instance, login=login, pools=self.pools, kind=self.kind
+        )
 
     def reach(
         self, backend: SlotStore, config: ClusterConfig, desired: DesiredState
@@ -96,16 +100,11 @@ class SlotSection(BackendSection[ClusterConfig, SlotStore, None]):
         *,
         waiting: str | None,
     ) -> Retire | None:
-        self.guard.use(new)  # the guard takes its slots again in the new store
+        self.owner.use(new)  # the owner takes its records again in the new store
         return old.close if old is not None else None  # etcd: its lease revoked
 
     def started(self, backend: SlotStore, result: None, desired: DesiredState) -> None:
-        logger.info(
-            "Cluster slots: jobs with concurrencyScope cluster hold their slot in %r "
-            "(leaseTtl %s s)",
-            backend,
-            backend.ttl,
-        )
+        logger.info("%s: %s in %r (leaseTtl %s s)", self.title, self.holds, backend, backend.ttl)
 
     def waits(
         self,
@@ -115,21 +114,49 @@ class SlotSection(BackendSection[ClusterConfig, SlotStore, None]):
         desired: DesiredState,
     ) -> None:
         logger.warning(
-            "Cluster slots: the %s store does not answer (%s); until it does, jobs with "
-            "concurrencyScope cluster follow onStoreUnavailable (trying again with back-off "
-            "up to %g s)",
+            "%s: the %s store does not answer (%s); until it does, %s onStoreUnavailable "
+            "(trying again with back-off up to %g s)",
+            self.title,
             backend.backend,
             link.last_error,
+            self.follows,
             link.cap,
         )
 
     def answered(self, backend: SlotStore, result: None) -> None:
-        logger.info(
-            "Cluster slots: jobs with concurrencyScope cluster hold their slot in %r", backend
-        )
+        logger.info("%s: %s in %r", self.title, self.holds, backend)
 
     async def shut(self) -> None:
-        await self.guard.close()
+        await self.owner.close()
+
+
+class SlotSection(SlotStoreSection):
+    """``pools``: the daemon's connections to etcd (shared with the leadership and the
+    state store)."""
+
+    name = "cluster-slots"
+    store = "slots"
+    title = "Cluster slots"
+    refused_for = " for concurrencyScope cluster"
+    holds = "jobs with concurrencyScope cluster hold their slot"
+    follows = "jobs with concurrencyScope cluster follow"
+
+    def __init__(
+        self,
+        guard: SlotGuard,
+        registry: CollectorRegistry | None = None,
+        *,
+        pools: EtcdPools | None = None,
+    ) -> None:
+        super().__init__(guard, pools=pools)
+        self.guard = guard
+        if registry is not None:
+            registry.register(_SlotCollector(guard))
+
+    def wanted(self, desired: DesiredState) -> ClusterConfig | None:
+        if desired.cluster is None or not any(uses_slot(job) for job in desired.jobs.values()):
+            return None
+        return desired.cluster  # the jobs count too: slots only while one holds them
 
 
 class _SlotCollector(Collector):
