@@ -79,7 +79,14 @@ from cronstable.ports import (
 )
 from cronstable.reconcile.plan import Plan
 from cronstable.redact import redact
-from cronstable.state.base import Record, StateError, StateStore, key, segments
+from cronstable.state.base import (
+    Record,
+    StateError,
+    StateStore,
+    claim_report,
+    key,
+    segments,
+)
 from cronstable.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
@@ -540,13 +547,7 @@ class AlertWatch:
         marker = key(ALERTS, STALE, name)
         mine: Record = {"job": name, "instance": instance, "node": self.node}
         try:
-            if await store.create(marker, mine):
-                return True
-            held = await store.get(marker)
-            if held is not None and held.get("instance") == instance:
-                return False  # reported already (by another node, or before a restart)
-            await store.put(marker, mine)
-            return True
+            return await claim_report(store, marker, mine)
         except StateError as exc:
             logger.warning(
                 "Job %s: cannot tell whether it was reported stale already (%s); reporting",

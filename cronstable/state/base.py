@@ -107,6 +107,20 @@ def decode(data: bytes) -> Record | None:
     return value
 
 
+async def claim_report(store: StateStore, marker: str, mine: Record) -> bool:
+    """Whether the report ``mine`` names (its ``instance``: one pause, one last success)
+    is this node's to send: put-if-absent at ``marker``, so one node of those sharing the
+    store sends it, once, and again after a restart only for a new instance.  Raises
+    :class:`StateError` when the store cannot tell."""
+    if await store.create(marker, mine):
+        return True
+    held = await store.get(marker)
+    if held is not None and held.get("instance") == mine["instance"]:
+        return False  # reported already (by another node, or before a restart)
+    await store.put(marker, mine)
+    return True
+
+
 class StateStore(ABC):
     """Records by key; see the module docstring."""
 

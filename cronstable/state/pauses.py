@@ -55,7 +55,14 @@ from cronstable.config.models import Suspend
 from cronstable.ports import ClusterGate, JobPauses, Pause, PauseRefused, utc_text
 from cronstable.reconcile.plan import Plan
 from cronstable.redact import redact
-from cronstable.state.base import Record, StateError, StateStore, key, segments
+from cronstable.state.base import (
+    Record,
+    StateError,
+    StateStore,
+    claim_report,
+    key,
+    segments,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -357,13 +364,7 @@ class PauseBook:
         marker = key("alerts", "paused", job, pause.source)
         mine: Record = {"job": job, "instance": instance, "node": self.node}
         try:
-            if await store.create(marker, mine):
-                return True
-            held = await store.get(marker)
-            if held is not None and held.get("instance") == instance:
-                return False  # reported already (by another node, or before a restart)
-            await store.put(marker, mine)
-            return True
+            return await claim_report(store, marker, mine)
         except StateError as exc:
             logger.warning(
                 "Job %s: cannot tell whether its pause was reported already (%s); reporting",
