@@ -288,3 +288,51 @@ def test_the_newest_request_answers_and_the_book_is_bounded() -> None:
     assert book.pending() == 64
     assert book.take("r") == Trigger("api", via="http", token="t99")
     assert book.pending() == 0
+
+
+@pytest.mark.asyncio
+async def test_an_apply_with_its_state_store_down_is_not_held_and_is_kept_once_it_is_back(
+    etcd_server: EtcdServer, tmp_path: Path
+) -> None:
+    """The applier's own path (a real daemon core, its state on etcd): etcd is stopped
+    before the first revision, which is applied (the store connecting) and in the trail at
+    once; the records are written once etcd is back."""
+    from web_stack import Stack
+
+    etcd_server.stop()
+    stack = Stack(tmp_path, "n1")
+    await stack.start()
+    text = (
+        "cluster:\n  backend: etcd\n  leaseTtl: 2\n"
+        f'  etcd: {{endpoints: ["{etcd_server.endpoint}"], prefix: /audit-down/}}\n'
+        "state: {backend: etcd}\n"
+        "jobs: [{name: a, command: 'true', schedule: '@yearly'}]\n"
+    )
+    try:
+        record = await asyncio.wait_for(stack.apply(text), 30)
+        assert record.outcome == "applied"
+        page = stack.daemon.control.audit(10)
+        assert [(e.revision, e.outcome) for e in page.entries] == [(record.revision, "applied")]
+        assert page.durable
+        second = await asyncio.wait_for(stack.apply(text + "# again\n"), 30)
+        assert second.outcome == "unchanged"  # an applied revision that changed nothing
+        assert len(stack.daemon.control.audit(10).entries) == 2
+        etcd_server.start()
+        reader = EtcdStore([etcd_server.endpoint], prefix="/audit-down/")
+        try:
+
+            async def written() -> bool:
+                return len(await stored(reader)) == 2
+
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while not await written():
+                assert loop.time() < deadline, "the trail was not written once etcd was back"
+                await asyncio.sleep(0.2)
+        finally:
+            await reader.close()
+    finally:
+        await stack.stop()
+        for what, close in stack.daemon.closing:
+            if what != "web section":  # closed by the stack
+                await close()
