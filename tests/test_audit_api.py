@@ -214,3 +214,23 @@ async def test_the_trail_names_each_trigger_and_the_cli_pages_through_it(
 
 def headers_of() -> dict[str, str]:
     return {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_the_audit_command_loads_no_event_loop_and_says_when_nothing_answers() -> None:
+    import socket
+    import subprocess
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "cronstable", "audit", "--url",
+         f"http://127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 3
+    assert f"cronstable audit: cannot reach http://127.0.0.1:{port}" in done.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    assert not imported & {"asyncio", "aiohttp"}
