@@ -45,10 +45,28 @@ def origin(tmp_path: Path) -> Iterator[tuple[WorkRepo, GitDaemon]]:
         yield repo, server
 
 
+WEB = "web: {listen: [http://127.0.0.1:0]}\n"
+"""The API, for `cronstable audit` (a loopback peer reads without a token)."""
+
+
+def audit(url: str) -> list[dict[str, object]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "cronstable", "audit", "--url", url, "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    entries: list[dict[str, object]] = json.loads(done.stdout)["entries"]
+    return entries
+
+
 def test_daemon_follows_a_git_remote(tmp_path: Path, origin: tuple[WorkRepo, GitDaemon]) -> None:
     repo, server = origin
     out = tmp_path / "fires"
-    repo.commit({"cron/jobs.yaml": job_file("every2", out, "*/2 * * * * * *")}, "first")
+    first = repo.commit(
+        {"cron/jobs.yaml": WEB + job_file("every2", out, "*/2 * * * * * *")}, "first"
+    )
     repo.push()
     spec = f"{server.url('cron.git')}?path=cron&interval=0.5"
     daemon = follower(spec, tmp_path / "cache", tmp_path / "daemon.log").start()
@@ -60,7 +78,9 @@ def test_daemon_follows_a_git_remote(tmp_path: Path, origin: tuple[WorkRepo, Git
         assert all(int(line[-8:-6]) % 2 == 0 for line in lines(out))
 
         # a schedule change: the job now fires every second under a new name
-        sha = repo.commit({"cron/jobs.yaml": job_file("every1", out, "* * * * * * *")}, "faster")
+        sha = repo.commit(
+            {"cron/jobs.yaml": WEB + job_file("every1", out, "* * * * * * *")}, "faster"
+        )
         repo.push()
         wait_for(lambda: f"Revision {sha}" in output())
         wait_for(lambda: sum(line.startswith("every1") for line in lines(out)) >= 3)
@@ -74,10 +94,23 @@ def test_daemon_follows_a_git_remote(tmp_path: Path, origin: tuple[WorkRepo, Git
         wait_for(lambda: sum(line.startswith("every1") for line in lines(out)) >= before + 2)
 
         # the fix applies
-        fixed = repo.commit({"cron/jobs.yaml": job_file("fixed", out, "* * * * * * *")}, "fix")
+        fixed = repo.commit(
+            {"cron/jobs.yaml": WEB + job_file("fixed", out, "* * * * * * *")}, "fix"
+        )
         repo.push()
         wait_for(lambda: f"Revision {fixed}" in output())
         wait_for(lambda: any(line.startswith("fixed") for line in lines(out)))
+
+        # the audit trail: the start, then each push the poll noticed, the bad one too
+        entries = audit(daemon.urls()[0])
+        assert [(e["revision"], e["outcome"]) for e in entries] == [
+            (fixed, "applied"),
+            (bad, "rejected"),
+            (sha, "applied"),
+            (first, "applied"),
+        ]
+        kinds = [e["trigger"]["kind"] for e in entries]  # type: ignore[index]
+        assert kinds == ["poll", "poll", "poll", "start"]
     finally:
         status = daemon.stop(30)
     assert status == 0

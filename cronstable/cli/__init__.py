@@ -7,7 +7,7 @@ clients are asynchronous) do.
 
 Exit codes: 0 success (valid), 1 invalid configuration, 2 usage error; the
 commands that ask a daemon (status, start, cancel, runs, reload, pause, resume,
-backfill) add 3 (the daemon cannot be reached or failed) and 4 (unauthorized), see
+backfill, audit) add 3 (the daemon cannot be reached or failed) and 4 (unauthorized), see
 ``cli/client.py``.
 """
 
@@ -451,6 +451,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job", metavar="JOB")
     p.add_argument("--output", action="store_true", help="also print each run's captured output")
     sub.add_parser("reload", parents=[client], help="ask the daemon to look for a new revision now")
+    p = sub.add_parser(
+        "audit",
+        parents=[client],
+        help="list the revisions the daemon applied or rejected, and what triggered each",
+        description="The daemon's audit trail (GET /audit, scope read), newest first, page "
+        "after page: each revision applied or rejected, when, its job-set id, and its "
+        "trigger (start, poll, watch, sighup, a GitHub webhook's delivery and sender, an API "
+        "reload and its token's name). The daemon keeps the last 1,000 (in the state store "
+        f"when it has one). {exits}.",
+    )
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--limit", type=int, default=None, metavar="N", help="only the newest N entries")
 
     _state_parser(sub)
 
@@ -709,6 +721,17 @@ def run_cli(argv: list[str]) -> int:
             url=args.url,
             token_file=args.token_file,
             as_json=args.json,
+            timeout=args.timeout,
+            cafile=args.cacert,
+        )
+    if command == "audit":
+        from cronstable.cli.audit import cmd_audit
+
+        return cmd_audit(
+            url=args.url,
+            token_file=args.token_file,
+            as_json=args.json or args.format == "json",
+            limit=args.limit,
             timeout=args.timeout,
             cafile=args.cacert,
         )

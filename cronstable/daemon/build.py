@@ -49,8 +49,10 @@ from cronstable.runtime.pools import Pools
 from cronstable.runtime.run_metrics import RunMetrics
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.runtime.sdnotify import ServiceNotifier
+from cronstable.runtime.triggers import Triggers, noticed_kind
 from cronstable.sources.base import Source
 from cronstable.state.alerts import AlertWatch
+from cronstable.state.audit import AuditTrail
 from cronstable.state.fleet import LastRuns, StoreFleetRecords
 from cronstable.state.keeper import StateKeeper
 from cronstable.state.pauses import PauseBook, PauseGate
@@ -207,6 +209,7 @@ def build_daemon(
         report_listeners=(reports, alerts),
         flow_listeners=(flow_history, run_metrics, statsd, keeper, last_runs, alerts),
         pools=job_pools,
+        revision=status.applied_revision,  # each run records the revision it ran under
     )
     scheduler_of.set(scheduler)
 
@@ -234,6 +237,11 @@ def build_daemon(
             cluster.revision_applied(record.revision) if record.outcome != "rejected" else None
         )
     )
+    # each attempt the applier records, with what triggered it, goes into the audit trail
+    # (the state store's when there is one: written through the keeper's writer)
+    audit = AuditTrail(node.name, lambda: keeper.store, keeper.submit)
+    status.observers.append(lambda record: audit.add(record.audit(node.name)))
+    triggers = Triggers(noticed_kind(source.kind))  # reload requests waiting for a revision
     fleet = Fleet(
         node.name,
         scheduler,
@@ -250,7 +258,7 @@ def build_daemon(
         scheduler=scheduler,
         history=history,
         metrics=metrics,
-        reload=lambda: request_reload(source),
+        reload=lambda trigger: request_reload(source, triggers, trigger),
         events=events,
         source=source,
         cluster=lambda: cluster.view(iter(scheduler.jobs.values())),
@@ -261,6 +269,8 @@ def build_daemon(
         limits=node.limits,
         pauses=pauses,
         fleet=fleet,
+        audit=audit,
+        triggers=triggers,
     )  # what the web reads of the daemon, and the few things it may ask
     control_of.set(control)
     web = WebSection(control, registry)
@@ -303,6 +313,7 @@ def build_daemon(
         ("cluster section", cluster.close),
         ("pauses", pauses.close),
         ("alerts", alerts.close),  # before the state section closes the store it writes
+        ("audit trail", audit.close),  # its reading of the store, before the store closes
         ("state section", state.close),  # what is queued is written (bounded)
         ("cluster-slots section", slot_section.close),
         ("pools", job_pools.close),  # the pumps of the cluster pools, before their store
@@ -321,6 +332,7 @@ def build_daemon(
         mirror=mirror,
         closing=closing,
         notifier=notifier,
+        triggers=triggers,
     )
 
 

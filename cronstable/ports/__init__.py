@@ -24,12 +24,23 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 * :mod:`.views`: the read models the daemon shows of itself (:class:`Status`,
   :class:`ClusterView` …), which :mod:`cronstable.web.encode` writes as JSON;
 * :mod:`.fleet`: the fleet view (:class:`FleetView`) and the state records it reads
-  (:class:`FleetRecords`).
+  (:class:`FleetRecords`);
+* :mod:`.audit`: the audit trail (:class:`Trigger`, :class:`AuditEntry`,
+  :class:`AuditPage`, :class:`AuditLog`).
 """
 
 from __future__ import annotations
 
 from cronstable.ports.alerts import AlertSink, StuckRun
+from cronstable.ports.audit import (
+    TRIGGER_KINDS,
+    AuditEntry,
+    AuditLog,
+    AuditOutcome,
+    AuditPage,
+    Trigger,
+    TriggerKind,
+)
 from cronstable.ports.channel import RunChannel, RunGrant, RunOwner
 from cronstable.ports.fleet import (
     FleetCluster,
@@ -116,7 +127,12 @@ __all__ = [
     "MISSED_REASONS",
     "RUN_OUTCOMES",
     "SPAWN_FAILED_RETURNCODE",
+    "TRIGGER_KINDS",
     "AlertSink",
+    "AuditEntry",
+    "AuditLog",
+    "AuditOutcome",
+    "AuditPage",
     "AppliedConfig",
     "BackfillRefused",
     "BackfillView",
@@ -182,6 +198,8 @@ __all__ = [
     "StuckRun",
     "TaskDefinition",
     "TaskRunView",
+    "Trigger",
+    "TriggerKind",
     "WallClock",
     "WORKFLOW_RUN_ENV",
     "XcomValue",

@@ -161,6 +161,12 @@ class RunStart:
     request, a backfill, an @reboot run)."""
     backfill: bool = False
     """One fire of a backfill (``scheduled_time`` is that fire)."""
+    revision: str | None = None
+    """The source revision the daemon ran when the run started (None: not known, as for
+    a run adopted from a previous daemon, or read from a record older than the field)."""
+    digest: str | None = None
+    """The job's digest (:attr:`cronstable.config.desired.Job.digest`) the run started
+    with (None: not known, as for :attr:`revision`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,13 +30,21 @@ from cronstable.config import ConfigError, DesiredState, Limits, LoadCache, Prob
 from cronstable.config.crontab import is_crontab_name
 from cronstable.logs import LogOverrides
 from cronstable.metrics import DaemonMetrics
-from cronstable.ports import RevisionView
+from cronstable.ports import AuditEntry, RevisionView, Trigger
 from cronstable.reconcile.plan import Plan, plan
+from cronstable.redact import redact
 from cronstable.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 
 P = TypeVar("P")
+
+AUDIT_ERRORS = 20
+"""A rejected revision's problems an audit entry keeps at most (the first)."""
+AUDIT_ERROR_LENGTH = 1000
+"""Characters of each problem an audit entry keeps."""
+UNKNOWN_TRIGGER = Trigger("watch")
+"""What an attempt is credited to when its caller said nothing (the source noticed it)."""
 
 Recheck = Callable[[Snapshot], Awaitable[bool]]
 """A source's answer to "this revision did not load: was it read mid-write?"."""
@@ -61,6 +69,35 @@ class RevisionRecord:
     job_set_id: str | None = None
     summary: dict[str, Any] | None = None
     errors: tuple[str, ...] = ()
+    trigger: Trigger = UNKNOWN_TRIGGER
+    """What made the daemon try it (:class:`cronstable.ports.Trigger`)."""
+
+    def audit(self, node: str) -> AuditEntry:
+        """This attempt as the audit trail keeps it (its ``id`` is the trail's to give):
+        every text redacted, the problems cut to a bound."""
+        summary = self.summary or {}
+        errors = tuple(
+            _cut(redact(error, strict=True), AUDIT_ERROR_LENGTH)
+            for error in self.errors[:AUDIT_ERRORS]
+        )
+        if len(self.errors) > AUDIT_ERRORS:
+            errors += (f"… and {len(self.errors) - AUDIT_ERRORS} more",)
+        return AuditEntry(
+            id="",
+            node=node,
+            time=self.time,
+            outcome="rejected" if self.outcome == "rejected" else "applied",
+            revision=redact(self.revision),
+            source=redact(self.source),
+            trigger=self.trigger,
+            job_set_id=self.job_set_id,
+            duration=self.duration,
+            changes={key: int(summary.get(key, 0)) for key in ("added", "changed", "removed")}
+            if self.outcome != "rejected"
+            else {},
+            sections=tuple(str(name) for name in summary.get("sections", ())),
+            errors=errors,
+        )
 
     def view(self) -> RevisionView:
         """This attempt as the daemon shows it (``/status``, the live events)."""
@@ -171,6 +208,10 @@ def _first_revision_gc() -> Iterator[None]:
             gc.enable()
 
 
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _internal(exc: Exception) -> Problem:
     return Problem("", None, None, (), f"internal error ({type(exc).__name__}: {exc})")
 
@@ -220,9 +261,15 @@ class Applier:
         return load_snapshot(snapshot, cache=self.cache, limits=self.limits)
 
     async def reconcile(
-        self, snapshot: Snapshot, *, recheck: Recheck | None = None
+        self,
+        snapshot: Snapshot,
+        *,
+        recheck: Recheck | None = None,
+        trigger: Trigger = UNKNOWN_TRIGGER,
     ) -> RevisionRecord:
         """Try one revision; returns the record of the attempt (never raises ConfigError).
+
+        ``trigger``: what made the daemon try it, kept in the record (the audit trail).
 
         ``recheck`` (the source's :meth:`~cronstable.sources.base.Source.recheck`) is
         asked before a revision that does not load is rejected: when it answers that
@@ -231,11 +278,13 @@ class Applier:
         """
         async with self._lock:
             if self.status.applied_state is not None or not self.freeze_start_up:
-                return await self._reconcile(snapshot, recheck)
+                return await self._reconcile(snapshot, recheck, trigger)
             with _first_revision_gc():
-                return await self._reconcile(snapshot, recheck)
+                return await self._reconcile(snapshot, recheck, trigger)
 
-    async def _reconcile(self, snapshot: Snapshot, recheck: Recheck | None) -> RevisionRecord:
+    async def _reconcile(
+        self, snapshot: Snapshot, recheck: Recheck | None, trigger: Trigger
+    ) -> RevisionRecord:
         started = time.perf_counter()
         try:
             desired = await asyncio.to_thread(self._load, snapshot)
@@ -253,11 +302,12 @@ class Applier:
                     time=datetime.now(UTC),
                     outcome="superseded",
                     duration=time.perf_counter() - started,
+                    trigger=trigger,
                 )
-            return self._rejected(snapshot, started, exc.problems, None)
+            return self._rejected(snapshot, started, exc.problems, None, trigger)
         except Exception as exc:  # a loader bug must not stop the daemon following its source
             logger.exception("Loading revision %s failed unexpectedly", snapshot.revision)
-            return self._rejected(snapshot, started, [_internal(exc)], None)
+            return self._rejected(snapshot, started, [_internal(exc)], None, trigger)
         for warning in desired.warnings:
             logger.warning("Revision %s: %s", snapshot.revision, warning)
         self._announce_crontabs(snapshot.revision, desired)
@@ -284,7 +334,7 @@ class Applier:
                 problems = [_internal(exc)]
             # what a section found may quote the revision's values: its inline secrets go
             problems = [p.hiding(desired.secrets) for p in problems]
-            return self._rejected(snapshot, started, problems, the_plan)
+            return self._rejected(snapshot, started, problems, the_plan, trigger)
         for section, state in prepared:
             section.commit(state, desired)
         self.status.applied_state = desired
@@ -297,6 +347,7 @@ class Applier:
             duration=time.perf_counter() - started,
             job_set_id=desired.job_set_id,
             summary=the_plan.summary(),
+            trigger=trigger,
         )
         self.status.record(record)
         if self.metrics is not None:
@@ -325,6 +376,7 @@ class Applier:
         started: float,
         problems: Sequence[Problem],
         the_plan: Plan | None,
+        trigger: Trigger = UNKNOWN_TRIGGER,
     ) -> RevisionRecord:
         errors = tuple(str(p) for p in problems)
         record = RevisionRecord(
@@ -335,6 +387,7 @@ class Applier:
             duration=time.perf_counter() - started,
             summary=the_plan.summary() if the_plan else None,
             errors=errors,
+            trigger=trigger,
         )
         self.status.record(record)
         if self.metrics is not None:

@@ -28,6 +28,8 @@ from cronstable.config.models import PER_JOB_METRICS_UP_TO
 from cronstable.metrics import DaemonMetrics
 from cronstable.ports import (
     AppliedConfig,
+    AuditLog,
+    AuditPage,
     BackfillView,
     ClusterView,
     FleetView,
@@ -45,6 +47,7 @@ from cronstable.ports import (
     Status,
     StoreView,
     TaskDefinition,
+    Trigger,
     WorkflowStatus,
     utc_text,
 )
@@ -59,6 +62,7 @@ from cronstable.runtime.history import FlowHistory, RunHistory
 from cronstable.runtime.run_metrics import RunMetrics
 from cronstable.runtime.scheduler import Scheduler, StartRefused
 from cronstable.runtime.table import FlowRun
+from cronstable.runtime.triggers import Triggers
 from cronstable.sources.base import Source, SourceError
 from cronstable.workflows.dag import levels
 
@@ -82,7 +86,7 @@ class DaemonControl:
         scheduler: Scheduler,
         history: RunHistory,
         metrics: DaemonMetrics,
-        reload: Callable[[], None],
+        reload: Callable[[Trigger], None],
         events: EventHub | None = None,
         source: Source | None = None,
         cluster: Callable[[], ClusterView] | None = None,
@@ -94,6 +98,8 @@ class DaemonControl:
         pauses: PauseControl | None = None,
         backfills: Backfills | None = None,
         fleet: Fleet | None = None,
+        audit: AuditLog | None = None,
+        triggers: Triggers | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -137,6 +143,11 @@ class DaemonControl:
             else Fleet("", scheduler, history, self.flow_history, now=now, pauses=pauses)
         )
         """What ``GET /fleet`` shows (:mod:`~cronstable.runtime.fleet`)."""
+        self.audit_log: Final = audit
+        """What ``GET /audit`` pages through (None: no trail is kept)."""
+        self.triggers: Final = triggers
+        """Where a push's trigger waits for its revision (the daemon's
+        :class:`~cronstable.runtime.triggers.Triggers`)."""
 
     # ------------------------------------------------------------ reading
 
@@ -510,13 +521,27 @@ class DaemonControl:
         lifted = await control.resume(name, by=by, workflow=workflow)
         return lifted, control.pauses(name, workflow=workflow)
 
-    def reload(self) -> None:
-        self._reload()
+    def reload(self, trigger: Trigger | None = None) -> None:
+        """Ask the source to look now; the revision it yields is credited to ``trigger``
+        (by default an API reload by no token)."""
+        self._reload(trigger or Trigger("api", requested_at=self._now(), via="http"))
 
-    def nudge(self, revision: str) -> None:
-        """The origin has ``revision`` (a pushed sha): fetch until it is visible."""
-        if self.source is not None:
-            self.source.nudge(revision)
+    def nudge(self, revision: str, trigger: Trigger | None = None) -> None:
+        """The origin has ``revision`` (a pushed sha): fetch until it is visible; that
+        revision is credited to ``trigger`` (a webhook delivery)."""
+        if self.source is None:
+            return
+        if trigger is not None and self.triggers is not None:
+            self.triggers.note(trigger)
+        self.source.nudge(revision)
+
+    def audit(self, limit: int, cursor: str | None = None) -> AuditPage:
+        """A page of the audit trail, newest first; ValueError for a bad cursor."""
+        if self.audit_log is None:
+            if cursor is not None:
+                raise ValueError(cursor)
+            return AuditPage((), None, 0, 0, durable=False)
+        return self.audit_log.page(limit, cursor)
 
 
 def per_job_metrics(desired: DesiredState) -> tuple[bool, str]:

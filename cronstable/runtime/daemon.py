@@ -37,12 +37,12 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from cronstable.config import ConfigError, DesiredState, Job, Problem
 from cronstable.metrics import DaemonMetrics
-from cronstable.ports import RunChannel
+from cronstable.ports import RunChannel, Trigger
 from cronstable.reconcile.apply import Applier
 from cronstable.reconcile.plan import Plan, changed_groups
 from cronstable.redact import redact
@@ -53,6 +53,7 @@ from cronstable.runtime.output import OutputMirror
 from cronstable.runtime.process import JobProcess
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.runtime.sdnotify import ServiceNotifier
+from cronstable.runtime.triggers import Triggers, noticed_kind
 from cronstable.snapshot import Snapshot
 from cronstable.sources.base import Source, SourceError
 from cronstable.tasks import TaskSet
@@ -172,9 +173,29 @@ Closer = tuple[str, Callable[[], Awaitable[None]]]
 """What a stopping daemon closes: its name in a log line, and how."""
 
 
-def request_reload(source: Source) -> None:
-    """Ask ``source`` for its current revision now (SIGHUP, ``POST /reload``)."""
-    logger.info("Reload requested: asking %s for its current revision", source.description)
+START = Trigger("start")
+"""The first revision a daemon applies (or the last applied one it falls back to)."""
+
+
+def _asker(trigger: Trigger) -> str:
+    if trigger.kind == "api":
+        token = f"token {trigger.token}" if trigger.token is not None else "no token"
+        return f" (through {trigger.via or 'the API'}, {token})"
+    return " (SIGHUP)" if trigger.kind == "sighup" else ""
+
+
+def request_reload(
+    source: Source, triggers: Triggers | None = None, trigger: Trigger | None = None
+) -> None:
+    """Ask ``source`` for its current revision now (SIGHUP, ``POST /reload``), noting
+    ``trigger`` in ``triggers`` so the revision it yields is credited to it."""
+    if triggers is not None and trigger is not None:
+        triggers.note(trigger)
+    logger.info(
+        "Reload requested%s: asking %s for its current revision",
+        _asker(trigger) if trigger is not None else "",
+        source.description,
+    )
     source.nudge()
 
 
@@ -186,6 +207,8 @@ class Daemon:
     failure is logged and the next one closed all the same); then ``mirror``.
     ``notifier``: told of the daemon's lifecycle (systemd's ``Type=notify``; by default
     one that sends nothing), its watchdog pinged from this loop while the daemon runs.
+    ``triggers``: the reload requests waiting for a revision (shared with the control,
+    which notes the API's and the webhook's), to credit each revision to its trigger.
     """
 
     def __init__(
@@ -199,8 +222,10 @@ class Daemon:
         mirror: OutputMirror,
         closing: Sequence[Closer] = (),
         notifier: ServiceNotifier | None = None,
+        triggers: Triggers | None = None,
     ) -> None:
         self.source = source
+        self.triggers = triggers if triggers is not None else Triggers(noticed_kind(source.kind))
         self.applier = applier
         self.scheduler = scheduler
         self.control = control
@@ -228,15 +253,25 @@ class Daemon:
             self._tasks.start(self.scheduler.cancel_running(), name="cancel-running")
 
     def request_reload(self) -> None:
-        request_reload(self.source)
+        """SIGHUP: ask the source to look now."""
+        trigger = Trigger("sighup", requested_at=datetime.now(UTC))
+        request_reload(self.source, self.triggers, trigger)
 
-    async def reconcile(self, snapshot: Snapshot) -> bool:
-        return await self._attempt(snapshot) in ("applied", "unchanged")
+    async def reconcile(self, snapshot: Snapshot, trigger: Trigger | None = None) -> bool:
+        """Try ``snapshot`` (credited to ``trigger``; by default to what the waiting
+        requests say, :meth:`Triggers.take`); whether it runs now."""
+        if trigger is None:
+            trigger = self.triggers.take(snapshot.revision)
+        return await self._attempt(snapshot, trigger) in ("applied", "unchanged")
 
-    async def _attempt(self, snapshot: Snapshot) -> str:
+    async def _attempt(self, snapshot: Snapshot, trigger: Trigger) -> str:
         """Reconcile ``snapshot`` and tell the source; the outcome (see RevisionRecord)."""
-        record = await self.applier.reconcile(snapshot, recheck=self.source.recheck)
+        record = await self.applier.reconcile(
+            snapshot, recheck=self.source.recheck, trigger=trigger
+        )
         if record.outcome == "superseded":
+            if trigger.requested_at is not None:
+                self.triggers.note(trigger)  # the newer revision answers it
             return record.outcome  # the source yields the newer revision next
         self._last_revision = snapshot.revision
         if record.outcome == "rejected":
@@ -250,7 +285,7 @@ class Daemon:
         """Apply the first revision (one read mid-write gives way to the next)."""
         while True:
             snapshot = await self._unless_stopped(anext(snapshots))
-            outcome = await self._attempt(snapshot)
+            outcome = await self._attempt(snapshot, START)
             if outcome != "superseded":
                 break
         started = outcome != "rejected" or await self._start_from_last_applied(snapshot)
@@ -302,7 +337,7 @@ class Daemon:
             rejected.revision,
             fallback.revision,
         )
-        return await self.reconcile(fallback)
+        return await self.reconcile(fallback, START)
 
     async def _supervise(self, snapshots: AsyncIterator[Snapshot]) -> None:
         """Follow the source for as long as the daemon runs, restarting the follower."""

@@ -189,8 +189,11 @@ class Scheduler:
         report_listeners: Sequence[ReportListener] = (),
         flow_listeners: Sequence[FlowListener] = (),
         pools: Pools | None = None,
+        revision: Callable[[], str | None] = lambda: None,
     ) -> None:
+        """``revision``: the source revision running now (each run's start records it)."""
         self.clock = clock
+        self.revision = revision
         self.spawner = spawner
         self.late_tolerance = late_tolerance
         self.stats = SchedulerStats()
@@ -1319,6 +1322,9 @@ class Scheduler:
                 if launch.kind == "fire"
                 else None,
                 backfill=launch.kind == "backfill",
+                # an adopted run started under a revision of the daemon before: not known
+                revision=None if inst.adopted else self.revision(),
+                digest=None if inst.adopted else launch.job.digest,
             )
             inst.start = start
             self._tell("run_started", start)

@@ -15,13 +15,19 @@ and each ``RUN``::
      "outcome": "failed", "exitCode": 3, "finishedAt": "2026-05-01T03:00:02.750001Z",
      "duration": 2.5, "failReason": "nonzeroReturn (exit code 3)",
      "stdout": "...", "stderr": null, "stdoutDropped": 12, "stderrDropped": 0,
-     "cpuSeconds": 0.123457, "maxRss": 1478656}
+     "cpuSeconds": 0.123457, "maxRss": 1478656,
+     "revision": "3f2c…", "digest": "v1:job:…"}
+
+``revision`` is the source revision the daemon ran when the run started and ``digest``
+the job's digest then; each is left out when not known (a run adopted from a previous
+daemon).
 
 These keys happen to be those ``GET /jobs/{name}/runs`` answers with, which is
 where the form came from; the two are apart now (:mod:`cronstable.web.encode`
 writes the API's), so the API may change without a new version here.  A reader
 takes what every earlier daemon wrote: ``pid``, ``manual``, the dropped counts,
-``cpuSeconds`` and ``maxRss`` may be missing (older daemons did not write them);
+``cpuSeconds``, ``maxRss``, ``revision`` and ``digest`` may be missing (older daemons
+did not write them);
 an unknown key is ignored; a run missing one it needs is skipped, not the record.
 """
 
@@ -48,7 +54,7 @@ from cronstable.workflows.dag import OUTCOMES, TASK_STATES
 def run_record(run: FinishedRun) -> Record:
     """``run`` as the history record keeps it."""
     start = run.start
-    return {
+    record: Record = {
         "id": start.id,
         "job": start.job,
         "scheduledTime": utc_text(start.scheduled_time),
@@ -68,6 +74,12 @@ def run_record(run: FinishedRun) -> Record:
         "cpuSeconds": None if run.cpu_seconds is None else round(run.cpu_seconds, 6),
         "maxRss": run.max_rss,
     }
+    # written only when known, so a record without them is the bytes it always was
+    if start.revision is not None:
+        record["revision"] = start.revision
+    if start.digest is not None:
+        record["digest"] = start.digest
+    return record
 
 
 def read_run(data: object) -> FinishedRun | None:
@@ -83,6 +95,8 @@ def read_run(data: object) -> FinishedRun | None:
             started_at=_parse_utc(data["startedAt"]),
             pid=None if data.get("pid") is None else int(data["pid"]),
             manual=bool(data.get("manual", False)),
+            revision=None if data.get("revision") is None else str(data["revision"]),
+            digest=None if data.get("digest") is None else str(data["digest"]),
         )
         outcome = data["outcome"]
         if outcome not in RUN_OUTCOMES:

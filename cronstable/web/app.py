@@ -143,7 +143,21 @@ class Api:
         return web.json_response(encode.applied_config(config))
 
     async def reload(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response(calls.reload(self.daemon), status=202)
+        answer = calls.reload(self.daemon, self.token_name(request))
+        return web.json_response(answer, status=202)
+
+    async def audit(self, request: web.Request) -> web.StreamResponse:
+        cursor = request.query.get("cursor")
+        limit = calls.limit_of(request.query.get("limit"), calls.AUDIT_PAGE)
+        try:
+            answer = calls.audit(self.daemon, cursor, limit)
+        except calls.Refused as refusal:
+            return refused(refusal)
+        headers = {}
+        if answer["nextCursor"] is not None:
+            query = urlencode({"limit": limit, "cursor": answer["nextCursor"]})
+            headers["Link"] = f'</audit?{query}>; rel="next"'
+        return web.json_response(answer, headers=headers)
 
     async def pools(self, request: web.Request) -> web.StreamResponse:
         return web.json_response(calls.pools(self.daemon))

@@ -16,8 +16,10 @@ of the daemon and its answer.
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 from typing import Any
 
+from cronstable.ports import Trigger
 from cronstable.web import encode
 from cronstable.web.view import DaemonApi
 
@@ -217,16 +219,33 @@ def cancel(daemon: DaemonApi, name: str, run: str | None = None) -> Json:
     return {"job": name, "cancelled": stopped}
 
 
-def reload(daemon: DaemonApi) -> Json:
-    """``POST /reload``: the source looks for a new revision now (answered 202)."""
-    daemon.reload()
+def reload(daemon: DaemonApi, token: str | None = None, via: str = "http") -> Json:
+    """``POST /reload``: the source looks for a new revision now (answered 202); the
+    revision it yields is credited to ``token`` (its name) in the audit trail."""
+    daemon.reload(Trigger("api", requested_at=datetime.now(UTC), via=via, token=token))
     return {"reload": "requested"}
 
 
-def limit_of(text: str | None) -> int:
-    """The ``?limit=`` of ``GET /fleet`` (0 when it is not a whole number: refused)."""
+AUDIT_PAGE = 100
+"""Entries in a page of :func:`audit` when no ``limit`` is asked for."""
+AUDIT_MAX_PAGE = 1000
+
+
+def audit(daemon: DaemonApi, cursor: str | None = None, limit: int = AUDIT_PAGE) -> Json:
+    """``GET /audit``: a page of the audit trail, newest first."""
+    if not 1 <= limit <= AUDIT_MAX_PAGE:
+        raise Refused(400, f"limit must be a whole number from 1 to {AUDIT_MAX_PAGE}")
+    try:
+        return encode.audit_page(daemon.audit(limit, cursor))
+    except ValueError:
+        raise Refused(400, "cursor is not one this daemon gave (start again without it)") from None
+
+
+def limit_of(text: str | None, default: int = FLEET_PAGE) -> int:
+    """The ``?limit=`` of ``GET /fleet`` or ``/audit`` (0 when it is not a whole number:
+    refused)."""
     if text is None:
-        return FLEET_PAGE
+        return default
     return int(text) if text.isdigit() and len(text) <= 6 else 0
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from cronstable.ports import (
     AppliedConfig,
+    AuditEntry,
+    AuditPage,
     BackfillView,
     ClusterView,
     EventData,
@@ -39,6 +41,7 @@ from cronstable.ports import (
     Status,
     StoreView,
     TaskRunView,
+    Trigger,
     WorkflowStatus,
     utc_text,
 )
@@ -66,6 +69,8 @@ def run_start(run: RunStart) -> Json:
         "manual": run.manual,
         "poolWait": _seconds(run.pool_wait),
         "backfill": run.backfill,
+        "revision": run.revision,
+        "jobDigest": run.digest,
     }
 
 
@@ -95,6 +100,45 @@ def job_runs(runs: JobRuns) -> list[Json]:
     """Running runs first (outcome ``running``), then finished ones newest first."""
     going = [run_start(run) | {"outcome": "running"} for run in runs.running]
     return going + [finished_run(run) for run in runs.finished]
+
+
+def trigger(view: Trigger) -> Json:
+    """What made the daemon try a revision: ``kind`` and, per kind, who or what asked."""
+    data: Json = {"kind": view.kind, "requestedAt": _time(view.requested_at)}
+    if view.kind == "api":
+        data |= {"via": view.via, "token": view.token}
+    if view.kind == "webhook":
+        data |= {"delivery": view.delivery, "sender": view.sender, "revision": view.revision}
+    return data
+
+
+def audit_entry(entry: AuditEntry) -> Json:
+    """One entry of the audit trail (``GET /audit``)."""
+    return {
+        "id": entry.id,
+        "node": entry.node,
+        "time": utc_text(entry.time),
+        "outcome": entry.outcome,
+        "revision": entry.revision,
+        "source": entry.source,
+        "jobSetId": entry.job_set_id,
+        "trigger": trigger(entry.trigger),
+        "duration": round(entry.duration, 6),
+        "changes": dict(entry.changes) if entry.outcome == "applied" else None,
+        "sections": list(entry.sections),
+        "errors": list(entry.errors),
+    }
+
+
+def audit_page(page: AuditPage) -> Json:
+    """A page of the audit trail, newest first, and the cursor of the next (older) one."""
+    return {
+        "entries": [audit_entry(entry) for entry in page.entries],
+        "nextCursor": page.next_cursor,
+        "kept": page.kept,
+        "bound": page.bound,
+        "durable": page.durable,
+    }
 
 
 def revision(view: RevisionView | None) -> Json | None:

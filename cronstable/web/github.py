@@ -45,12 +45,15 @@ import logging
 import re
 from collections import OrderedDict
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from aiohttp import web
 
 from cronstable.config.models import WEBHOOK_MAX_BODY
+from cronstable.ports import Trigger
+from cronstable.web.answers import shown
 from cronstable.web.bodies import BodyTooLarge, ByteBudget, read_body, timed_out
 from cronstable.web.settings import Settings
 from cronstable.web.view import DaemonApi
@@ -197,6 +200,15 @@ def why_not_ours(payload: dict[str, Any], url: str, ref: str | None) -> str | No
     return None
 
 
+def sender_of(payload: dict[str, Any]) -> str | None:
+    """The login of the push's ``sender`` (else its ``pusher``'s name), escaped and cut."""
+    sender, pusher = payload.get("sender"), payload.get("pusher")
+    login = sender.get("login") if isinstance(sender, dict) else None
+    if not isinstance(login, str) and isinstance(pusher, dict):
+        login = pusher.get("name")
+    return shown(login) if isinstance(login, str) and login else None
+
+
 class GitHubWebhook:
     """The route's handler; remembers delivery ids for the daemon's life."""
 
@@ -281,7 +293,14 @@ class GitHubWebhook:
             payload["ref"],  # the followed ref: why_not_ours compared it
             after[:12],
         )
-        self.daemon.nudge(after)
+        trigger = Trigger(
+            "webhook",
+            requested_at=datetime.now(UTC),
+            delivery=delivery,  # checked before: a plain id of at most 128 characters
+            sender=sender_of(payload),
+            revision=after,
+        )
+        self.daemon.nudge(after, trigger)
         return _answer(202, action="fetching", after=after)
 
 

@@ -131,6 +131,25 @@ def document() -> dict[str, Any]:
                     "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 168},
                 }
             )
+        if route.handler == "audit":
+            parameters += [
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "required": False,
+                    "description": "Entries in this page, newest first (default 100, at "
+                    "most 1000).",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
+                },
+                {
+                    "name": "cursor",
+                    "in": "query",
+                    "required": False,
+                    "description": "Where the page starts: the nextCursor of the page before "
+                    "(also in its Link header, rel=next). Without it, the newest entries.",
+                    "schema": {"type": "string"},
+                },
+            ]
         if route.handler == "fleet":
             parameters += [
                 {

@@ -46,6 +46,9 @@ ROUTES: tuple[Route, ...] = (
           "config", (200, 404)),
     Route("POST", "/reload", "reload", "Ask the source to look for a new revision now.",
           "reload", (202,)),
+    Route("GET", "/audit", "read",
+          "The audit trail: each revision applied or rejected, newest first, with what "
+          "triggered it (?limit=100&cursor=).", "audit", (200, 400)),
     Route("GET", "/metrics", "read", "Prometheus metrics.", "metrics"),
     Route("POST", "/jobs/{name}/start", "trigger",
           "Start the job now (also when disabled; a job with a pool may wait in its queue: "

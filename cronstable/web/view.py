@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from cronstable.ports import (
     AppliedConfig,
+    AuditPage,
     BackfillView,
     ClusterView,
     EventData,
@@ -22,6 +23,7 @@ from cronstable.ports import (
     Pause,
     PoolView,
     Status,
+    Trigger,
     WorkflowStatus,
 )
 from cronstable.reconcile.plan import PlannedRevision
@@ -132,7 +134,13 @@ class DaemonApi(Protocol):
         KeyError, ValueError (a task), PauseRefused."""
         ...
 
-    def reload(self) -> None: ...
+    def reload(self, trigger: Trigger | None = None) -> None:
+        """Ask the source to look now, the revision it yields credited to ``trigger``."""
+        ...
+
+    def audit(self, limit: int, cursor: str | None = None) -> AuditPage:
+        """A page of the audit trail, newest first; ValueError for a bad cursor."""
+        ...
 
     def next_fires(self, name: str, hours: float) -> JobForecast:
         """The job's fires in the next ``hours``; KeyError for an unknown job."""
@@ -152,8 +160,8 @@ class DaemonApi(Protocol):
         """(URL, full ref name or None for the default branch) of the followed git repository."""
         ...
 
-    def nudge(self, revision: str) -> None:
-        """The origin has ``revision``: fetch until it is visible."""
+    def nudge(self, revision: str, trigger: Trigger | None = None) -> None:
+        """The origin has ``revision``: fetch until it is visible (credited to ``trigger``)."""
         ...
 
 

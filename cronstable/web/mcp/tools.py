@@ -19,7 +19,8 @@ from cronstable.web.calls import Json, Refused
 from cronstable.web.mcp.schemas import BY_NAME, ToolSpec
 from cronstable.web.view import DaemonApi
 
-Handler = Callable[[DaemonApi, Mapping[str, Any]], Awaitable[Json]]
+Handler = Callable[[DaemonApi, Mapping[str, Any], Token | None], Awaitable[Json]]
+"""A tool: the daemon, its checked arguments, and the caller's token (None: none)."""
 
 
 def scope_refusal(tool: ToolSpec, token: Token | None) -> Refused | None:
@@ -70,40 +71,42 @@ def arguments(tool: ToolSpec, given: Mapping[str, Any] | None) -> dict[str, Any]
     return checked
 
 
-async def _list_jobs(daemon: DaemonApi, args: Mapping[str, Any]) -> Json:
+async def _list_jobs(daemon: DaemonApi, args: Mapping[str, Any], token: Token | None) -> Json:
     return calls.list_jobs(daemon)
 
 
-async def _job_status(daemon: DaemonApi, args: Mapping[str, Any]) -> Json:
+async def _job_status(daemon: DaemonApi, args: Mapping[str, Any], token: Token | None) -> Json:
     return calls.job_status(daemon, args["job"])
 
 
-async def _job_runs(daemon: DaemonApi, args: Mapping[str, Any]) -> Json:
+async def _job_runs(daemon: DaemonApi, args: Mapping[str, Any], token: Token | None) -> Json:
     return calls.runs(daemon, args["job"])
 
 
-async def _next_fires(daemon: DaemonApi, args: Mapping[str, Any]) -> Json:
+async def _next_fires(daemon: DaemonApi, args: Mapping[str, Any], token: Token | None) -> Json:
     return calls.next_fires(daemon, args["job"], float(args["hours"]))
 
 
-async def _explain_rejection(daemon: DaemonApi, args: Mapping[str, Any]) -> Json:
+async def _explain_rejection(
+    daemon: DaemonApi, args: Mapping[str, Any], token: Token | None
+) -> Json:
     return calls.rejection(daemon)
 
 
-async def _diff_revision(daemon: DaemonApi, args: Mapping[str, Any]) -> Json:
+async def _diff_revision(daemon: DaemonApi, args: Mapping[str, Any], token: Token | None) -> Json:
     return await calls.diff(daemon, args["ref"])
 
 
-async def _start_job(daemon: DaemonApi, args: Mapping[str, Any]) -> Json:
+async def _start_job(daemon: DaemonApi, args: Mapping[str, Any], token: Token | None) -> Json:
     return await calls.start(daemon, args["job"])
 
 
-async def _cancel_run(daemon: DaemonApi, args: Mapping[str, Any]) -> Json:
+async def _cancel_run(daemon: DaemonApi, args: Mapping[str, Any], token: Token | None) -> Json:
     return calls.cancel(daemon, args["job"], args["run"])
 
 
-async def _reload(daemon: DaemonApi, args: Mapping[str, Any]) -> Json:
-    return calls.reload(daemon)
+async def _reload(daemon: DaemonApi, args: Mapping[str, Any], token: Token | None) -> Json:
+    return calls.reload(daemon, token.name if token is not None else None, via="mcp")
 
 
 HANDLERS: dict[str, Handler] = {
@@ -130,4 +133,4 @@ async def call(
     refusal = scope_refusal(tool, token)
     if refusal is not None:
         raise refusal
-    return await HANDLERS[name](daemon, arguments(tool, given))
+    return await HANDLERS[name](daemon, arguments(tool, given), token)
