@@ -261,6 +261,7 @@ def build_daemon(
         limits=node.limits,
         pauses=pauses,
         fleet=fleet,
+        alerts=alerts.view,
     )  # what the web reads of the daemon, and the few things it may ask
     control_of.set(control)
     web = WebSection(control, registry)

@@ -16,7 +16,7 @@ import base64
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Final
 
@@ -33,6 +33,7 @@ from cronstable.ports import (
     FleetView,
     FlowRuns,
     FlowRunView,
+    JobAlerts,
     JobForecast,
     JobPauses,
     JobRuns,
@@ -94,6 +95,7 @@ class DaemonControl:
         pauses: PauseControl | None = None,
         backfills: Backfills | None = None,
         fleet: Fleet | None = None,
+        alerts: Callable[[Job, Iterable[Job]], JobAlerts | None] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -137,6 +139,8 @@ class DaemonControl:
             else Fleet("", scheduler, history, self.flow_history, now=now, pauses=pauses)
         )
         """What ``GET /fleet`` shows (:mod:`~cronstable.runtime.fleet`)."""
+        self.alerts: Final = alerts
+        """Late, stuck and stale now, per job and workflow (None: not judged here)."""
 
     # ------------------------------------------------------------ reading
 
@@ -203,6 +207,7 @@ class DaemonControl:
                 else JobPauses(),
                 backfill=self.backfills.view(job.name),
                 buffered=scheduler.buffered(job.name),
+                alerts=self.alerts(job, ()) if self.alerts is not None else None,
                 running=tuple(self.history.running(job.name)),
                 last_run=self.history.last(job.name),
                 retry_pending=scheduler.retry_pending(job.name),
@@ -267,6 +272,7 @@ class DaemonControl:
             pauses=self.pause_control.pauses(name, workflow=True)
             if self.pause_control is not None
             else JobPauses(),
+            alerts=self.alerts(flow.job, flow.tasks.values()) if self.alerts is not None else None,
             tasks=tuple(
                 TaskDefinition(
                     task=task,
