@@ -1,7 +1,7 @@
 """onLate, onStuck and onStale (:mod:`cronstable.state.alerts`) on a manual clock.
 
 The watch hears a real scheduler (stand-in runs on the same clock, as in
-test_runtime_scheduler.py) and a real run history; what it reports is written down
+manual_harness.py) and a real run history; what it reports is written down
 by a real sink.  Two watches on one etcd store play two nodes of a cluster: a late
 fire, and a stale job, are reported once between them.  On a node's own state
 directory (or none) each node judges what it would run itself.
@@ -20,8 +20,8 @@ import pytest
 import pytest_asyncio
 from backends import StateBackend
 from heard_reports import HeardReports
+from manual_harness import T0, StandInRun
 from prometheus_client import CollectorRegistry
-from test_runtime_scheduler import T0, StandInRun
 
 from cronstable.config import DesiredState, MemoryTree, load
 from cronstable.config.desired import Job
