@@ -10,4 +10,4 @@
   ``until``, ``http``, the fixture ``daemon_procs``).
 """
 
-pytest_plugins = ["etcd_server", "lease_server", "backends", "daemon_proc"]
+pytest_plugins = ["etcd_server", "lease_server", "backends", "daemon_proc", "manual_harness"]

@@ -301,6 +301,25 @@ def _answers(config: dict[str, Any]) -> dict[tuple[str, str], tuple[int, bytes, 
                 "retryPending": True,
                 "running": [{"pid": HOSTILE}],
                 "lastRun": run_,
+                "alerts": {
+                    "late": {"fire": HOSTILE, "lateSince": HOSTILE, "reportedBy": HOSTILE},
+                    "stuck": [
+                        {
+                            "job": HOSTILE,
+                            "run": HOSTILE,
+                            "runningFor": HOSTILE,
+                            "threshold": HOSTILE,
+                            "basis": HOSTILE,
+                            "reportedAt": HOSTILE,
+                        }
+                    ],
+                    "stale": {
+                        "lastSuccess": HOSTILE,
+                        "staleSince": HOSTILE,
+                        "maxSuccessAge": HOSTILE,
+                        "reportedAt": HOSTILE,
+                    },
+                },
             }
         ],
     }
@@ -372,8 +391,12 @@ def test_status_text_shows_every_server_string_escaped(hostile: tuple[str, str])
     assert lines[1] == f"rejected {HOSTILE_SHOWN} at {HOSTILE_SHOWN}:"
     # one problem per line: a newline in a one-line field is shown as \n
     assert lines[2:4] == [f"  {HOSTILE_SHOWN}", "  a\\nb"]
-    [row] = [line for line in lines if line.startswith(HOSTILE_SHOWN)]
+    [row, *alerts] = [line for line in lines if line.startswith(HOSTILE_SHOWN)]
     assert f"pid {HOSTILE_SHOWN}" in row and "(retry pending)" in row
+    # late, stuck, stale: one line each, every string of theirs escaped
+    assert [line.split(": ")[1] for line in alerts] == ["late", "stuck", "stale"]
+    assert f"reported by {HOSTILE_SHOWN}" in alerts[0]
+    assert f"stuck: run {HOSTILE_SHOWN} going {HOSTILE_SHOWN}, over" in alerts[1]
 
 
 def test_runs_output_keeps_its_lines_and_tabs_and_escapes_the_rest(

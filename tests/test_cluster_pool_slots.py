@@ -14,10 +14,15 @@ import pytest
 import pytest_asyncio
 from backends import ClusterBackend
 from daemon_proc import until
+from prometheus_client import CollectorRegistry
 from test_runtime_pools import state
 
+from cronstable.cluster.claims import SlotGuard
 from cronstable.cluster.factory import make_slots
+from cronstable.cluster.lock_section import LockSlotSection, lock_record
+from cronstable.cluster.pool_section import PoolSlotSection
 from cronstable.cluster.pool_slots import PoolSlots
+from cronstable.cluster.slot_section import SlotSection
 from cronstable.ports import Launch, SlotsUnavailable
 from cronstable.runtime.clock import SystemClock
 from cronstable.runtime.pools import Pools, Ticket
@@ -170,3 +175,35 @@ async def test_a_store_that_cannot_answer_follows_on_store_unavailable() -> None
     for node in (degrade, closed):
         node.pools.withdraw_all()
         await node.pools.close()
+
+
+@pytest.mark.asyncio
+async def test_the_slot_store_metrics_of_jobs_pools_and_locks(make: Make) -> None:
+    """One collector, three tables of names: each owner's holds and counters."""
+    registry = CollectorRegistry()
+    pools = make("a")
+    locks = PoolSlots("a", title="Cluster locks", naming=lock_record)  # no store yet
+    guard = SlotGuard("a", replace_runs=lambda job, why: [])
+    SlotSection(guard, registry)
+    PoolSlotSection(pools, registry)
+    LockSlotSection(locks, registry)
+    assert [await pools.take("db", 3), await pools.take("db", 3)] == [0, 1]
+    locks.stats.lost, locks.stats.store_failures = 1, 2
+    guard.stats.cancels_sent, guard.stats.cancels_obeyed = 3, 4
+    seen = {
+        name: registry.get_sample_value(name)
+        for name in (
+            "cronstable_pool_cluster_slots_held",
+            "cronstable_pool_cluster_slots_lost_total",
+            "cronstable_pool_cluster_slot_store_failures_total",
+            "cronstable_lock_cluster_held",
+            "cronstable_lock_cluster_lost_total",
+            "cronstable_lock_cluster_store_failures_total",
+            "cronstable_cluster_slots_held",
+            "cronstable_cluster_slot_cancels_sent_total",
+            "cronstable_cluster_slot_cancels_obeyed_total",
+            "cronstable_cluster_slots_lost_total",
+            "cronstable_cluster_slot_store_failures_total",
+        )
+    }
+    assert list(seen.values()) == [2, 0, 0, 0, 1, 2, 0, 3, 4, 0, 0]

@@ -1,4 +1,5 @@
-"""A real daemon and a real headless Chromium: the dashboard loads, starts a job, shows it."""
+"""A real daemon and a real headless Chromium: the dashboard loads, starts a job, shows it,
+and shows a stuck run and a stale job."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import aiohttp
 import pytest
 from cdp import browser, chromium_binary
 from daemon_proc import DaemonProcess
@@ -30,6 +32,14 @@ jobs:
     command: "true"
     schedule: "* * * * *"
     suspend: {reason: on hold for the audit}
+  - name: long
+    command: sleep 30
+    schedule: "@yearly"
+    onStuck: {expectedDuration: 1s}
+  - name: stale one
+    command: "true"
+    schedule: "@yearly"
+    onStale: {maxSuccessAge: 1s}
 """
 TOKEN = "d4shb0ard-token"
 
@@ -72,7 +82,7 @@ async def test_the_dashboard_starts_a_job_and_shows_its_outcome(
                 "document.getElementById('token-save').click()"
             )
             assert await page.evaluate("sessionStorage.getItem('cronstable-token')") == TOKEN
-            await page.wait_for("document.querySelectorAll('#jobs tbody tr').length === 3")
+            await page.wait_for("document.querySelectorAll('#jobs tbody tr').length === 5")
             await page.wait_for("document.getElementById('live').textContent === 'live'")
             # a pause shows who paused and why (the repository's suspend here)
             held = await page.evaluate(
@@ -93,6 +103,32 @@ async def test_the_dashboard_starts_a_job_and_shows_its_outcome(
             assert (
                 await page.evaluate("document.getElementById('message').textContent")
             ).startswith("Started broken: broken@")
+            # a run past its expectedDuration gets a stuck badge and a line saying which;
+            # a job without a success for maxSuccessAge a stale one (/status is read
+            # again every 10 s while the event stream is live)
+            await page.evaluate("document.querySelector('[data-start=\"long\"]').click()")
+            stuck = await page.wait_for(
+                'document.querySelector(\'tr[data-job="long"] [data-alert="stuck"]\')?.textContent',
+                timeout=30,
+            )
+            assert stuck.startswith("stuck: run long@") and "(expectedDuration)" in stuck
+            assert (
+                await page.evaluate(
+                    "document.querySelector('tr[data-job=\"long\"] [data-alert-badge]').textContent"
+                )
+                == "stuck"
+            )
+            stale = await page.evaluate(
+                'document.querySelector(\'tr[data-job="stale one"] [data-alert="stale"]\')'
+                ".textContent"
+            )
+            assert stale.startswith("stale: no success yet, over maxSuccessAge 1.0 s")
+            assert (
+                await page.evaluate(
+                    "document.querySelectorAll('tr[data-job=\"greet\"] [data-alert]').length"
+                )
+                == 0
+            )
             # the timeline: a bar per run coloured by outcome, ticks for the next fires
             await page.wait_for("document.querySelectorAll('#timeline rect.run.succeeded').length")
             assert await page.evaluate(
@@ -104,7 +140,7 @@ async def test_the_dashboard_starts_a_job_and_shows_its_outcome(
             await page.screenshot(tmp_path / "dashboard.png")
             # the fleet tab: GET /fleet, each job's next node and where it last ran
             await page.evaluate("document.getElementById('tab-fleet').click()")
-            await page.wait_for("document.querySelectorAll('#fleet-jobs tbody tr').length === 3")
+            await page.wait_for("document.querySelectorAll('#fleet-jobs tbody tr').length === 5")
             assert await page.evaluate("document.getElementById('overview').hidden")
             where = await page.evaluate(
                 "document.querySelector('tr[data-fleet-job=\"broken\"]').dataset.runsNext"
@@ -127,4 +163,8 @@ async def test_the_dashboard_starts_a_job_and_shows_its_outcome(
             print(f"screenshot: {tmp_path / 'dashboard.png'}")
         assert "POST /jobs/{name}/start (job greet) by dashboard from 127.0.0.1" in log.read_text()
     finally:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+            cancel = f"{url}/jobs/long/cancel"  # the stuck run, so that the daemon stops now
+            async with http.post(cancel, headers={"Authorization": f"Bearer {TOKEN}"}) as answer:
+                assert answer.status == 200
         assert await asyncio.to_thread(daemon.stop, 20) == 0

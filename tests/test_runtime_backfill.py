@@ -9,12 +9,10 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from test_runtime_scheduler import T0, Harness, harness, jobs
+from manual_harness import T0, Harness, jobs
 
 from cronstable.ports import BackfillRefused
 from cronstable.runtime.backfill import Backfills, fires_between
-
-__all__ = ["harness"]  # the scheduler's fixture, shared
 
 TABLE = """\
 jobs:

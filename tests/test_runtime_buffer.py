@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
-from test_runtime_scheduler import T0, Harness, StandInRun, harness, jobs  # noqa: F401 (fixture)
+from manual_harness import T0, Harness, StandInRun, jobs
 
 from cronstable.config import MemoryTree, load
 from cronstable.config.desired import Job
@@ -40,7 +40,7 @@ def table(policy: str, extra: str = "") -> dict[str, Job]:
 
 @pytest.mark.asyncio
 async def test_buffer_one_runs_one_waiting_fire_after_the_run_and_skips_the_rest(
-    harness: Callable[..., Harness],  # noqa: F811
+    harness: Callable[..., Harness],
 ) -> None:
     h = harness(table("BufferOne"))
     h.behaviour["slow"] = (150.0, 0)  # each run lasts 2.5 fires
@@ -66,7 +66,7 @@ async def test_buffer_one_runs_one_waiting_fire_after_the_run_and_skips_the_rest
 
 @pytest.mark.asyncio
 async def test_buffer_all_queues_fires_in_order_up_to_the_limit(
-    harness: Callable[..., Harness],  # noqa: F811
+    harness: Callable[..., Harness],
 ) -> None:
     h = harness(table("BufferAll", "bufferLimit: 3"))
     h.behaviour["slow"] = (600.0, 0)
@@ -88,7 +88,7 @@ async def test_buffer_all_queues_fires_in_order_up_to_the_limit(
 
 @pytest.mark.asyncio
 async def test_buffer_all_loses_nothing_when_runs_catch_up(
-    harness: Callable[..., Harness],  # noqa: F811
+    harness: Callable[..., Harness],
 ) -> None:
     """A burst of slow runs, then fast ones: every fire runs, in order, one at a time."""
     h = harness(table("BufferAll"))
@@ -110,7 +110,7 @@ async def test_the_bound_is_one_for_buffer_one_and_buffer_limit_for_buffer_all()
 
 @pytest.mark.asyncio
 async def test_a_start_on_request_is_not_buffered(
-    harness: Callable[..., Harness],  # noqa: F811
+    harness: Callable[..., Harness],
 ) -> None:
     h = harness(table("BufferOne"))
     h.behaviour["slow"] = (150.0, 0)
@@ -124,7 +124,7 @@ async def test_a_start_on_request_is_not_buffered(
 
 @pytest.mark.asyncio
 async def test_a_buffered_fire_waits_for_the_failed_runs_retries(
-    harness: Callable[..., Harness],  # noqa: F811
+    harness: Callable[..., Harness],
 ) -> None:
     h = harness(table("BufferOne", "onFailure: {retry: {maximumRetries: 1, initialDelay: 30}}"))
     h.behaviour["slow"] = (50.0, 1)  # 12:01 fails at 12:01:50, its retry is due 12:02:20
@@ -141,7 +141,7 @@ async def test_a_buffered_fire_waits_for_the_failed_runs_retries(
 
 @pytest.mark.asyncio
 async def test_a_retry_due_while_a_run_goes_waits_at_the_head_of_the_buffer(
-    harness: Callable[..., Harness],  # noqa: F811
+    harness: Callable[..., Harness],
 ) -> None:
     h = harness(table("BufferAll", "onFailure: {retry: {maximumRetries: 1, initialDelay: 5}}"))
     h.behaviour["slow"] = (2.0, 1)
@@ -158,7 +158,7 @@ async def test_a_retry_due_while_a_run_goes_waits_at_the_head_of_the_buffer(
 
 @pytest.mark.asyncio
 async def test_removing_the_job_drops_its_buffer(
-    harness: Callable[..., Harness],  # noqa: F811
+    harness: Callable[..., Harness],
 ) -> None:
     h = harness(table("BufferAll"))
     h.behaviour["slow"] = (600.0, 0)
@@ -172,7 +172,7 @@ async def test_removing_the_job_drops_its_buffer(
 
 @pytest.mark.asyncio
 async def test_a_buffered_fire_asks_the_gate_again_when_its_turn_comes(
-    harness: Callable[..., Harness],  # noqa: F811
+    harness: Callable[..., Harness],
 ) -> None:
     """A pause (or a lost leadership) that came while the fire waited drops it."""
 
@@ -200,7 +200,7 @@ async def test_a_buffered_fire_asks_the_gate_again_when_its_turn_comes(
 
 @pytest.mark.asyncio
 async def test_stopping_drops_the_buffer(
-    harness: Callable[..., Harness],  # noqa: F811
+    harness: Callable[..., Harness],
 ) -> None:
     h = harness(table("BufferAll"))
     h.behaviour["slow"] = (300.0, 0)
@@ -212,7 +212,7 @@ async def test_stopping_drops_the_buffer(
 
 @pytest.mark.asyncio
 async def test_a_buffered_fire_queues_in_the_pool_only_once_launched(
-    harness: Callable[..., Harness],  # noqa: F811
+    harness: Callable[..., Harness],
 ) -> None:
     """A buffered fire takes its pool ticket when it is launched, after the run before it
     ended: the pool's queue holds at most one launch of the job at a time."""

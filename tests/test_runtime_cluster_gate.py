@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
-from test_runtime_scheduler import T0, Harness, harness, jobs  # noqa: F401 (fixture)
+from manual_harness import T0, Harness, jobs
 
 from cronstable.config.desired import Job
 
@@ -39,7 +39,7 @@ class Gate:
 
 @pytest.mark.asyncio
 async def test_the_gate_holds_back_fires_and_retries_and_counts_them(
-    harness: Callable[..., Harness],  # noqa: F811
+    harness: Callable[..., Harness],
 ) -> None:
     gate = Gate()
     h = harness(jobs(TABLE), gate=gate)
@@ -58,7 +58,7 @@ async def test_the_gate_holds_back_fires_and_retries_and_counts_them(
 
 @pytest.mark.asyncio
 async def test_leadership_is_released_before_the_drain(
-    harness: Callable[..., Harness],  # noqa: F811
+    harness: Callable[..., Harness],
 ) -> None:
     gate = Gate()
     h = harness(

@@ -11,7 +11,7 @@ import asyncio
 from datetime import UTC, datetime
 
 import pytest
-from test_runtime_scheduler import StandInRun, jobs
+from manual_harness import StandInRun, jobs
 
 from cronstable.ports import Launch
 from cronstable.runtime.clock import ManualClock

@@ -1,6 +1,6 @@
 """``jitter``: the pure offset, and the scheduler delaying scheduled fires on a manual clock.
 
-The harness is the scheduler's own (``test_runtime_scheduler.py``): stand-in runs on a
+The harness is the scheduler's own (``manual_harness.py``): stand-in runs on a
 :class:`~cronstable.runtime.clock.ManualClock`, the real scheduler.
 """
 
@@ -11,11 +11,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from test_runtime_scheduler import T0, Harness, harness, jobs
+from manual_harness import T0, Harness, jobs
 
 from cronstable.runtime.jitter import fraction, offset
-
-__all__ = ["harness"]  # the fixture, shared with the scheduler's tests
 
 HOURLY = 'jobs: [{name: report, command: "true", schedule: "0 * * * *", jitter: 10m}]'
 

@@ -2,7 +2,7 @@
 bound, withdrawals, a revision changing the slots, and what the views show.
 
 Then the same rules through the real scheduler, with stand-in runs on the same
-clock (test_runtime_scheduler.py's harness): Forbid counts a queued launch as
+clock (the manual-clock harness, manual_harness.py): Forbid counts a queued launch as
 going, Replace takes it out of the queue, a retry queues again, a stop drops
 the queue.  Real processes and the HTTP API are in test_pools_e2e.py.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from test_runtime_scheduler import Harness, harness  # noqa: F401  (the fixture)
+from manual_harness import Harness
 
 from cronstable.config import DesiredState, MemoryTree, load
 from cronstable.ports import Launch, run_id
@@ -300,7 +300,7 @@ def start(h: Harness, desired: DesiredState) -> None:
 
 
 @pytest.mark.asyncio
-async def test_forbid_counts_a_queued_launch_as_going(harness: Callable[..., Harness]) -> None:  # noqa: F811
+async def test_forbid_counts_a_queued_launch_as_going(harness: Callable[..., Harness]) -> None:
     desired = scheduled("Forbid")
     h = harness(dict(desired.jobs))
     h.behaviour["hold"] = (100.0, 0)
@@ -321,7 +321,7 @@ async def test_forbid_counts_a_queued_launch_as_going(harness: Callable[..., Har
 
 @pytest.mark.asyncio
 async def test_replace_takes_the_queued_launch_out_of_the_queue(
-    harness: Callable[..., Harness],  # noqa: F811
+    harness: Callable[..., Harness],
 ) -> None:
     desired = scheduled("Replace")
     h = harness(dict(desired.jobs))
@@ -346,7 +346,7 @@ async def test_replace_takes_the_queued_launch_out_of_the_queue(
 
 @pytest.mark.asyncio
 async def test_a_queued_launch_past_its_timeout_is_a_missed_fire(
-    harness: Callable[..., Harness],  # noqa: F811
+    harness: Callable[..., Harness],
 ) -> None:
     desired = scheduled("Allow", "15s")
     h = harness(dict(desired.jobs))
@@ -364,7 +364,7 @@ async def test_a_queued_launch_past_its_timeout_is_a_missed_fire(
 
 
 @pytest.mark.asyncio
-async def test_a_retry_queues_again(harness: Callable[..., Harness]) -> None:  # noqa: F811
+async def test_a_retry_queues_again(harness: Callable[..., Harness]) -> None:
     text = """\
     pools:
       - {name: p, slots: 1}
@@ -396,7 +396,7 @@ async def test_a_retry_queues_again(harness: Callable[..., Harness]) -> None:  #
 
 
 @pytest.mark.asyncio
-async def test_a_stop_drops_the_queue(harness: Callable[..., Harness]) -> None:  # noqa: F811
+async def test_a_stop_drops_the_queue(harness: Callable[..., Harness]) -> None:
     desired = scheduled("Allow")
     h = harness(dict(desired.jobs))
     h.behaviour["hold"] = (100.0, 0)
@@ -413,7 +413,7 @@ async def test_a_stop_drops_the_queue(harness: Callable[..., Harness]) -> None: 
 
 @pytest.mark.asyncio
 async def test_a_replacing_launch_takes_the_place_of_the_one_it_replaced(
-    harness: Callable[..., Harness],  # noqa: F811
+    harness: Callable[..., Harness],
 ) -> None:
     text = SCHEDULED.replace("POLICY", "Replace").replace("TIMEOUT", "''")
     text += '  - {name: other, command: "true", schedule: "0 0 1 1 *", pool: p}\n'

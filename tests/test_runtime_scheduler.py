@@ -7,133 +7,17 @@ tested in test_runtime_process.py); everything else is the real scheduler.
 from __future__ import annotations
 
 import asyncio
-import textwrap
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-import pytest_asyncio
-from heard_reports import HeardReports
+from manual_harness import T0, Harness, StandInRun, jobs
 
-from cronstable.config import DesiredState, MemoryTree, load
 from cronstable.config.desired import Job
-from cronstable.ports import Moment, RunResult
 from cronstable.runtime.clock import ManualClock
 from cronstable.runtime.scheduler import Scheduler
-
-T0 = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
-
-
-def jobs(text: str) -> dict[str, Job]:
-    state: DesiredState = load(MemoryTree({"c.yaml": textwrap.dedent(text).encode()}), "c.yaml")
-    return dict(state.jobs)
-
-
-@dataclass(eq=False)
-class StandInRun:
-    """A run that lasts ``duration`` seconds of manual-clock time and exits with ``code``."""
-
-    clock: ManualClock
-    job: Job
-    scheduled: datetime
-    attempt: int
-    duration: float
-    code: int
-    started: datetime | None = None
-    ended: datetime | None = None
-    cancelled: bool = False
-    _stop: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def pid(self) -> int | None:
-        return 4242
-
-    async def start(self) -> None:
-        self.started = self.clock.now()
-
-    async def wait(self) -> RunResult:
-        sleeper = asyncio.ensure_future(self.clock.sleep(self.duration))
-        stopper = asyncio.ensure_future(self._stop.wait())
-        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        sleeper.cancel()
-        stopper.cancel()
-        self.ended = self.clock.now()
-        code = -15 if self.cancelled else self.code
-        assert self.started is not None
-        return RunResult(
-            job_name=self.job.name,
-            scheduled_time=self.scheduled,
-            attempt=self.attempt,
-            started_at=self.started,
-            finished_at=self.clock.now(),
-            duration=(self.clock.now() - self.started).total_seconds(),
-            returncode=code,
-            stdout=None,
-            stderr=None,
-            stdout_discarded=0,
-            stderr_discarded=0,
-            fail_reason=None if code == 0 else ("cancelled" if self.cancelled else f"exit {code}"),
-            timed_out=False,
-            cancelled=self.cancelled,
-            pid=4242,
-        )
-
-    async def cancel(self) -> None:
-        self.cancelled = True
-        self._stop.set()
-
-
-@dataclass
-class Harness:
-    clock: ManualClock
-    scheduler: Scheduler
-    runs: list[StandInRun]
-    heard: HeardReports
-    behaviour: dict[str, tuple[float, int]]
-
-    @property
-    def outcomes(self) -> list[tuple[str, Moment, int]]:
-        """The report moments asked for: (job, moment, attempt)."""
-        return self.heard.moments
-
-    def starts(self, name: str | None = None) -> list[datetime]:
-        return [r.started for r in self.runs if name is None or r.job.name == name if r.started]
-
-    def scheduled(self, name: str) -> list[datetime]:
-        return [r.scheduled for r in self.runs if r.job.name == name]
-
-
-@pytest_asyncio.fixture
-async def harness() -> AsyncIterator[Callable[..., Harness]]:
-    created: list[tuple[Harness, asyncio.Task[None]]] = []
-
-    def make(table: dict[str, Job], start: datetime = T0, **kwargs: Any) -> Harness:
-        clock = ManualClock(start)
-        runs: list[StandInRun] = []
-        heard = HeardReports()
-        behaviour: dict[str, tuple[float, int]] = {}
-
-        def spawner(job: Job, scheduled: datetime, attempt: int) -> StandInRun:
-            duration, code = behaviour.get(job.name, (1.0, 0))
-            run = StandInRun(clock, job, scheduled, attempt, duration, code)
-            runs.append(run)
-            return run
-
-        scheduler = Scheduler(clock, spawner, report_listeners=[heard], **kwargs)
-        scheduler.replace_jobs(table)
-        h = Harness(clock, scheduler, runs, heard, behaviour)
-        created.append((h, asyncio.create_task(scheduler.run())))
-        return h
-
-    yield make
-    for h, task in created:
-        h.scheduler.stop()
-        await h.scheduler.cancel_running()
-        await h.clock.advance(3600)
-        await asyncio.wait_for(task, 5)
 
 
 @pytest.mark.asyncio

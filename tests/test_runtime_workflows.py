@@ -7,164 +7,21 @@ Real processes: tests/test_workflows_e2e.py.
 
 from __future__ import annotations
 
-import asyncio
-import textwrap
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
-import pytest_asyncio
-from heard_reports import HeardReports
+from manual_harness import T0, Harness
+from manual_harness import desired as state
 
-from cronstable.config import DesiredState, MemoryTree, load
+from cronstable.config import DesiredState
 from cronstable.config.desired import Job
-from cronstable.ports import FlowRunView, RunResult, TaskRunView
+from cronstable.ports import FlowRunView, TaskRunView
 from cronstable.runtime.clock import ManualClock
 from cronstable.runtime.jitter import offset as jitter_offset
-from cronstable.runtime.scheduler import Scheduler, StartRefused
+from cronstable.runtime.scheduler import StartRefused
 from cronstable.state.pauses import PauseBook, PauseGate
-
-T0 = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
-
-
-def state(text: str) -> DesiredState:
-    return load(MemoryTree({"c.yaml": textwrap.dedent(text).encode()}), "c.yaml")
-
-
-@dataclass(eq=False)
-class StandIn:
-    clock: ManualClock
-    job: Job
-    scheduled: datetime
-    attempt: int
-    duration: float
-    code: int
-    started: datetime | None = None
-    ended: datetime | None = None
-    cancelled: bool = False
-    _stop: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def pid(self) -> int | None:
-        return 4242
-
-    async def start(self) -> None:
-        self.started = self.clock.now()
-
-    async def wait(self) -> RunResult:
-        sleeper = asyncio.ensure_future(self.clock.sleep(self.duration))
-        stopper = asyncio.ensure_future(self._stop.wait())
-        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        sleeper.cancel()
-        stopper.cancel()
-        self.ended = self.clock.now()
-        code = -15 if self.cancelled else self.code
-        assert self.started is not None
-        return RunResult(
-            job_name=self.job.name,
-            scheduled_time=self.scheduled,
-            attempt=self.attempt,
-            started_at=self.started,
-            finished_at=self.ended,
-            duration=(self.ended - self.started).total_seconds(),
-            returncode=code,
-            stdout=None,
-            stderr=None,
-            stdout_discarded=0,
-            stderr_discarded=0,
-            fail_reason=None if code == 0 else f"exit {code}",
-            timed_out=False,
-            cancelled=self.cancelled,
-            pid=4242,
-        )
-
-    async def cancel(self) -> None:
-        self.cancelled = True
-        self._stop.set()
-
-
-class HeardFlows:
-    """A real FlowListener: what it was told, in order."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, FlowRunView]] = []
-
-    def flow_started(self, run: FlowRunView) -> None:
-        self.events.append(("started", run))
-
-    def flow_changed(self, run: FlowRunView) -> None:
-        self.events.append(("changed", run))
-
-    def flow_finished(self, run: FlowRunView) -> None:
-        self.events.append(("finished", run))
-
-    def finished(self) -> list[FlowRunView]:
-        return [run for event, run in self.events if event == "finished"]
-
-
-@dataclass
-class Harness:
-    clock: ManualClock
-    scheduler: Scheduler
-    runs: list[StandIn]
-    heard: HeardReports
-    flows: HeardFlows
-    behaviour: dict[str, list[tuple[float, int]]]
-    """Per job: (duration, exit code) of each attempt in turn (the last one repeats)."""
-
-    def started(self, name: str) -> list[datetime]:
-        return [r.started for r in self.runs if r.job.name == name and r.started is not None]
-
-    def ended(self, name: str) -> list[datetime]:
-        return [r.ended for r in self.runs if r.job.name == name and r.ended is not None]
-
-    def order(self) -> list[str]:
-        return [r.job.name for r in sorted(self.runs, key=lambda r: (r.started or T0, r.job.name))]
-
-    def last(self, workflow: str) -> FlowRunView:
-        slot = self.scheduler.flow_slot(workflow)
-        assert slot is not None and slot.last_run is not None
-        return slot.last_run
-
-    def states(self, workflow: str) -> dict[str, str]:
-        return {task.task: task.state for task in self.last(workflow).tasks}
-
-
-@pytest_asyncio.fixture
-async def harness() -> AsyncIterator[Callable[..., Harness]]:
-    created: list[tuple[Harness, asyncio.Task[None]]] = []
-
-    def make(desired: DesiredState, start: datetime = T0, **kwargs: Any) -> Harness:
-        clock = ManualClock(start)
-        runs: list[StandIn] = []
-        heard = HeardReports()
-        flows = HeardFlows()
-        behaviour: dict[str, list[tuple[float, int]]] = {}
-
-        def spawner(job: Job, scheduled: datetime, attempt: int) -> StandIn:
-            plan = behaviour.get(job.name, [(1.0, 0)])
-            duration, code = plan[min(attempt, len(plan)) - 1]
-            run = StandIn(clock, job, scheduled, attempt, duration, code)
-            runs.append(run)
-            return run
-
-        scheduler = Scheduler(
-            clock, spawner, report_listeners=[heard], flow_listeners=[flows], **kwargs
-        )
-        scheduler.replace_jobs(desired.jobs, desired.workflows)
-        h = Harness(clock, scheduler, runs, heard, flows, behaviour)
-        created.append((h, asyncio.create_task(scheduler.run())))
-        return h
-
-    yield make
-    for h, task in created:
-        h.scheduler.stop()
-        await h.scheduler.cancel_running()
-        await h.clock.advance(3600)
-        await asyncio.wait_for(task, 5)
-
 
 ETL = """\
 workflows:

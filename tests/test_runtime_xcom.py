@@ -10,7 +10,9 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
-from test_runtime_workflows import HOUR, Harness, harness, state
+from manual_harness import Harness
+from manual_harness import desired as state
+from test_runtime_workflows import HOUR
 
 from cronstable import xcom
 from cronstable.ports import WORKFLOW_RUN_ENV, FlowRunView, TaskRunView, XcomValue, keep_values
@@ -21,8 +23,6 @@ from cronstable.state.records import (
     flow_run_record,
     read_flow_run,
 )
-
-__all__ = ["harness"]  # the fixture, used by name
 
 ETL = """\
 workflows:

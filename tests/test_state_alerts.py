@@ -1,7 +1,7 @@
 """onLate, onStuck and onStale (:mod:`cronstable.state.alerts`) on a manual clock.
 
 The watch hears a real scheduler (stand-in runs on the same clock, as in
-test_runtime_scheduler.py) and a real run history; what it reports is written down
+manual_harness.py) and a real run history; what it reports is written down
 by a real sink.  Two watches on one etcd store play two nodes of a cluster: a late
 fire, and a stale job, are reported once between them.  On a node's own state
 directory (or none) each node judges what it would run itself.
@@ -20,12 +20,12 @@ import pytest
 import pytest_asyncio
 from backends import StateBackend
 from heard_reports import HeardReports
+from manual_harness import T0, StandInRun
 from prometheus_client import CollectorRegistry
-from test_runtime_scheduler import T0, StandInRun
 
 from cronstable.config import DesiredState, MemoryTree, load
 from cronstable.config.desired import Job
-from cronstable.ports import StuckRun
+from cronstable.ports import JobAlerts, StuckRun
 from cronstable.runtime.clock import ManualClock
 from cronstable.runtime.history import FlowHistory, RunHistory
 from cronstable.runtime.scheduler import Scheduler
@@ -181,6 +181,13 @@ async def test_fires_that_start_on_time_are_never_late(cluster: Callable[..., No
     await node.clock.advance(10 * 60)
     assert len(node.history.finished("tick")) >= 9
     assert node.sink.late == []
+    assert node.watch.view(node.jobs["tick"]) == JobAlerts()  # judged, nothing wrong
+
+
+@pytest.mark.asyncio
+async def test_a_job_without_the_three_alerts_shows_none(cluster: Callable[..., Node]) -> None:
+    node = cluster("jobs: [{name: plain, command: 'true', schedule: '@daily'}]")
+    assert node.watch.view(node.jobs["plain"]) is None
 
 
 @pytest.mark.asyncio
@@ -194,6 +201,21 @@ async def test_with_nobody_leading_every_fire_is_late_once(cluster: Callable[...
     assert late == [T0 + MINUTE, T0 + 2 * MINUTE, T0 + 3 * MINUTE]  # each once
     assert node.sink.late[0][2:] == (T0 + MINUTE, 30.0)  # planned start, grace
     assert node.metric("cronstable_fires_late_total", "tick") == 3
+    # /status: the newest late fire, since when, who reported it and when
+    fire = T0 + 3 * MINUTE
+    shown = node.watch.view(node.jobs["tick"])
+    assert shown is not None and shown.late is not None
+    assert (shown.late.fire, shown.late.since, shown.late.reported_by) == (
+        fire,
+        fire + timedelta(seconds=30),
+        "n1",
+    )
+    assert shown.late.reported_at == shown.last_late
+    assert shown.late.reported_at is not None and shown.late.reported_at >= shown.late.since
+    node.gate.reason = None  # a leader again: the next fire starts, it is no longer late
+    await node.clock.advance(60)
+    shown = node.watch.view(node.jobs["tick"])
+    assert shown is not None and shown.late is None and shown.last_late is not None
 
 
 @pytest.mark.asyncio
@@ -288,8 +310,16 @@ async def test_a_run_past_its_expected_duration_is_stuck_once(
     assert (name, run.basis, run.threshold) == ("crawl", "expectedDuration", 600.0)
     assert run.started_at == T0 + timedelta(hours=1) and 600 < run.running_for < 700
     assert node.metric("cronstable_job_runs_stuck", "crawl") == 1
+    shown = node.watch.view(node.jobs["crawl"])
+    assert shown is not None
+    [going] = shown.stuck
+    assert (going.run, going.threshold, going.basis) == (run.id, 600.0, "expectedDuration")
+    assert going.running_for == (node.clock.now() - run.started_at).total_seconds()
+    assert going.reported_at == shown.last_stuck
     await node.clock.advance(20 * 60)  # still stuck, then it ends: reported once
     assert len(node.sink.stuck) == 1
+    shown = node.watch.view(node.jobs["crawl"])
+    assert shown is not None and shown.stuck == () and shown.last_stuck == going.reported_at
     assert node.metric("cronstable_job_runs_stuck", "crawl") is None
     assert node.metric("cronstable_job_stuck_total", "crawl") == 1
 
@@ -348,11 +378,18 @@ async def test_a_job_without_success_for_max_success_age_is_stale_once(
     await node.clock.advance(3600 + 1)  # an hour since it was applied, no success
     assert node.sink.stale == [("nightly", None, 3601.0)]
     assert node.metric("cronstable_job_stale", "nightly") == 1
+    shown = node.watch.view(node.jobs["nightly"])
+    assert shown is not None and shown.stale is not None
+    assert (shown.stale.last_success, shown.stale.max_success_age) == (None, 3600.0)
+    assert shown.stale.since == T0 + timedelta(hours=1)
+    assert shown.stale.reported_at == shown.last_stale is not None
     await node.clock.advance(3600)
     assert len(node.sink.stale) == 1  # once, until a success grows old again
     node.behaviour["nightly"] = (1.0, 0)
     await node.clock.advance(30 * 60)
     assert node.metric("cronstable_job_stale", "nightly") == 0
+    shown = node.watch.view(node.jobs["nightly"])
+    assert shown is not None and shown.stale is None and shown.last_stale is not None
     succeeded = node.history.last_success_at("nightly")
     assert succeeded is not None
     node.behaviour["nightly"] = (1.0, 1)
@@ -411,6 +448,10 @@ async def test_a_workflow_is_judged_as_a_job_and_its_tasks_take_on_stuck(
     # no success since it was applied (71 min > 30 min): stale, once
     assert [(name, last) for name, last, _ in node.sink.stale] == [("etl", None)]
     assert node.sink.late == []  # the 13:00 fire started its run on time
+    flow = node.scheduler.workflows["etl"]
+    shown = node.watch.view(flow.job, flow.tasks.values())
+    assert shown is not None and shown.stale is not None and shown.late is None
+    assert shown.last_stuck == node.sink.stuck[0][1].started_at + timedelta(minutes=5, seconds=1)
     node.gate.reason = "leadership_unknown"
     await node.clock.advance(3600)
     assert [(name, fire) for name, fire, _, _ in node.sink.late] == [
@@ -481,6 +522,11 @@ async def test_a_late_fire_is_reported_once_across_the_cluster(
     assert reported() == [T0 + 6 * MINUTE, T0 + 8 * MINUTE, T0 + 10 * MINUTE]  # once each
     record = await etcd_store.get(late_key("tick", T0 + 6 * MINUTE))
     assert record is not None and record["state"] == "late"
+    # both nodes show the newest late fire, and which of them reported it
+    views = [node.watch.view(node.jobs["tick"]) for node in (leader, other)]
+    lates = [view.late for view in views if view is not None]
+    assert len(lates) == 2 and lates[0] == lates[1] and lates[0] is not None
+    assert lates[0].fire == T0 + 10 * MINUTE and lates[0].reported_by in ("n1", "n2")
 
 
 @pytest.mark.asyncio

@@ -1,6 +1,6 @@
 """Durable state on an injected clock: a node's life, its end, and the next start.
 
-The scheduler is real, runs are the stand-ins of test_runtime_scheduler (a manual
+The scheduler is real, runs are the stand-ins of manual_harness.py (a manual
 clock drives them), the store is a real state directory.  A "restart" builds a new
 scheduler and keeper on the same directory and restores what the first left.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from test_runtime_scheduler import StandInRun
+from manual_harness import StandInRun
 
 from cronstable.config import MemoryTree, load
 from cronstable.config.desired import Job

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from backends import StateBackend
-from test_runtime_scheduler import T0, Harness, harness, jobs
+from manual_harness import T0, Harness, jobs
 
 from cronstable.config import DesiredState, MemoryTree, load
 from cronstable.config.desired import Job
@@ -26,8 +26,6 @@ from cronstable.runtime.clock import ManualClock
 from cronstable.state.base import StateStore
 from cronstable.state.etcd import EtcdStore
 from cronstable.state.pauses import PauseBook, PauseGate, pause_key
-
-__all__ = ["harness"]  # the scheduler's fixture, shared
 
 pytestmark = [pytest.mark.timeout(60)]
 

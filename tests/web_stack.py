@@ -9,6 +9,7 @@ from typing import Any
 
 from cronstable.daemon.build import NodeFacts, build_daemon
 from cronstable.reconcile.apply import RevisionRecord
+from cronstable.runtime.clock import Clock
 from cronstable.runtime.daemon import Daemon
 from cronstable.snapshot import Snapshot, content_revision
 from cronstable.sources.factory import open_source
@@ -20,9 +21,9 @@ def section_named(daemon: Daemon, name: str) -> Any:
 
 
 class Stack:
-    def __init__(self, root: Path, node: str = "localhost") -> None:
+    def __init__(self, root: Path, node: str = "localhost", clock: Clock | None = None) -> None:
         facts = NodeFacts(name=node, state_dir=root / ".state")
-        self.daemon = build_daemon(open_source(str(root)), facts)
+        self.daemon = build_daemon(open_source(str(root)), facts, clock=clock)
         self.web = section_named(self.daemon, "web")
         self._loop: asyncio.Task[None] | None = None
 

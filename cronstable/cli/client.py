@@ -198,7 +198,46 @@ def status_text(status: dict[str, Any]) -> str:
         )
     out.append("\n" + _table(rows))
     out.extend(_pause_lines(jobs))
+    out.extend(_alert_lines([*jobs, *(status.get("workflows") or [])]))
     return "".join(out)
+
+
+def _alert_lines(jobs: list[dict[str, Any]]) -> list[str]:
+    """One line per late fire, stuck run and stale job (onLate, onStuck, onStale)."""
+    lines = []
+    for job in jobs:
+        alerts = job.get("alerts")
+        if not isinstance(alerts, dict):
+            continue
+        name = _shown(job.get("name"))
+        late = alerts.get("late")
+        if isinstance(late, dict):
+            by = late.get("reportedBy")
+            told = f"; reported by {_shown(by)} at {_when(late.get('reportedAt'))}" if by else ""
+            lines.append(
+                f"{name}: late: the fire at {_when(late.get('fire'))} has not started "
+                f"(late since {_when(late.get('lateSince'))}{told})\n"
+            )
+        for run in alerts.get("stuck") or []:
+            if not isinstance(run, dict):
+                continue
+            task = f" (task {_shown(run['job'])})" if run.get("job") != job.get("name") else ""
+            lines.append(
+                f"{name}: stuck: run {_shown(run.get('run'))}{task} going "
+                f"{_duration(run.get('runningFor'))}, over {_duration(run.get('threshold'))} "
+                f"({_shown(run.get('basis'))}); reported at {_when(run.get('reportedAt'))}\n"
+            )
+        stale = alerts.get("stale")
+        if isinstance(stale, dict):
+            last = stale.get("lastSuccess")
+            success = f"last success {_when(last)}" if last else "no success yet"
+            at = stale.get("reportedAt")
+            lines.append(
+                f"{name}: stale: {success} (stale since {_when(stale.get('staleSince'))}), "
+                f"over maxSuccessAge {_duration(stale.get('maxSuccessAge'))}"
+                f"{f'; reported at {_when(at)}' if at else ''}\n"
+            )
+    return ["\n", *lines] if lines else []
 
 
 def _pause_lines(jobs: list[dict[str, Any]]) -> list[str]:

@@ -43,34 +43,29 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Literal
 
+from cronstable.cluster.holding import HoldingStats, SlotHolding
 from cronstable.cluster.slots import Claim, Holder, SlotError, SlotStore, later_or_same
 from cronstable.config import Job
 from cronstable.config.models import BUFFER_POLICIES
 from cronstable.ports import Launch
-from cronstable.redact import redact
-from cronstable.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
 
 OnUnavailable = Literal["degrade", "fail-closed"]
 
 
 @dataclass(slots=True)
-class SlotStats:
+class SlotStats(HoldingStats):
     cancels_sent: int = 0
     """Cancel records written to another node's hold (Replace)."""
     cancels_obeyed: int = 0
     """Cancel records found aimed at this node's hold and obeyed."""
     lost: int = 0
     """Holds another node took while a run here still lived (the store lost this node)."""
-    store_failures: int = 0
-    """Operations on the slot store that failed."""
 
 
 def uses_slot(job: Job) -> bool:
@@ -78,7 +73,7 @@ def uses_slot(job: Job) -> bool:
     return job.config.concurrency_scope == "cluster" and job.config.concurrency_policy != "Allow"
 
 
-class SlotGuard:
+class SlotGuard(SlotHolding):
     """See the module docstring.  ``replace_runs(job, why)`` stops the local runs of
     ``job`` as replaced; ``on_unavailable()`` says what a store that cannot answer
     means; ``stopping()`` whether the daemon stops (a waiting Replace gives up);
@@ -97,6 +92,7 @@ class SlotGuard:
         waiting: Callable[[Launch, str | None], None] = lambda launch, node: None,
         abandoned: Callable[[Launch], bool] = lambda launch: False,
     ) -> None:
+        super().__init__("Cluster slots", monotonic=monotonic)
         self.node = node
         self.waiting = waiting
         self.abandoned = abandoned
@@ -104,11 +100,7 @@ class SlotGuard:
         self.replace_runs = replace_runs
         self.on_unavailable = on_unavailable
         self.stopping = stopping
-        self.monotonic = monotonic
-        self.store: SlotStore | None = None
-        self.stats = SlotStats()
-        self._io = asyncio.Lock()
-        """One store operation at a time: what is held is decided under it."""
+        self.stats: SlotStats = SlotStats()
         self._runs: dict[str, int] = {}
         """Admitted launches of each job not yet released (local runs alive)."""
         self._admitted: dict[str, int] = {}
@@ -121,13 +113,8 @@ class SlotGuard:
         """The hold a cancel record was last sent to, by job."""
         self._obeyed: dict[str, Holder] = {}
         """This node's hold a cancel record stopped, by job (obeyed once)."""
-        self._failing = False
         self._waits: dict[str, str] = {}
         """Launches waiting for another node's run (BufferOne, BufferAll): that node."""
-        self._task: asyncio.Task[None] | None = None
-        self._background = TaskSet("Cluster slots")
-        """Slots being freed."""
-        self._closing = False
         self._stale: set[str] = set()
         """Jobs whose slot this node may hold with no local run to keep it: a release
         that failed, or a claim whose answer was lost (etcd may have committed it).
@@ -135,58 +122,12 @@ class SlotGuard:
 
     # ------------------------------------------------------------ the store in use
 
-    @property
-    def ttl(self) -> float:
-        return self.store.ttl if self.store is not None else 0.0
-
-    def use(self, store: SlotStore | None) -> SlotStore | None:
-        """Hold slots in ``store`` from now on (None: none); the previous store, for the
-        caller to close.  Slots held in it are taken in ``store`` at the next renewal."""
-        old, self.store = self.store, store
-        if store is not None and self._task is None:
-            self._task = asyncio.create_task(self._rounds(), name="cluster-slots")
-        return old
-
     def held(self) -> list[str]:
         """The jobs whose slot this node holds now."""
         return sorted(self._held)
 
-    async def close(self) -> None:
-        """Stop renewing and close the store (etcd: its lease and slots end at once)."""
-        self._closing = True
-        task, self._task = self._task, None
-        bound = max(1.0, 2 * self.ttl)
-        if task is not None:
-            task.cancel()
-            # Python 3.11's wait_for can swallow a cancel: the loop checks _closing too
-            await asyncio.wait([task], timeout=bound)
-        await self._background.wait(within=bound)
-        store, self.store = self.store, None
-        if store is not None:
-            try:
-                await asyncio.wait_for(store.close(), timeout=max(1.0, store.ttl))
-            except (SlotError, TimeoutError) as exc:
-                logger.warning(
-                    "Cluster slots: could not release the slots at stop (%s); they expire",
-                    redact(str(exc) or "no answer in time"),
-                )
-            self._held.clear()
-
-    async def _bounded(self, store: SlotStore, operation: Awaitable[_T]) -> _T:
-        result = await asyncio.wait_for(operation, timeout=max(1.0, store.ttl / 2))
-        if self._failing:
-            self._failing = False
-            logger.info("Cluster slots: the %s store answers again", store.backend)
-        return result
-
-    def _failed(self, store: SlotStore, exc: Exception) -> str:
-        """Count and log (once per outage) a store failure; its reason."""
-        self.stats.store_failures += 1
-        reason = redact(str(exc) or "no answer in time")
-        if not self._failing:
-            self._failing = True
-            logger.warning("Cluster slots: the %s store does not answer: %s", store.backend, reason)
-        return reason
+    def _closed(self) -> None:
+        self._held.clear()
 
     # ------------------------------------------------------------ LaunchGuard
 
@@ -439,16 +380,6 @@ class SlotGuard:
         )
 
     # ------------------------------------------------------------ renewal
-
-    async def _rounds(self) -> None:
-        while not self._closing:
-            began = self.monotonic()
-            try:
-                await self._renew()
-            except Exception:
-                logger.exception("Cluster slots: a renewal failed unexpectedly; please report this")
-            interval = self.ttl / 4 if self.ttl else 1.0
-            await asyncio.sleep(max(0.05, interval - (self.monotonic() - began)))
 
     async def _renew(self) -> None:
         """Keep the held slots (take back lapsed ones, see who took lost ones) and obey

@@ -17,14 +17,12 @@ now) and the counters ``cronstable_lock_cluster_lost`` and
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from cronstable.cluster.pool_section import PoolSlotSection
 from cronstable.cluster.pool_slots import PoolSlots
+from cronstable.cluster.slot_section import Figure, SlotStoreCollector
 from cronstable.config import DesiredState
 from cronstable.config.models import ClusterConfig
 from cronstable.etcd import EtcdPools
@@ -61,30 +59,27 @@ class LockSlotSection(PoolSlotSection):
     ) -> None:
         super().__init__(slots, None, pools=pools)
         if registry is not None:
-            registry.register(_LockCollector(slots))
+            registry.register(_lock_collector(slots))
 
     def wanted(self, desired: DesiredState) -> ClusterConfig | None:
         return desired.cluster
 
 
-class _LockCollector(Collector):
-    def __init__(self, slots: PoolSlots) -> None:
-        self.slots = slots
-
-    def collect(self) -> Iterator[Metric]:
-        stats = self.slots.stats
-        yield GaugeMetricFamily(
+def _lock_collector(slots: PoolSlots) -> SlotStoreCollector:
+    return SlotStoreCollector(
+        Figure(
             "cronstable_lock_cluster_held",
             "Named locks (cronstable lock) this node holds in the cluster's store now.",
-            value=len(self.slots.held()),
-        )
-        yield CounterMetricFamily(
+            lambda: len(slots.held()),
+        ),
+        Figure(
             "cronstable_lock_cluster_lost",
             "Named locks another node took while a run here held them (a possible overlap).",
-            value=stats.lost,
-        )
-        yield CounterMetricFamily(
+            lambda: slots.stats.lost,
+        ),
+        Figure(
             "cronstable_lock_cluster_store_failures",
             "Operations on the store of the named locks that failed.",
-            value=stats.store_failures,
-        )
+            lambda: slots.stats.store_failures,
+        ),
+    )

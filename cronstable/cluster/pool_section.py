@@ -16,14 +16,11 @@ and ``cronstable_pool_cluster_slot_store_failures``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from cronstable.cluster.pool_slots import PoolSlots
-from cronstable.cluster.slot_section import SlotStoreSection
+from cronstable.cluster.slot_section import Figure, SlotStoreCollector, SlotStoreSection
 from cronstable.config import DesiredState
 from cronstable.config.models import ClusterConfig
 from cronstable.etcd import EtcdPools
@@ -57,7 +54,7 @@ class PoolSlotSection(SlotStoreSection):
         super().__init__(slots, pools=pools)
         self.slots = slots
         if registry is not None:
-            registry.register(_PoolSlotCollector(slots))
+            registry.register(_pool_collector(slots))
 
     def wanted(self, desired: DesiredState) -> ClusterConfig | None:
         if desired.cluster is None or not uses_cluster_pools(desired):
@@ -65,25 +62,22 @@ class PoolSlotSection(SlotStoreSection):
         return desired.cluster
 
 
-class _PoolSlotCollector(Collector):
-    def __init__(self, slots: PoolSlots) -> None:
-        self.slots = slots
-
-    def collect(self) -> Iterator[Metric]:
-        stats = self.slots.stats
-        yield GaugeMetricFamily(
+def _pool_collector(slots: PoolSlots) -> SlotStoreCollector:
+    return SlotStoreCollector(
+        Figure(
             "cronstable_pool_cluster_slots_held",
             "Slots of pools with scope cluster this node holds in the shared store now.",
-            value=len(self.slots.held()),
-        )
-        yield CounterMetricFamily(
+            lambda: len(slots.held()),
+        ),
+        Figure(
             "cronstable_pool_cluster_slots_lost",
             "Slots of cluster pools another node took while a run here held them (a "
             "possible overlap).",
-            value=stats.lost,
-        )
-        yield CounterMetricFamily(
+            lambda: slots.stats.lost,
+        ),
+        Figure(
             "cronstable_pool_cluster_slot_store_failures",
             "Operations on the store of the cluster pools that failed.",
-            value=stats.store_failures,
-        )
+            lambda: slots.stats.store_failures,
+        ),
+    )

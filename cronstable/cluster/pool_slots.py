@@ -40,22 +40,18 @@ messages start "Cluster locks" (``title``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Literal
 
-from cronstable.cluster.slots import Holder, SlotError, SlotStore
+from cronstable.cluster.holding import HoldingStats, SlotHolding
+from cronstable.cluster.slots import Holder, SlotError
 from cronstable.ports import SlotsUnavailable
-from cronstable.redact import redact
-from cronstable.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
 
 OnUnavailable = Literal["degrade", "fail-closed"]
 
@@ -70,15 +66,14 @@ def record_name(pool: str, index: int) -> str:
 
 
 @dataclass(slots=True)
-class PoolSlotStats:
+class PoolSlotStats(HoldingStats):
     taken: int = 0
     """Slots taken in the store."""
     lost: int = 0
     """Slots another node took while a run here held them (the store lost this node)."""
-    store_failures: int = 0
 
 
-class PoolSlots:
+class PoolSlots(SlotHolding):
     """See the module docstring (a :class:`~cronstable.ports.SharedSlots`).
     ``on_unavailable()`` says what a store that cannot answer means."""
 
@@ -94,16 +89,12 @@ class PoolSlots:
     ) -> None:
         """``title`` starts its log lines; ``naming`` gives the store's name of slot ``n``
         of pool ``p`` (:func:`record_name`: ``p#n``)."""
+        super().__init__(title, monotonic=monotonic)
         self.node = node
-        self.title = title
         self.record = naming
         self.instance = instance or uuid.uuid4().hex[:16]
         self._on_unavailable = on_unavailable
-        self.monotonic = monotonic
-        self.store: SlotStore | None = None
-        self.stats = PoolSlotStats()
-        self._io = asyncio.Lock()
-        """One store operation at a time."""
+        self.stats: PoolSlotStats = PoolSlotStats()
         self._held: dict[str, Holder] = {}
         """This daemon's holds, by record name."""
         self._lost: set[str] = set()
@@ -113,16 +104,8 @@ class PoolSlots:
         """The hold this daemon last asked for, by record."""
         self._freed: dict[str, float] = {}
         """Records this daemon freed, until when (monotonic) it leaves them to others."""
-        self._failing = False
-        self._task: asyncio.Task[None] | None = None
-        self._background = TaskSet(title)
-        self._closing = False
 
     # ------------------------------------------------------------ SharedSlots
-
-    @property
-    def ttl(self) -> float:
-        return self.store.ttl if self.store is not None else 0.0
 
     @property
     def poll_interval(self) -> float:
@@ -203,70 +186,10 @@ class PoolSlots:
                     name,
                 )
 
-    # ------------------------------------------------------------ the store in use
-
-    def use(self, store: SlotStore | None) -> SlotStore | None:
-        """Hold slots in ``store`` from now on (None: none); the previous store, for the
-        caller to close.  Slots held in the old one are taken in ``store`` at the next
-        renewal."""
-        old, self.store = self.store, store
-        if store is not None and self._task is None:
-            self._task = asyncio.create_task(
-                self._rounds(), name=self.title.lower().replace(" ", "-")
-            )
-        return old
-
-    async def close(self) -> None:
-        """Stop renewing and close the store (etcd: its lease and slots end at once)."""
-        self._closing = True
-        task, self._task = self._task, None
-        bound = max(1.0, 2 * self.ttl)
-        if task is not None:
-            task.cancel()
-            await asyncio.wait([task], timeout=bound)
-        await self._background.wait(within=bound)
-        store, self.store = self.store, None
-        if store is not None:
-            try:
-                await asyncio.wait_for(store.close(), timeout=max(1.0, store.ttl))
-            except (SlotError, TimeoutError) as exc:
-                logger.warning(
-                    "%s: could not release the slots at stop (%s); they expire",
-                    self.title,
-                    redact(str(exc) or "no answer in time"),
-                )
-            self._held.clear()
-
-    async def _bounded(self, store: SlotStore, operation: Awaitable[_T]) -> _T:
-        result = await asyncio.wait_for(operation, timeout=max(1.0, store.ttl / 2))
-        if self._failing:
-            self._failing = False
-            logger.info("%s: the %s store answers again", self.title, store.backend)
-        return result
-
-    def _failed(self, store: SlotStore, exc: Exception) -> str:
-        self.stats.store_failures += 1
-        reason = redact(str(exc) or "no answer in time")
-        if not self._failing:
-            self._failing = True
-            logger.warning(
-                "%s: the %s store does not answer: %s", self.title, store.backend, reason
-            )
-        return reason
-
     # ------------------------------------------------------------ renewal
 
-    async def _rounds(self) -> None:
-        while not self._closing:
-            began = self.monotonic()
-            try:
-                await self._renew()
-            except Exception:
-                logger.exception(
-                    "%s: a renewal failed unexpectedly; please report this", self.title
-                )
-            interval = self.ttl / 4 if self.ttl else 1.0
-            await asyncio.sleep(max(0.05, interval - (self.monotonic() - began)))
+    def _closed(self) -> None:
+        self._held.clear()
 
     async def _renew(self) -> None:
         store = self.store

@@ -26,7 +26,8 @@ other skipped fires (``cronstable_fires_skipped{reason="slot_held"}`` …).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry
@@ -151,7 +152,7 @@ class SlotSection(SlotStoreSection):
         super().__init__(guard, pools=pools)
         self.guard = guard
         if registry is not None:
-            registry.register(_SlotCollector(guard))
+            registry.register(_slot_collector(guard))
 
     def wanted(self, desired: DesiredState) -> ClusterConfig | None:
         if desired.cluster is None or not any(uses_slot(job) for job in desired.jobs.values()):
@@ -159,34 +160,55 @@ class SlotSection(SlotStoreSection):
         return desired.cluster  # the jobs count too: slots only while one holds them
 
 
-class _SlotCollector(Collector):
-    def __init__(self, guard: SlotGuard) -> None:
-        self.guard = guard
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One metric of a slot store's owner: its name, help text and current value."""
+
+    name: str
+    help: str
+    value: Callable[[], float]
+
+
+class SlotStoreCollector(Collector):
+    """The metrics of the owner of a slot store (the slot guard, the cluster pools',
+    the named locks'): a gauge of the records it holds now, then its counters."""
+
+    def __init__(self, held: Figure, *counters: Figure) -> None:
+        self.held = held
+        self.counters = counters
 
     def collect(self) -> Iterator[Metric]:
-        stats = self.guard.stats
-        yield GaugeMetricFamily(
+        held = self.held
+        yield GaugeMetricFamily(held.name, held.help, value=held.value())
+        for counter in self.counters:
+            yield CounterMetricFamily(counter.name, counter.help, value=counter.value())
+
+
+def _slot_collector(guard: SlotGuard) -> SlotStoreCollector:
+    return SlotStoreCollector(
+        Figure(
             "cronstable_cluster_slots_held",
             "Cluster concurrency slots this node holds now (concurrencyScope cluster).",
-            value=len(self.guard.held()),
-        )
-        yield CounterMetricFamily(
+            lambda: len(guard.held()),
+        ),
+        Figure(
             "cronstable_cluster_slot_cancels_sent",
             "Cancel records this node sent to another node's slot (concurrencyPolicy Replace).",
-            value=stats.cancels_sent,
-        )
-        yield CounterMetricFamily(
+            lambda: guard.stats.cancels_sent,
+        ),
+        Figure(
             "cronstable_cluster_slot_cancels_obeyed",
             "Cancel records aimed at this node's slot that it obeyed (its runs replaced).",
-            value=stats.cancels_obeyed,
-        )
-        yield CounterMetricFamily(
+            lambda: guard.stats.cancels_obeyed,
+        ),
+        Figure(
             "cronstable_cluster_slots_lost",
             "Slots another node took while a run here still went (a possible overlap).",
-            value=stats.lost,
-        )
-        yield CounterMetricFamily(
+            lambda: guard.stats.lost,
+        ),
+        Figure(
             "cronstable_cluster_slot_store_failures",
             "Operations on the cluster slot store that failed.",
-            value=stats.store_failures,
-        )
+            lambda: guard.stats.store_failures,
+        ),
+    )

@@ -271,6 +271,7 @@ def build_daemon(
         fleet=fleet,
         audit=audit,
         triggers=triggers,
+        alerts=alerts.view,
     )  # what the web reads of the daemon, and the few things it may ask
     control_of.set(control)
     web = WebSection(control, registry)

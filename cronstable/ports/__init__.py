@@ -13,7 +13,7 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 * :mod:`.flows`: workflow runs (:class:`FlowRunView`, :class:`TaskRunView`) and who hears
   of them (:class:`FlowListener`);
 * :mod:`.alerts`: what a late fire, a stuck run and a stale job are reported with
-  (:class:`StuckRun`, :class:`AlertSink`);
+  (:class:`StuckRun`, :class:`AlertSink`) and shown now (:class:`JobAlerts`);
 * :mod:`.pauses`: a job held back (:class:`Pause`, :class:`JobPauses`) and what may
   be asked of the pauses (:class:`PauseControl`);
 * :mod:`.restore`: what a previous daemon's records are put back into
@@ -31,7 +31,7 @@ names from ``cronstable.ports``; the modules inside only group them, one job eac
 
 from __future__ import annotations
 
-from cronstable.ports.alerts import AlertSink, StuckRun
+from cronstable.ports.alerts import AlertSink, JobAlerts, LateNow, StaleNow, StuckNow, StuckRun
 from cronstable.ports.audit import (
     TRIGGER_KINDS,
     AuditEntry,
@@ -196,6 +196,10 @@ __all__ = [
     "Status",
     "StoreView",
     "StuckRun",
+    "StuckNow",
+    "StaleNow",
+    "LateNow",
+    "JobAlerts",
     "TaskDefinition",
     "TaskRunView",
     "Trigger",

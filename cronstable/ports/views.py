@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from cronstable.ports.alerts import JobAlerts
 from cronstable.ports.flows import FlowRunView
 from cronstable.ports.pauses import JobPauses
 from cronstable.ports.runs import FinishedRun, RunOutcome, RunStart
@@ -82,6 +83,9 @@ class JobStatus:
     buffered: tuple[datetime, ...] = ()
     """The fires waiting for its runs going, the next first (concurrencyPolicy BufferOne,
     BufferAll)."""
+    alerts: JobAlerts | None = None
+    """Late, stuck, stale now and when each was last reported; None for a job without
+    onLate, onStuck or onStale."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +118,8 @@ class WorkflowStatus:
     jitter: float | None = None
     pauses: JobPauses = JobPauses()
     """The pauses holding the workflow now (its ``suspend`` and the API's apart)."""
+    alerts: JobAlerts | None = None
+    """As a job's, its tasks' stuck runs included."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import base64
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Final
 
@@ -35,6 +35,7 @@ from cronstable.ports import (
     FleetView,
     FlowRuns,
     FlowRunView,
+    JobAlerts,
     JobForecast,
     JobPauses,
     JobRuns,
@@ -100,6 +101,7 @@ class DaemonControl:
         fleet: Fleet | None = None,
         audit: AuditLog | None = None,
         triggers: Triggers | None = None,
+        alerts: Callable[[Job, Iterable[Job]], JobAlerts | None] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -148,6 +150,8 @@ class DaemonControl:
         self.triggers: Final = triggers
         """Where a push's trigger waits for its revision (the daemon's
         :class:`~cronstable.runtime.triggers.Triggers`)."""
+        self.alerts: Final = alerts
+        """Late, stuck and stale now, per job and workflow (None: not judged here)."""
 
     # ------------------------------------------------------------ reading
 
@@ -214,6 +218,7 @@ class DaemonControl:
                 else JobPauses(),
                 backfill=self.backfills.view(job.name),
                 buffered=scheduler.buffered(job.name),
+                alerts=self.alerts(job, ()) if self.alerts is not None else None,
                 running=tuple(self.history.running(job.name)),
                 last_run=self.history.last(job.name),
                 retry_pending=scheduler.retry_pending(job.name),
@@ -278,6 +283,7 @@ class DaemonControl:
             pauses=self.pause_control.pauses(name, workflow=True)
             if self.pause_control is not None
             else JobPauses(),
+            alerts=self.alerts(flow.job, flow.tasks.values()) if self.alerts is not None else None,
             tasks=tuple(
                 TaskDefinition(
                     task=task,

@@ -54,9 +54,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -69,11 +70,15 @@ from cronstable.ports import (
     AlertSink,
     FinishedRun,
     FlowRunView,
+    JobAlerts,
+    LateNow,
     MissedFire,
     Moment,
     RunOutcome,
     RunResult,
     RunStart,
+    StaleNow,
+    StuckNow,
     StuckRun,
     utc_text,
 )
@@ -109,6 +114,7 @@ SAMPLES = 20
 MIN_SAMPLES = 5
 """Fewer successful runs than this: ``p95Factor`` judges nothing yet."""
 LATE = "late"
+STUCK = "stuck"
 STALE = "stale"
 SUCCESS = "success"
 ALERTS = "alerts"
@@ -124,6 +130,16 @@ class _Going:
     started_at: datetime
     attempt: int
     pid: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Stuck:
+    """A run reported stuck: what ``/status`` shows of it while it goes."""
+
+    job: str
+    threshold: float
+    basis: str
+    reported_at: datetime
 
 
 def late_key(job: str, fire: datetime) -> str:
@@ -204,12 +220,20 @@ class AlertWatch:
         self._ranges: dict[str, list[tuple[datetime, datetime]]] = {}
         """Runs of fires told missed at once (a restart, a clock jump), not judged yet."""
         self._going: dict[str, _Going] = {}
-        self._stuck: set[str] = set()
-        """Ids of runs reported stuck (while they go)."""
+        self._stuck: dict[str, _Stuck] = {}
+        """The runs reported stuck (while they go), by id."""
         self._stuck_now: dict[str, int] = {}
         self._stale: dict[str, str] = {}
         """Jobs reported stale: the instance (last success) the report was about."""
         self._stale_now: dict[str, bool] = {}
+        self._stale_shown: dict[str, StaleNow] = {}
+        """The jobs stale now: what ``/status`` shows."""
+        self._stale_at: dict[str, tuple[str, datetime]] = {}
+        """When this node reported each job stale, and the instance it was about."""
+        self._late_now: dict[str, LateNow] = {}
+        """Each job's newest fire judged late and not accounted for since."""
+        self._reported: dict[str, dict[str, datetime]] = {}
+        """When this node last reported each job late, stuck, stale (by kind)."""
         self._age: dict[str, float | None] = {}
         """Each onStale job's last success age, as this node knows it."""
         self._shared_success: dict[str, datetime] = {}
@@ -281,10 +305,11 @@ class AlertWatch:
         )
         if run.attempt == 1 and not run.manual and not run.backfill:
             self._mark(run.job, run.scheduled_time, "started")
+            self._no_longer_late(run.job, run.scheduled_time)
 
     def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
         self._going.pop(run.id, None)
-        self._stuck.discard(run.id)
+        self._stuck.pop(run.id, None)
         if outcome == "succeeded":
             self._succeeded(run.job, result.finished_at)
 
@@ -308,15 +333,26 @@ class AlertWatch:
         )
         if run.kind == "fire":
             self._mark(run.workflow, run.scheduled_time, "started")
+            self._no_longer_late(run.workflow, run.scheduled_time)
 
     def flow_changed(self, run: FlowRunView) -> None:
         return None
 
     def flow_finished(self, run: FlowRunView) -> None:
         self._going.pop(run.id, None)
-        self._stuck.discard(run.id)
+        self._stuck.pop(run.id, None)
         if run.outcome == "succeeded" and run.finished_at is not None:
             self._succeeded(run.workflow, run.finished_at)
+
+    def _no_longer_late(self, name: str, fire: datetime) -> None:
+        """A run of ``fire`` of ``name`` started: the late fire shown, if it is no later,
+        is accounted for."""
+        late = self._late_now.get(name)
+        if late is not None and late.fire <= fire:
+            del self._late_now[name]
+
+    def _told(self, name: str, kind: str, at: datetime) -> None:
+        self._reported.setdefault(name, {})[kind] = at
 
     def _succeeded(self, name: str, at: datetime) -> None:
         job = self._scheduled().get(name)
@@ -330,6 +366,13 @@ class AlertWatch:
             self._shared_success[name] = at
             record = {"job": name, "at": utc_text(at), "node": self.node}
             self._writes.start(self._put(store, key(ALERTS, SUCCESS, name), record))
+
+    async def _read(self, store: StateStore, key_text: str) -> Record | None:
+        try:
+            return await store.get(key_text)
+        except StateError as exc:
+            logger.debug("Alerts: cannot read %s (%s)", key_text, redact(str(exc)))
+            return None
 
     async def _put(self, store: StateStore, key_text: str, record: Record) -> None:
         try:
@@ -395,6 +438,8 @@ class AlertWatch:
             count += 1
             if judge and not self._was_accounted(name, fire) and not self._held(name, planned):
                 await self._judge_late(job, fire, planned, grace, shared)
+            else:
+                self._late_now.pop(name, None)  # accounted for, held, or not ours to judge
             fire = _next(job, fire)
         if count == MAX_FIRES and fire is not None:
             skipped = now - timedelta(seconds=grace)
@@ -429,6 +474,7 @@ class AlertWatch:
         self, job: Job, fire: datetime, planned: datetime, grace: float, shared: StateStore | None
     ) -> None:
         name = job.name
+        now = self.now()
         if shared is not None and not self._store_failed:
             record = {
                 "job": name,
@@ -436,10 +482,26 @@ class AlertWatch:
                 "state": LATE,
                 "node": self.node,
                 "until": utc_text(planned + timedelta(seconds=grace + LATE_KEEP)),
+                "at": utc_text(now),
             }
             try:
                 if not await shared.create(late_key(name, fire), record):
-                    return  # started, skipped or reported by a node: not this one's to report
+                    # started, skipped or reported by a node: not this one's to report;
+                    # what the record says is what /status shows
+                    held = await self._read(shared, late_key(name, fire))
+                    if held is not None and held.get("state") == LATE:
+                        by = held.get("node")
+                        self._late_now[name] = LateNow(
+                            fire,
+                            planned,
+                            planned + timedelta(seconds=grace),
+                            grace,
+                            by if isinstance(by, str) else None,
+                            _time(held.get("at")),
+                        )
+                    elif held is not None:
+                        self._late_now.pop(name, None)
+                    return
             except StateError as exc:
                 self._store_failed = True  # not asked again this round: each try is bounded
                 logger.warning(
@@ -451,6 +513,10 @@ class AlertWatch:
                     extra={"job": name},
                 )
         self.late_total[name] = self.late_total.get(name, 0) + 1
+        self._late_now[name] = LateNow(
+            fire, planned, planned + timedelta(seconds=grace), grace, self.node, now
+        )
+        self._told(name, LATE, now)
         logger.warning(
             "Job %s: the fire at %s has not started %s after its planned start %s "
             "(onLate grace); reporting",
@@ -464,6 +530,7 @@ class AlertWatch:
             self.sink.fire_late(job, fire, planned, grace)
 
     def _forget_late(self, name: str) -> None:
+        self._late_now.pop(name, None)
         self._cursor.pop(name, None)
         self._accounted.pop(name, None)
         self._ranges.pop(name, None)
@@ -506,6 +573,7 @@ class AlertWatch:
         limit = job.config.on_stale.max_success_age
         if limit is None or not job.config.enabled:
             self._stale_now.pop(name, None)
+            self._stale_shown.pop(name, None)
             self._age.pop(name, None)
             return
         known = [t for t in (self.last_success(name), self._shared_success.get(name)) if t]
@@ -515,19 +583,32 @@ class AlertWatch:
         baseline = max(starts) if starts else None
         if not judged or baseline is None:
             self._stale_now[name] = False
+            self._stale_shown.pop(name, None)
             return
         age = (now - (last or baseline)).total_seconds()
         stale = (now - baseline).total_seconds() > limit
         self._stale_now[name] = stale
         if not stale:
+            self._stale_shown.pop(name, None)
             return
         instance = utc_text(last) if last is not None else "never"
+        told = self._stale_at.get(name)
+        self._stale_shown[name] = StaleNow(
+            last,
+            age,
+            limit,
+            baseline + timedelta(seconds=limit),
+            told[1] if told is not None and told[0] == instance else None,
+        )
         if self._stale.get(name) == instance:
             return
         self._stale[name] = instance
         if not await self._claim_stale(name, instance):
             return
         self.stale_total[name] = self.stale_total.get(name, 0) + 1
+        self._stale_at[name] = (instance, now)
+        self._stale_shown[name] = dataclasses.replace(self._stale_shown[name], reported_at=now)
+        self._told(name, STALE, now)
         logger.warning(
             "Job %s: its last success is %s (onStale maxSuccessAge %s); reporting",
             name,
@@ -575,10 +656,11 @@ class AlertWatch:
             stuck_now[name] = stuck_now.get(name, 0) + 1
             if going.id in self._stuck:
                 continue
-            self._stuck.add(going.id)
             job = self._job(name)
             if job is None:
                 continue
+            self._stuck[going.id] = _Stuck(name, threshold, basis, now)
+            self._told(name, STUCK, now)
             self.stuck_total[name] = self.stuck_total.get(name, 0) + 1
             logger.warning(
                 "Job %s: run %s has been going for %s, longer than %s (onStuck %s); reporting",
@@ -621,6 +703,44 @@ class AlertWatch:
             f"p95Factor: {factor:g} × p95 of the last {len(durations)} successful runs",
         )
 
+    # ------------------------------------------------------------ what /status shows
+
+    def view(self, job: Job, tasks: Iterable[Job] = ()) -> JobAlerts | None:
+        """Where ``job`` (a workflow, with its ``tasks``) stands now: late, stuck, stale,
+        and when this node last reported each; None when it has none of the three."""
+        tasks = tuple(tasks)
+        if not _watched(job) and not any(_watched(task) for task in tasks):
+            return None
+        name = job.name
+        names = {name, *(task.name for task in tasks)}
+        now = self.now()
+        stuck = []
+        for run, note in self._stuck.items():
+            going = self._going.get(run)
+            if note.job in names and going is not None:
+                running_for = (now - going.started_at).total_seconds()
+                stuck.append(
+                    StuckNow(
+                        note.job,
+                        run,
+                        going.started_at,
+                        running_for,
+                        note.threshold,
+                        note.basis,
+                        note.reported_at,
+                    )
+                )
+        told = self._reported.get(name, {})
+        stuck_told = [t for n in names if (t := self._reported.get(n, {}).get(STUCK))]
+        return JobAlerts(
+            late=self._late_now.get(name),
+            stuck=tuple(sorted(stuck, key=lambda s: (s.started_at, s.run))),
+            stale=self._stale_shown.get(name),
+            last_late=told.get(LATE),
+            last_stuck=max(stuck_told) if stuck_told else None,
+            last_stale=told.get(STALE),
+        )
+
     # ------------------------------------------------------------ the section
 
     def affected(self, plan: Plan) -> bool:
@@ -647,6 +767,9 @@ class AlertWatch:
             self._ranges,
             self._stale,
             self._stale_now,
+            self._stale_shown,
+            self._stale_at,
+            self._late_now,
             self._age,
             self._shared_success,
             self.late_total,
@@ -655,8 +778,9 @@ class AlertWatch:
             for name in [n for n in table if n not in names]:
                 del table[name]
         tasks = set(desired.tasks())
-        for name in [n for n in self.stuck_total if n not in names and n not in tasks]:
-            del self.stuck_total[name]
+        for name in {*self.stuck_total, *self._reported} - names - tasks:
+            self.stuck_total.pop(name, None)
+            self._reported.pop(name, None)
         if self._task is None:
             self._task = asyncio.create_task(self._rounds(), name="alerts")
 
@@ -678,6 +802,18 @@ class AlertWatch:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self._writes.wait(within=5.0)
+
+
+def _watched(job: Job) -> bool:
+    """Whether ``job`` has onLate, onStuck or onStale."""
+    config = job.config
+    stuck = config.on_stuck
+    return (
+        config.on_late.grace is not None
+        or stuck.expected_duration is not None
+        or stuck.p95_factor is not None
+        or config.on_stale.max_success_age is not None
+    )
 
 
 def _runs_here(reason: str | None) -> bool:

@@ -26,6 +26,7 @@ from cronstable.ports import (
     FlowRuns,
     FlowRunView,
     Forecast,
+    JobAlerts,
     JobForecast,
     JobPauses,
     JobRuns,
@@ -216,6 +217,51 @@ def backfill(view: BackfillView) -> Json:
     }
 
 
+def job_alerts(view: JobAlerts | None) -> Json | None:
+    """Late, stuck and stale now (null for a job without onLate, onStuck, onStale)."""
+    if view is None:
+        return None
+    late, stale = view.late, view.stale
+    return {
+        "late": None
+        if late is None
+        else {
+            "fire": utc_text(late.fire),
+            "plannedStart": utc_text(late.planned),
+            "lateSince": utc_text(late.since),
+            "grace": _seconds(late.grace),
+            "reportedBy": late.reported_by,
+            "reportedAt": _time(late.reported_at),
+        },
+        "stuck": [
+            {
+                "job": run.job,
+                "run": run.run,
+                "startedAt": utc_text(run.started_at),
+                "runningFor": _seconds(run.running_for),
+                "threshold": _seconds(run.threshold),
+                "basis": run.basis,
+                "reportedAt": utc_text(run.reported_at),
+            }
+            for run in view.stuck
+        ],
+        "stale": None
+        if stale is None
+        else {
+            "lastSuccess": _time(stale.last_success),
+            "age": _seconds(stale.age),
+            "maxSuccessAge": _seconds(stale.max_success_age),
+            "staleSince": utc_text(stale.since),
+            "reportedAt": _time(stale.reported_at),
+        },
+        "lastReported": {
+            "late": _time(view.last_late),
+            "stuck": _time(view.last_stuck),
+            "stale": _time(view.last_stale),
+        },
+    }
+
+
 def job_status(job: JobStatus) -> Json:
     return {
         "name": job.name,
@@ -232,6 +278,7 @@ def job_status(job: JobStatus) -> Json:
         "paused": job.pauses.paused,
         "pause": job_pauses(job.pauses),
         "backfill": None if job.backfill is None else _backfill_progress(job.backfill),
+        "alerts": job_alerts(job.alerts),
     }
 
 
@@ -393,6 +440,7 @@ def workflow_status(flow: WorkflowStatus) -> Json:
         "jitter": flow.jitter,
         "paused": flow.pauses.paused,
         "pause": job_pauses(flow.pauses),
+        "alerts": job_alerts(flow.alerts),
         "tasks": [
             {
                 "task": task.task,
