@@ -5,6 +5,20 @@ its :class:`~cronstable.ports.StateHooks` and a run listener.  With no
 store (no ``state`` section) every call is a no-op.  Records (:mod:`.base` keys,
 in this node's part of the store):
 
+* A ``Leader`` job under leader election (not @reboot, not a workflow), on a store
+  the nodes share, keeps its last fire, pending retry and runs going under
+  ``cluster/jobs/<job>/`` (``fire``, ``retry``, ``running/<run id>``) instead of the
+  node's ``fires``, ``retries`` and ``running`` below, each with the name of the node
+  that wrote it (the owner; a run's own node; a retry's, the node whose run failed).
+  :meth:`StateKeeper.inherit` looks each time this node's view of the leadership
+  changes: for each such job it owns now and did not before, it resumes the schedule
+  from that last fire (the latest fire missed within ``startingDeadlineSeconds`` runs
+  once), re-arms a pending retry at its time, keeps another live member's run (that
+  node adopts it when it returns; the retry its failure arms passes here: watched
+  every :data:`FLOW_BEAT`) and reports a dead node's run ``lost``
+  (:data:`LOST_THERE`).  The inherited catch-up and retry are claimed first
+  (put-if-absent ``claims/<scheduled>#<attempt>``): of two nodes that would run one,
+  the first to claim does.  Without a shared store these stay per node, as below.
 * ``fires/<job>``, for jobs with ``startingDeadlineSeconds``: the last fire handled
   (written before the launch, awaited), so a restart resumes the schedule there and
   catches up a fire missed while down, once, within the deadline.
