@@ -48,24 +48,40 @@ class Cluster:
     """Daemons, one per node name, on one configuration: three per-second jobs, one per
     clusterPolicy, on ``backend``."""
 
-    def __init__(self, root: Path, backend: ClusterBackend) -> None:
+    def __init__(
+        self,
+        root: Path,
+        backend: ClusterBackend,
+        jobs: str | None = None,
+        *,
+        sections: str = "",
+        args: tuple[str, ...] = (),
+    ) -> None:
+        """``jobs``: the jobs section's entries (``{out}`` stands for :attr:`out`),
+        ``sections``: more sections, ``args``: more daemon arguments (else the three
+        per-second jobs)."""
         self.root = root
         self.backend = backend
         self.out = root / "out"
         self.out.mkdir()
         self.config = root / "config"
         self.config.mkdir()
+        self.args = args
         line = "$CRONSTABLE_NODE_NAME $CRONSTABLE_SCHEDULED_TIME"
-        jobs = "".join(
-            f"""
+        entries = (
+            jobs.replace("{out}", str(self.out))
+            if jobs is not None
+            else "".join(
+                f"""
               - name: {policy.lower()}
                 schedule: "* * * * * * *"
                 clusterPolicy: {policy}
                 command: echo "{line}" >> {self.out / policy}
             """
-            for policy in ("Leader", "PreferLeader", "EveryNode")
+                for policy in ("Leader", "PreferLeader", "EveryNode")
+            )
         )
-        text = backend.yaml(TTL) + "jobs:" + textwrap.dedent(jobs)
+        text = backend.yaml(TTL) + textwrap.dedent(sections) + "jobs:" + textwrap.dedent(entries)
         (self.config / "cronstable.yaml").write_text(text)
         self.nodes: dict[str, DaemonProcess] = {}
 
@@ -75,7 +91,7 @@ class Cluster:
             self.nodes[name] = DaemonProcess(
                 self.config,
                 self.root / f"{name}.log",
-                args=["--node-name", name],
+                args=["--node-name", name, *self.args],
                 env=os.environ | {"CRONSTABLE_NODE_NAME": name},
             )
         return self.nodes[name].start()

@@ -650,6 +650,19 @@ def test_a_state_on_etcd_needs_the_cluster_etcd() -> None:
     assert (state.state.backend, state.state.on_store_unavailable) == ("etcd", "fail-closed")
 
 
+def test_a_shared_state_directory_is_said_so_and_only_for_filesystem() -> None:
+    state = ok({"c.yaml": "state: {backend: filesystem, shared: true}\n"})
+    assert state.state is not None and state.state.shared
+    text = (
+        "cluster: {backend: etcd, etcd: {endpoints: [http://127.0.0.1:2379]}}\n"
+        "state: {backend: etcd, shared: true}\n"
+    )
+    assert lines({"c.yaml": text}) == [
+        "c.yaml:2:24: state.shared: shared is for backend filesystem (a --state-dir every "
+        "node mounts); the etcd store is always shared"
+    ]
+
+
 def test_kubernetes_leases_keep_no_state_records() -> None:
     """A Lease is no record store: with the kubernetes backend the state stays on a
     directory, and etcd state (which needs the cluster's etcd) is refused saying so."""

@@ -219,6 +219,11 @@ class ClusterSection(BackendSection[ClusterConfig, Leadership, None]):
             lead.conflict(),
         )
 
+    def members(self) -> tuple[str, ...] | None:
+        """The live members' names; None while the leadership is unknown (or off)."""
+        seen = self.seen()
+        return tuple(seen.members) if seen.known else None
+
     async def release(self) -> None:
         """Give up the leadership now (before the shutdown drain): Leader jobs stop here,
         and no revision applied from now on starts a new one."""

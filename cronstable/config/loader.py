@@ -970,6 +970,19 @@ class _Loader:
         """What needs a shared store has one: ``state.backend: etcd`` the etcd of the
         ``cluster`` section, ``concurrencyScope: cluster`` a ``cluster`` section."""
         state = self._sections.get("state")
+        if (
+            self.state is not None
+            and state is not None
+            and self.state.backend == "etcd"
+            and "shared" in self.state.model_fields_set
+        ):
+            self.problem(
+                state[0],
+                ("state", "shared"),
+                "shared is for backend filesystem (a --state-dir every node mounts); "
+                "the etcd store is always shared",
+            )
+        state = self._sections.get("state")
         if self.state is not None and state is not None and self.state.backend == "etcd":
             if self.cluster is None or self.cluster.etcd is None:
                 leases = self.cluster is not None and self.cluster.backend == "kubernetes"

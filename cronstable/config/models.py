@@ -1569,6 +1569,12 @@ class StateConfig(Model):
     )
     """When the store cannot be written before a launch that needs a record: ``degrade``
     runs anyway as if stateless (and logs it); ``fail-closed`` skips that launch."""
+    shared: Flag = False
+    """``filesystem`` only: every node's ``--state-dir`` is the same directory on a share
+    (beside the cluster's shared directory, not inside it), so the nodes' records meet
+    there as on etcd: a ``Leader`` job's pending retry, last fire and runs going pass to
+    the next leader, and the cluster-wide @reboot marker, pauses, alerts and workflow runs
+    are the cluster's.  etcd is always shared."""
 
 
 PER_JOB_METRICS_UP_TO = 10_000

@@ -128,6 +128,8 @@ def build_daemon(
         cluster_wide=cluster.one_run,
         gated=cluster.gated,
         flow_history=flow_history,
+        leadership=cluster.seen,
+        members=cluster.members,
     )  # a launch guard, the state hooks, a run and a workflow listener: durable state
     slots = SlotGuard(
         node.name,

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from cronstable.config.desired import Job
 from cronstable.ports.flows import FlowRunView
-from cronstable.ports.runs import FinishedRun
+from cronstable.ports.runs import FinishedRun, RunStart
 
 
 class WallClock(Protocol):
@@ -37,6 +37,17 @@ class Restorable(Protocol):
 
     def job(self, name: str) -> Job | None:
         """The applied definition of ``name``; None for a job not applied."""
+        ...
+
+    @property
+    def jobs(self) -> Mapping[str, Job]:
+        """The applied jobs (not the workflows' tasks) by name."""
+        ...
+
+    def report_lost(self, name: str, start: RunStart, reason: str) -> bool:
+        """Report the run ``start`` of ``name``, which went on a node that died, as ended
+        with outcome ``lost`` (fail reason ``reason``; onFailure, onPermanentFailure, no
+        retry).  False for a job not applied."""
         ...
 
     def resume(self, name: str, last_fire: datetime) -> bool:

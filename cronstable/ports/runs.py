@@ -10,7 +10,10 @@
   (concurrencyPolicy Replace) and ``cancelled`` (an operator's cancel, a second
   stop signal) are not, and are never reported; nor is ``unknown``: a run a
   restarted daemon adopted (it outlived the daemon that started it, which alone
-  could reap it and learn its exit status).
+  could reap it and learn its exit status).  ``lost`` is a failure: a run of a
+  ``Leader`` job on a node that died while it went (a new owner found its record,
+  and the node no longer a member); it reports onFailure and onPermanentFailure
+  (no retry follows: the process may still live on a partitioned node).
 * A fire that did not run is a :class:`MissedFire` with one of the
   :data:`MissedReason` strings.
 * What a finished run reports is one rule, :func:`report_moments`.
@@ -29,10 +32,10 @@ SPAWN_FAILED_RETURNCODE = 127
 """Return code of a run whose command could not be started (as a shell reports it)."""
 
 RunOutcome = Literal[
-    "succeeded", "failed", "timed_out", "spawn_failed", "cancelled", "replaced", "unknown"
+    "succeeded", "failed", "timed_out", "spawn_failed", "cancelled", "replaced", "unknown", "lost"
 ]
 RUN_OUTCOMES: tuple[RunOutcome, ...] = get_args(RunOutcome)
-FAILURES: frozenset[RunOutcome] = frozenset({"failed", "timed_out", "spawn_failed"})
+FAILURES: frozenset[RunOutcome] = frozenset({"failed", "timed_out", "spawn_failed", "lost"})
 """The outcomes that are failures (reported, retried)."""
 
 MissedReason = Literal[

@@ -12,6 +12,10 @@ which still hold; this module does what each one asks of the scheduler:
   (:class:`~cronstable.runtime.adopted.AdoptedRun`): it counts for
   concurrencyPolicy meanwhile and ends with outcome ``unknown`` (no report, no
   retry);
+* **a run reported lost** (:meth:`Restore.report_lost`): a ``Leader`` job's run that
+  went on a node that died, found by the node that owns the job now: it ends with
+  outcome ``lost`` and reports onFailure and onPermanentFailure (no retry: the
+  process may still live on a node cut off from the cluster);
 * **a workflow run resumed** (:meth:`Restore.resume_flow`): its finished tasks
   stay as they ended, its running ones are adopted as runs are (a task whose run
   ends ``unknown`` is ``failed``: its exit status was lost with the daemon), a
@@ -26,7 +30,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from cronstable.config.desired import Job
-from cronstable.ports import FlowRunView, Launch, TaskRunView
+from cronstable.ports import FinishedRun, FlowRunView, Launch, Moment, RunStart, TaskRunView
 from cronstable.runtime.adopted import AdoptedRun, same_process
 from cronstable.runtime.clock import Clock
 from cronstable.runtime.retries import Retries
@@ -65,6 +69,8 @@ class RestoreHost(Protocol):
     def watch(self, slot: JobSlot, live: LiveRun) -> None:
         """Watch ``live`` until it ends, as a run of ``slot``'s job."""
         ...
+
+    def report(self, job: Job, record: FinishedRun, moments: tuple[Moment, ...]) -> None: ...
 
 
 class Restore:
@@ -123,6 +129,27 @@ class Restore:
         )
         launch = Launch(slot.job, scheduled.astimezone(UTC), attempt, "fire")
         self.host.watch(slot, LiveRun(run, launch, None, adopted=started_at))
+        return True
+
+    def report_lost(self, name: str, start: RunStart, reason: str) -> bool:
+        """See :meth:`cronstable.ports.Restorable.report_lost`."""
+        slot = self.host.slot(name)
+        if slot is None:
+            return False
+        now = self.host.clock.now()
+        record = FinishedRun(
+            start=start,
+            outcome="lost",
+            exit_code=None,
+            finished_at=now,
+            duration=max(0.0, (now - start.started_at).total_seconds()),
+            fail_reason=reason,
+            stdout=None,
+            stderr=None,
+            stdout_dropped=0,
+            stderr_dropped=0,
+        )
+        self.host.report(slot.job, record, ("failure", "permanent_failure"))
         return True
 
     def resume_flow(

@@ -878,6 +878,10 @@ class Scheduler:
         """See :meth:`cronstable.runtime.restore.Restore.resume_flow`."""
         return self._restore.resume_flow(run, adopt, lost)
 
+    def report_lost(self, name: str, start: RunStart, reason: str) -> bool:
+        """See :meth:`cronstable.runtime.restore.Restore.report_lost`."""
+        return self._restore.report_lost(name, start, reason)
+
     def gate_allows(self, job: Job) -> bool:
         return self.gate_says(job) is None
 

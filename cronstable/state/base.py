@@ -16,7 +16,9 @@ Keys, under each node's own part of the store (``nodes/<node>/``)::
     reboot/<job>         the boot id and job digest an @reboot job last ran for
     history/<job>        the last finished runs (output capped)
 
-and, for the cluster as a whole, ``cluster/reboot/<job>`` (a ``Leader`` @reboot
+and, for the cluster as a whole, ``cluster/jobs/<job>/…`` (a ``Leader`` job's last fire,
+pending retry, runs going and claims, on a store the nodes share: :func:`job_key`,
+:mod:`.keeper`), ``cluster/reboot/<job>`` (a ``Leader`` @reboot
 job's digest, once per cluster) and ``cluster/lastrun/<job>``, ``cluster/lastflow/<name>``
 (the last run that ended, on whichever node: the fleet view, :mod:`.fleet`).
 """
@@ -77,6 +79,12 @@ def segments(key_text: str) -> list[str]:
 def node_key(node: str, *rest: str) -> str:
     """A key in node ``node``'s part of the store."""
     return key("nodes", node, *rest)
+
+
+def job_key(job: str, *rest: str) -> str:
+    """A key in job ``job``'s part of the cluster's records (``cluster/jobs/<job>/…``):
+    what the node that owns a ``Leader`` job writes, for the next owner to inherit."""
+    return key("cluster", "jobs", job, *rest)
 
 
 BOOT_SCOPED = "running"

@@ -17,7 +17,8 @@ def make_store(
     login: tuple[str | None, str | None] = (None, None),
     pools: EtcdPools | None = None,
 ) -> StateStore:
-    """The store ``config`` names: ``filesystem`` in ``state_dir``, ``etcd`` on the etcd of
+    """The store ``config`` names: ``filesystem`` in ``state_dir`` (shared by the nodes
+    with ``shared: true``), ``etcd`` on the etcd of
     the ``cluster`` section (the loader refuses a state on etcd without one).
 
     ``login``: etcd's username and password, from the daemon's environment; ``pools``:
@@ -25,7 +26,7 @@ def make_store(
     if config.backend == "filesystem":
         from cronstable.state.filesystem import FilesystemStore
 
-        return FilesystemStore(state_dir)
+        return FilesystemStore(state_dir, shared=config.shared)
     from cronstable.state.etcd import EtcdStore
 
     etcd = cluster.etcd if cluster is not None else None

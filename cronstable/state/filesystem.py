@@ -7,7 +7,8 @@ the old record or the new one.  A running run's record is renamed the same way b
 not flushed (:func:`~cronstable.state.base.boot_scoped`: it is only read within the
 boot that wrote it, and a daemon that dies leaves it in the page cache).
 :meth:`FilesystemStore.create` links the temporary file to the record's name, which
-fails when one exists: put-if-absent without a lock.  Directories are made 0700.  The
+fails when one exists: put-if-absent without a lock (on a share too, over NFS v3+
+and SMB, where a hard link is atomic).  Directories are made 0700.  The
 blocking calls run in a thread, each bounded by :data:`~cronstable.state.base.OP_TIMEOUT`.
 """
 
@@ -58,9 +59,14 @@ def _fsync_dir(path: Path) -> None:
 class FilesystemStore(StateStore):
     backend = "filesystem"
 
-    def __init__(self, root: str | Path, *, timeout: float = OP_TIMEOUT) -> None:
+    def __init__(
+        self, root: str | Path, *, timeout: float = OP_TIMEOUT, shared: bool = False
+    ) -> None:
         self.root = Path(root)
         self.timeout = timeout
+        self.shared = shared
+        """Whether every node uses this directory (``state.shared``: a share they all
+        mount), so their records meet in it as on etcd."""
 
     def __repr__(self) -> str:
         return f"FilesystemStore({str(self.root)!r})"

@@ -5,6 +5,20 @@ its :class:`~cronstable.ports.StateHooks` and a run listener.  With no
 store (no ``state`` section) every call is a no-op.  Records (:mod:`.base` keys,
 in this node's part of the store):
 
+* A ``Leader`` job under leader election (not @reboot, not a workflow), on a store
+  the nodes share, keeps its last fire, pending retry and runs going under
+  ``cluster/jobs/<job>/`` (``fire``, ``retry``, ``running/<run id>``) instead of the
+  node's ``fires``, ``retries`` and ``running`` below, each with the name of the node
+  that wrote it (the owner; a run's own node; a retry's, the node whose run failed).
+  :meth:`StateKeeper.inherit` looks each time this node's view of the leadership
+  changes: for each such job it owns now and did not before, it resumes the schedule
+  from that last fire (the latest fire missed within ``startingDeadlineSeconds`` runs
+  once), re-arms a pending retry at its time, keeps another live member's run (that
+  node adopts it when it returns; the retry its failure arms passes here: watched
+  every :data:`FLOW_BEAT`) and reports a dead node's run ``lost``
+  (:data:`LOST_THERE`).  The inherited catch-up and retry are claimed first
+  (put-if-absent ``claims/<scheduled>#<attempt>``): of two nodes that would run one,
+  the first to claim does.  Without a shared store these stay per node, as below.
 * ``fires/<job>``, for jobs with ``startingDeadlineSeconds``: the last fire handled
   (written before the launch, awaited), so a restart resumes the schedule there and
   catches up a fire missed while down, once, within the deadline.
@@ -67,12 +81,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from cronstable.config.desired import Job
+from cronstable.config.models import JobConfig
 from cronstable.platform import boot_id, process_start_ticks
 from cronstable.ports import (
     FinishedRun,
@@ -89,7 +104,16 @@ from cronstable.ports import (
     utc_text,
 )
 from cronstable.redact import redact
-from cronstable.state.base import BOOT_SCOPED, Record, StateError, StateStore, key, node_key
+from cronstable.state.base import (
+    BOOT_SCOPED,
+    Record,
+    StateError,
+    StateStore,
+    job_key,
+    key,
+    node_key,
+    segments,
+)
 from cronstable.state.records import (
     StoredFlow,
     flow_history_record,
@@ -118,6 +142,11 @@ FLOW_BEAT = 2.0
 and between two looks for cluster-wide runs this node should go on with."""
 FLOW_STALE = 5 * FLOW_BEAT
 """Seconds without a heartbeat after which the leader goes on with a cluster-wide run."""
+CLAIM_KEEP = 3600.0
+"""Seconds a claim on an inherited fire or retry (``cluster/jobs/<job>/claims/…``) is
+kept; the node that claims next removes older ones."""
+LOST_THERE = "lost: node {node} died while the run was going (it is no longer a member)"
+"""fail_reason of a ``Leader`` job's run that went on a node that died (outcome ``lost``)."""
 LOST_HERE = "outcome unknown: it ended while no daemon watched it"
 """fail_reason of a task that was running when the daemon stopped and was gone after."""
 
@@ -141,6 +170,9 @@ class StateStats:
     rearmed_retries: int = 0
     settled_at_restore: int = 0
     adopted_runs: int = 0
+    inherited_fires: int = 0
+    inherited_retries: int = 0
+    lost_runs: int = 0
 
 
 class StateKeeper:
@@ -148,7 +180,10 @@ class StateKeeper:
     for and restores into (the keeper is one of its guards, built before it:
     :class:`~cronstable.later.Later`); ``cluster_wide(job)``: whether ``job`` is one run
     per cluster (a ``Leader`` job under leader election); ``gated(job)``: whether the
-    leadership decides where ``job`` runs (not ``EveryNode``, under leader election)."""
+    leadership decides where ``job`` runs (not ``EveryNode``, under leader election);
+    ``leadership()``: what this node sees of the leadership now (any value that compares
+    equal while nothing changed: who leads, the members); ``members()``: the live
+    members' names, None while unknown."""
 
     def __init__(
         self,
@@ -160,6 +195,8 @@ class StateKeeper:
         gated: Callable[[Job], bool] = lambda job: False,
         boot: str | None = None,
         flow_history: FlowRecords | None = None,
+        leadership: Callable[[], object] = lambda: None,
+        members: Callable[[], Collection[str] | None] = lambda: None,
     ) -> None:
         self.node = node
         self._scheduler = scheduler
@@ -187,6 +224,20 @@ class StateKeeper:
         self._flows: dict[str, tuple[str, FlowRunView]] = {}
         """The workflow runs this node drives: (record key, latest view) by run id."""
         self._dirty_flow_history: set[str] = set()
+        self.leadership = leadership
+        self.members = members
+        self._seen: object = _UNSEEN
+        """The leadership :meth:`inherit` last looked at."""
+        self._owned: set[str] = set()
+        """The handed-off jobs this node owned at that look."""
+        self._catching_up: set[str] = set()
+        """Jobs resumed from an inherited last fire: their next fire claims its time."""
+        self._inherited_retries: set[str] = set()
+        """Jobs whose retry was re-armed from a record: its launch claims it."""
+        self._remote: dict[str, dict[str, str]] = {}
+        """Owned jobs with a run going on another live node: record key → node."""
+        self._running_keys: dict[str, str] = {}
+        """The record key of each run going here (run id → key)."""
 
     @property
     def scheduler(self) -> Restorable:
@@ -211,6 +262,8 @@ class StateKeeper:
         self._queued_meanwhile.clear()
         self._ran_meanwhile.clear()
         self._running_meanwhile.clear()
+        self._seen, self._owned = _UNSEEN, set()
+        self._remote.clear()
         if waiting is not None:
             self.available, self.last_error = False, redact(waiting)
         elif store is not None:
@@ -292,8 +345,12 @@ class StateKeeper:
     def _submit(self, key_text: str, record: Record | None) -> asyncio.Future[bool] | None:
         if self.writer is None:
             return None
-        if self.writer.held and key_text.startswith(
-            (self._key("fires") + "/", self._key("retries") + "/")
+        if self.writer.held and (
+            key_text.startswith((self._key("fires") + "/", self._key("retries") + "/"))
+            or (
+                key_text.startswith(key("cluster", "jobs") + "/")
+                and key_text.endswith(("/fire", "/retry"))
+            )
         ):
             self._queued_meanwhile.add(key_text)
         return self.writer.submit(key_text, record)
@@ -357,17 +414,27 @@ class StateKeeper:
         if launch.kind == "reboot":
             return await self._reboot(job)
         if launch.kind == "retry":
+            if job.name in self._inherited_retries:
+                self._inherited_retries.discard(job.name)
+                if self._hands_off(job):
+                    refused = await self._claim(job, launch, "the inherited retry")
+                    if refused is not None:
+                        return refused
             future = self._submit(
-                self._key("retries", job.name),
+                self._retry_key(job),
                 self._retry_record(job, "settled", reason="launched", attempt=launch.attempt),
             )
             if not await self._recorded(future):
                 return self._unavailable("the retry's launch", job)
             return None
         if launch.kind == "fire" and self._resumes(job):
-            future = self._submit(
-                self._key("fires", job.name), self._fire_record(job, launch.scheduled)
-            )
+            if job.name in self._catching_up:
+                self._catching_up.discard(job.name)
+                if self._hands_off(job):
+                    refused = await self._claim(job, launch, "the inherited catch-up")
+                    if refused is not None:
+                        return refused
+            future = self._submit(self._fire_key(job), self._fire_record(job, launch.scheduled))
             if not await self._recorded(future):
                 return self._unavailable("the fire", job)
         return None
@@ -417,6 +484,65 @@ class StateKeeper:
         node's own directory it is once per boot of that node, like any other)."""
         return self.cluster_wide(job) and self.store is not None and self.store.shared
 
+    def _hands_off(self, job: Job) -> bool:
+        """Whether ``job``'s last fire, pending retry and runs going are the cluster's
+        (``cluster/jobs/<job>/…``), for the node that owns it next to inherit: a
+        ``Leader`` job (not @reboot, not a workflow) under leader election, on a store
+        the nodes share."""
+        return (
+            self._once_per_cluster(job)
+            and not job.schedule.is_reboot
+            and isinstance(job.config, JobConfig)  # a workflow (or a task) is not one
+        )
+
+    def _fire_key(self, job: Job) -> str:
+        return job_key(job.name, "fire") if self._hands_off(job) else self._key("fires", job.name)
+
+    def _retry_key(self, job: Job) -> str:
+        if self._hands_off(job):
+            return job_key(job.name, "retry")
+        return self._key("retries", job.name)
+
+    async def _claim(self, job: Job, launch: Launch, what: str) -> str | None:
+        """Put-if-absent ``cluster/jobs/<job>/claims/<scheduled>#<attempt>`` before an
+        inherited launch: of the nodes that would run it (a restarted old owner, the new
+        one), the first to claim it does.  ``fire_taken`` when another node claimed it;
+        ``onStoreUnavailable`` decides when the store cannot tell."""
+        store = self.store
+        assert store is not None
+        claims = job_key(job.name, "claims")
+        marker = f"{claims}/{key(f'{utc_text(launch.scheduled)}#{launch.attempt}')}"
+        now = datetime.now(UTC)
+        mine: Record = {
+            "job": job.name,
+            "node": self.node,
+            "scheduled": utc_text(launch.scheduled),
+            "attempt": launch.attempt,
+            "at": utc_text(now),
+        }
+        try:
+            if not await store.create(marker, mine):
+                held = await store.get(marker)
+                logger.info(
+                    "Job %s: %s at %s (attempt %d) was claimed by node %s; not run here",
+                    job.name,
+                    what,
+                    utc_text(launch.scheduled),
+                    launch.attempt,
+                    held.get("node") if held is not None else "?",
+                    extra={"job": job.name},
+                )
+                return "fire_taken"
+            old = await store.list(claims + "/")
+        except (StateError, TimeoutError) as exc:
+            self._written(False, str(exc) or "no answer in time")
+            return self._unavailable(what, job)
+        for full, record in old.items():
+            at = _time(record.get("at")) if record is not None else None
+            if full != marker and (at is None or (now - at).total_seconds() > CLAIM_KEEP):
+                self._submit(full, None)
+        return None
+
     def _ran_before(self, job: Job, where: str) -> str:
         logger.info(
             "Job %s: @reboot already ran %s; not run again",
@@ -429,28 +555,37 @@ class StateKeeper:
     # ------------------------------------------------------------ StateHooks
 
     def _fire_record(self, job: Job, fire: datetime) -> Record:
-        return {"job": job.name, "digest": job.digest, "fire": utc_text(fire)}
+        return {"job": job.name, "digest": job.digest, "fire": utc_text(fire), "node": self.node}
 
     def _resumes(self, job: Job) -> bool:
         """Whether ``job``'s schedule resumes from its last fire after a restart: it has a
         deadline and this node alone decides its fires (a job the leadership places has
         its fires handled by whichever node leads; this node's record would be stale)."""
-        return (
-            job.config.starting_deadline_seconds is not None
-            and not job.schedule.is_reboot
-            and not self.gated(job)
-        )
+        if job.config.starting_deadline_seconds is None or job.schedule.is_reboot:
+            return False
+        return not self.gated(job) or self._hands_off(job)
 
     def fire_handled(self, job: Job, fire: datetime) -> None:
-        if self._resumes(job):
-            self._submit(self._key("fires", job.name), self._fire_record(job, fire))
+        if not self._resumes(job):
+            return
+        if self._hands_off(job) and not self.scheduler.gate_allows(job):
+            return  # the record is the owner's to write
+        self._submit(self._fire_key(job), self._fire_record(job, fire))
 
     def _retry_record(self, job: Job, status: str, **fields: Any) -> Record:
-        return {"job": job.name, "digest": job.digest, "status": status, **fields}
+        return {
+            "job": job.name,
+            "digest": job.digest,
+            "status": status,
+            "node": self.node,
+            **fields,
+        }
 
     def retry_armed(self, job: Job, count: int, not_before: datetime, scheduled: datetime) -> None:
+        # armed by the node whose run failed, owner or not: a run that went on here
+        # after another node took the job over leaves its retry for the owner to inherit
         self._submit(
-            self._key("retries", job.name),
+            self._retry_key(job),
             self._retry_record(
                 job,
                 "pending",
@@ -461,9 +596,9 @@ class StateKeeper:
         )
 
     def retry_settled(self, job: Job, reason: str) -> None:
-        self._submit(
-            self._key("retries", job.name), self._retry_record(job, "settled", reason=reason)
-        )
+        if self._hands_off(job) and not self.scheduler.gate_allows(job):
+            return  # not this node's to settle: the owner may have inherited it
+        self._submit(self._retry_key(job), self._retry_record(job, "settled", reason=reason))
 
     # ------------------------------------------------------------ RunListener
 
@@ -474,12 +609,18 @@ class StateKeeper:
             self._ran_meanwhile.add(run.job)
         if run.pid is None:
             return
-        if self.writer.held:
-            self._running_meanwhile.add(self._key(BOOT_SCOPED, run.id))
         job = self.scheduler.job(run.job)
+        running = (
+            job_key(run.job, "running", run.id)
+            if job is not None and self._hands_off(job)
+            else self._key(BOOT_SCOPED, run.id)
+        )
+        self._running_keys[run.id] = running
+        if self.writer.held:
+            self._running_meanwhile.add(running)
         ticks = process_start_ticks(run.pid)
         self._submit(
-            self._key(BOOT_SCOPED, run.id),
+            running,
             {
                 "job": run.job,
                 "digest": job.digest if job is not None else None,
@@ -492,13 +633,14 @@ class StateKeeper:
                 "attempt": run.attempt,
                 "startedAt": utc_text(run.started_at),
                 "manual": run.manual,
+                "node": self.node,
             },
         )
 
     def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
         if self.writer is None:
             return
-        running = self._key(BOOT_SCOPED, run.id)
+        running = self._running_keys.pop(run.id, None) or self._key(BOOT_SCOPED, run.id)
         if running in self._running_meanwhile:
             # started and ended while nothing was written: the store never had it
             self._running_meanwhile.discard(running)
@@ -522,6 +664,10 @@ class StateKeeper:
                 await self.take_over()
             except Exception:
                 logger.exception("State: going on with workflow runs failed; please report this")
+            try:
+                await self.inherit()
+            except Exception:
+                logger.exception("State: inheriting Leader jobs failed; please report this")
 
     def _flush_history(self) -> None:
         dirty, self._dirty_history = self._dirty_history, set()
@@ -638,6 +784,142 @@ class StateKeeper:
             )
         return resumed
 
+    # ------------------------------------------------------------ the handoff
+
+    async def inherit(self) -> None:
+        """When what this node sees of the leadership changed: inherit the records of the
+        handed-off jobs it owns now and did not before (:meth:`_take`); every round, look
+        at the runs of owned jobs that go on other live nodes (:meth:`_watch_remote`)."""
+        store = self.store
+        if store is None or not store.shared or self.waiting or not self.available:
+            return
+        seen = self.leadership()
+        if seen != self._seen:
+            scheduler = self.scheduler
+            owned = {
+                name
+                for name, job in scheduler.jobs.items()
+                if self._hands_off(job) and scheduler.gate_allows(job)
+            }
+            new = owned - self._owned
+            if new:
+                try:
+                    records = await store.list(key("cluster", "jobs") + "/")
+                except (StateError, TimeoutError):
+                    return  # looked at again next round
+                by_job: dict[str, dict[str, Record | None]] = {}
+                for full, record in records.items():
+                    by_job.setdefault(segments(full)[2], {})[full] = record
+                now = scheduler.clock.now()
+                for name in sorted(new):
+                    job = scheduler.job(name)
+                    if job is not None:
+                        self._take(job, by_job.get(name, {}), now)
+            for name in set(self._remote) - owned:
+                del self._remote[name]
+            self._seen, self._owned = seen, owned
+        await self._watch_remote(store)
+
+    def _take(self, job: Job, records: Mapping[str, Record | None], now: datetime) -> None:
+        """This node now owns ``job``: resume its schedule from the last fire handled (a
+        missed fire within ``startingDeadlineSeconds`` runs once, claimed), re-arm a
+        pending retry at its time, and judge the runs going on other nodes."""
+        name = job.name
+        for full, record in records.items():
+            if record is None:
+                continue
+            kind = segments(full)[3:]
+            if kind == ["fire"]:
+                fire = _time(record.get("fire"))
+                if fire is None or record.get("digest") != job.digest:
+                    continue
+                if not self._resumes(job):
+                    continue
+                self._catching_up.add(name)
+                if self.scheduler.resume(name, fire):
+                    self.stats.inherited_fires += 1
+                    if record.get("node") != self.node:
+                        logger.info(
+                            "Job %s: inherited from node %s (last fire %s)",
+                            name,
+                            record.get("node"),
+                            utc_text(fire),
+                            extra={"job": name},
+                        )
+            elif kind == ["retry"]:
+                self._inherit_retry(full, record, now)
+            elif len(kind) == 2 and kind[0] == BOOT_SCOPED:
+                self._judge_run(job, full, record)
+
+    def _inherit_retry(self, full: str, record: Record, now: datetime) -> None:
+        if record.get("status") != "pending":
+            return
+        name = str(record.get("job"))
+        self._inherited_retries.add(name)
+        if self._restore_retry(full, record, now, {}):
+            self.stats.inherited_retries += 1
+        else:
+            self._inherited_retries.discard(name)
+
+    def _judge_run(self, job: Job, full: str, record: Record) -> None:
+        """A run of ``job`` (this node owns it) that another node's record says goes: kept
+        while that node is a live member (it finishes or adopts it), reported ``lost``
+        once it is not."""
+        node = record.get("node")
+        if not isinstance(node, str) or node == self.node:
+            return
+        members = self.members()
+        if members is None or node in members:
+            self._remote.setdefault(job.name, {})[full] = node
+            return
+        scheduled, started = _time(record.get("scheduled")), _time(record.get("startedAt"))
+        attempt = record.get("attempt")
+        if scheduled is not None and started is not None:
+            start = RunStart(
+                id=str(record.get("runId")),
+                job=job.name,
+                scheduled_time=scheduled,
+                attempt=attempt if isinstance(attempt, int) else 1,
+                started_at=started,
+                pid=None,
+                manual=bool(record.get("manual")),
+            )
+            reason = LOST_THERE.format(node=node)
+            logger.warning(
+                "Job %s: run %s %s",
+                job.name,
+                start.id,
+                reason.removeprefix("lost: "),
+                extra={"job": job.name, "node": node, "outcome": "lost"},
+            )
+            if self.scheduler.report_lost(job.name, start, reason):
+                self.stats.lost_runs += 1
+        self._submit(full, None)
+
+    async def _watch_remote(self, store: StateStore) -> None:
+        """For each owned job with a run going on another node: once that run's record is
+        gone (it ended there), inherit the retry its failure armed; while it stays, judge
+        its node again (it may have died since)."""
+        for name in sorted(self._remote):
+            job = self.scheduler.job(name)
+            if job is None or not self.scheduler.gate_allows(job):
+                del self._remote[name]
+                continue
+            try:
+                records = await store.list(job_key(name) + "/")
+            except (StateError, TimeoutError):
+                return
+            watched = self._remote.pop(name)
+            for full in watched:
+                record = records.get(full)
+                if record is not None:
+                    self._judge_run(job, full, record)
+            if name in self._remote:
+                continue  # a run still goes there
+            retry = records.get(job_key(name, "retry"))
+            if retry is not None and retry.get("node") != self.node:
+                self._inherit_retry(job_key(name, "retry"), retry, self.scheduler.clock.now())
+
     # ------------------------------------------------------------ the restore
 
     def restore(self, records: Mapping[str, Record | None], now: datetime) -> None:
@@ -659,6 +941,16 @@ class StateKeeper:
             if record is not None and record.get("runId") in adopted:
                 continue  # its workflow run watches it; its end removes the record
             self._restore_run(full, record)
+        for full, record in by_kind.get("cluster", {}).items():
+            # a handed-off job's run this node started (the owner inherits the rest)
+            parts = segments(full)
+            if (
+                record is not None
+                and len(parts) == 5
+                and parts[3] == BOOT_SCOPED
+                and record.get("node") == self.node
+            ):
+                self._restore_run(full, record)
         for full, record in by_kind.get("fires", {}).items():
             if full not in self._queued_meanwhile:  # this daemon handled a fire since
                 self._restore_fire(full, record)
@@ -754,6 +1046,7 @@ class StateKeeper:
                 )
                 if adopted:
                     self.stats.adopted_runs += 1
+                    self._running_keys[str(record.get("runId"))] = full
                     logger.warning(
                         "Job %s: run %s (pid %d) outlived the previous daemon; watching it "
                         "until it ends (outcome unknown)",
@@ -769,7 +1062,13 @@ class StateKeeper:
         name = str(record.get("job")) if record is not None else ""
         job = self.scheduler.job(name)
         fire = _time(record.get("fire")) if record is not None else None
-        if job is None or record is None or fire is None or not self._resumes(job):
+        if (
+            job is None
+            or record is None
+            or fire is None
+            or not self._resumes(job)
+            or self._hands_off(job)  # the cluster's record: its owner resumes from it
+        ):
             self._submit(full, None)
             return
         if record.get("digest") != job.digest:
@@ -783,12 +1082,13 @@ class StateKeeper:
         record: Record | None,
         now: datetime,
         booted: Mapping[str, tuple[object, object]],
-    ) -> None:
+    ) -> bool:
+        """Re-arm the pending retry ``record`` says (whether it was), or settle it."""
         if record is None:
             self._submit(full, None)
-            return
+            return False
         if record.get("status") != "pending":
-            return
+            return False
         name = str(record.get("job"))
         job = self.scheduler.job(name)
         not_before, scheduled = _time(record.get("notBefore")), _time(record.get("scheduled"))
@@ -824,7 +1124,7 @@ class StateKeeper:
                     utc_text(not_before),
                     extra={"job": name, "attempt": count + 1},
                 )
-                return
+                return True
             else:
                 why = "exhausted"
         self.stats.settled_at_restore += 1
@@ -836,8 +1136,19 @@ class StateKeeper:
         )
         self._submit(
             full,
-            {"job": name, "digest": record.get("digest"), "status": "settled", "reason": why},
+            {
+                "job": name,
+                "digest": record.get("digest"),
+                "status": "settled",
+                "reason": why,
+                "node": self.node,
+            },
         )
+        return False
+
+
+_UNSEEN = object()
+"""What :meth:`StateKeeper.inherit` has seen before its first look: nothing."""
 
 
 def _capped(run: FinishedRun) -> FinishedRun:

@@ -43,7 +43,7 @@ from cronstable.config.models import ClusterEtcd, StateConfig
 from cronstable.errors import KeyPath
 from cronstable.etcd import EtcdError, EtcdPools, login_from_environment
 from cronstable.reconcile.backend_section import BackendSection, Reach, Retire
-from cronstable.state.base import OP_TIMEOUT, Record, StateError, StateStore, node_key
+from cronstable.state.base import OP_TIMEOUT, Record, StateError, StateStore, key, node_key
 from cronstable.state.factory import make_store
 from cronstable.state.keeper import Policy, StateKeeper
 from cronstable.state.pauses import PAUSES, PauseBook
@@ -51,6 +51,9 @@ from cronstable.state.writer import Writer
 from cronstable.store_link import StoreLink, retry_cap
 
 logger = logging.getLogger(__name__)
+
+JOBS = key("cluster", "jobs")
+"""Where a ``Leader`` job's records meet on a store the nodes share (:mod:`.keeper`)."""
 
 Wanted: TypeAlias = tuple[StateConfig, ClusterEtcd | None]
 """The state section, and the cluster's etcd when the store is on it."""
@@ -139,6 +142,9 @@ class StateSection(BackendSection[Wanted, StateStore, Records]):
             return None
         prefix = node_key(self.keeper.node) + "/"
         records = dict(await asyncio.wait_for(store.list(prefix), timeout=OP_TIMEOUT * 2))
+        if store.shared:  # the runs this node started of jobs it handed off
+            jobs = await asyncio.wait_for(store.list(JOBS + "/"), timeout=OP_TIMEOUT * 2)
+            records.update(jobs)
         if self.pauses is not None:
             pauses = await asyncio.wait_for(store.list(PAUSES + "/"), timeout=OP_TIMEOUT * 2)
             records.update(pauses)

@@ -1,0 +1,299 @@
+"""A new owner of a ``Leader`` job inherits what the old one owed, on real stores.
+
+Real schedulers and keepers of several nodes (n1, n2, n3) on one state store the
+nodes share (etcd, and a directory with ``shared``), a manual clock, the stand-in
+runs of test_runtime_scheduler and a gate the test moves (who leads, who is a live
+member).  A "kill -9" of a node cancels its daemon with nothing settled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from backends import StateBackend
+from test_runtime_scheduler import StandInRun
+
+from cronstable.config import MemoryTree, load
+from cronstable.config.desired import Job
+from cronstable.ports import FinishedRun, MissedFire, Moment
+from cronstable.runtime.clock import ManualClock
+from cronstable.runtime.history import RunHistory
+from cronstable.runtime.scheduler import Scheduler
+from cronstable.state.base import StateStore, job_key
+from cronstable.state.etcd import EtcdStore
+from cronstable.state.filesystem import FilesystemStore
+from cronstable.state.keeper import LOST_THERE, StateKeeper
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio]
+
+T0 = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
+
+JOBS = """\
+jobs:
+  - name: flaky
+    command: "false"
+    schedule: "0 * * * *"
+    clusterPolicy: Leader
+    onFailure:
+      retry: {maximumRetries: 3, initialDelay: 60, backoffMultiplier: 2, maximumDelay: 600}
+  - name: tick
+    command: "true"
+    schedule: "*/10 * * * *"
+    clusterPolicy: Leader
+    startingDeadlineSeconds: 900
+  - name: long
+    command: "true"
+    schedule: "30 12 * * *"
+    clusterPolicy: Leader
+"""
+
+
+def table() -> dict[str, Job]:
+    state = load(MemoryTree({"c.yaml": textwrap.dedent(JOBS).encode()}), "c.yaml")
+    return dict(state.jobs)
+
+
+@dataclass
+class Leadership:
+    """What every node sees: who leads, who is a live member."""
+
+    leader: str | None = "n1"
+    members: tuple[str, ...] = ("n1", "n2", "n3")
+
+
+@dataclass
+class Gate:
+    """Node ``node``'s cluster gate over the shared :class:`Leadership`."""
+
+    node: str
+    seen: Leadership
+    also: bool = False
+    """This node believes it leads too (a split brain the claims must survive)."""
+
+    def allows(self, job: Job) -> str | None:
+        return None if self.also or self.seen.leader == self.node else "not_leader"
+
+    def view(self) -> tuple[str | None, tuple[str, ...], bool]:
+        return (self.seen.leader, self.seen.members, self.also)
+
+    async def release(self) -> None:
+        return None
+
+
+@dataclass
+class Reports:
+    sent: list[tuple[str, FinishedRun, tuple[Moment, ...]]] = field(default_factory=list)
+
+    def run_reported(self, job: Job, record: FinishedRun, moments: tuple[Moment, ...]) -> None:
+        self.sent.append((job.name, record, moments))
+
+    def fire_missed(self, job: Job, missed: MissedFire) -> None:
+        return None
+
+
+@dataclass
+class Node:
+    name: str
+    clock: ManualClock
+    scheduler: Scheduler
+    keeper: StateKeeper
+    gate: Gate
+    runs: list[StandInRun]
+    reports: Reports
+    task: asyncio.Task[None]
+
+    def ran(self, job: str) -> list[tuple[datetime, int, datetime | None]]:
+        """(scheduled, attempt, started) of the runs of ``job`` that started here (a run a
+        launch guard refused is made but never started)."""
+        return [
+            (r.scheduled, r.attempt, r.started)
+            for r in self.runs
+            if r.job.name == job and r.started is not None
+        ]
+
+    async def settle(self) -> None:
+        assert self.keeper.writer is not None
+        assert await self.keeper.writer.flush(within=5)
+
+    async def kill9(self) -> None:
+        await self.settle()
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        for task in list(self.scheduler._tasks):
+            task.cancel()
+        await self.keeper.close()
+
+
+@pytest_asyncio.fixture
+async def cluster(state_backend: StateBackend, tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    nodes: list[Node] = []
+    seen = Leadership()
+
+    def store() -> StateStore:
+        if state_backend.server is not None:
+            return EtcdStore([state_backend.server.endpoint], prefix=state_backend.prefix)
+        return FilesystemStore(tmp_path / "shared-state", shared=True)
+
+    async def start(
+        name: str, now: datetime, behaviour: dict[str, tuple[float, int]]
+    ) -> tuple[Node, Leadership]:
+        clock = ManualClock(now)
+        runs: list[StandInRun] = []
+
+        def spawner(job: Job, scheduled: datetime, attempt: int) -> StandInRun:
+            duration, code = behaviour.get(job.name, (1.0, 0))
+            run = StandInRun(clock, job, scheduled, attempt, duration, code)
+            runs.append(run)
+            return run
+
+        gate = Gate(name, seen)
+        history = RunHistory()
+        keeper = StateKeeper(
+            name,
+            lambda: scheduler,
+            history,
+            boot=f"boot-{name}",
+            cluster_wide=lambda job: True,
+            gated=lambda job: True,
+            leadership=gate.view,
+            members=lambda: seen.members,
+        )
+        reports = Reports()
+        scheduler = Scheduler(
+            clock,
+            spawner,
+            gate=gate,
+            guards=[keeper],
+            hooks=keeper,
+            run_listeners=[history, keeper],
+            report_listeners=[reports],
+        )
+        scheduler.replace_jobs(table())
+        made = store()
+        await made.check()
+        keeper.use(made)
+        node = Node(
+            name,
+            clock,
+            scheduler,
+            keeper,
+            gate,
+            runs,
+            reports,
+            asyncio.create_task(scheduler.run()),
+        )
+        nodes.append(node)
+        await asyncio.sleep(0)
+        return node, seen
+
+    yield start
+    for node in nodes:
+        if not node.task.done():
+            node.scheduler.stop()
+            await node.scheduler.cancel_running()
+            await node.clock.advance(3600)
+            await asyncio.wait_for(node.task, 5)
+        await node.keeper.close()
+
+
+async def advance(nodes: list[Node], seconds: int, step: int = 1) -> None:
+    """Every node's clock ``seconds`` on, ``step`` at a time; each node inherits what
+    the leadership gave it since (as its round would) and writes its records."""
+    for _ in range(seconds // step):
+        for node in nodes:
+            await node.clock.advance(step)
+        for node in nodes:
+            await node.keeper.inherit()
+            for _ in range(2):
+                await node.settle()
+                await asyncio.sleep(0.002)
+
+
+async def both_inherit(*nodes: Node) -> None:
+    """The nodes look at the leadership at once (their reads of the records overlap)."""
+    await asyncio.gather(*(node.keeper.inherit() for node in nodes))
+
+
+async def test_the_new_leader_rearms_the_retry_at_its_time_once(
+    cluster: Callable[..., Any],
+) -> None:
+    fail = {"flaky": (1.0, 1)}
+    n1, seen = await cluster("n1", T0 + timedelta(minutes=59), fail)
+    n2, _ = await cluster("n2", T0 + timedelta(minutes=59), fail)
+    n3, _ = await cluster("n3", T0 + timedelta(minutes=59), fail)
+    await advance([n1, n2, n3], 62)  # 13:00 fails at 13:00:01; retry 1 due 13:01:01
+    assert n1.ran("flaky") == [(T0 + timedelta(hours=1), 1, T0 + timedelta(hours=1))]
+    pending = await n1.keeper.store.get(job_key("flaky", "retry"))  # type: ignore[union-attr]
+    assert pending is not None
+    assert (pending["status"], pending["count"], pending["node"]) == ("pending", 1, "n1")
+    await n1.kill9()
+    seen.leader, seen.members = "n2", ("n2", "n3")
+    n3.gate.also = True  # n3 believes it leads too: the claim lets one of them run it
+    await both_inherit(n2, n3)
+    await advance([n2, n3], 40)
+    await advance([n2, n3], 30)
+    retries = [r for r in n2.ran("flaky") + n3.ran("flaky") if r[1] == 2]
+    assert retries == [(T0 + timedelta(hours=1), 2, T0 + timedelta(hours=1, seconds=61))]
+
+
+async def test_the_new_leader_runs_a_missed_fire_within_the_deadline_once(
+    cluster: Callable[..., Any],
+) -> None:
+    n1, seen = await cluster("n1", T0 + timedelta(minutes=9), {})
+    n2, _ = await cluster("n2", T0 + timedelta(minutes=9), {})
+    n3, _ = await cluster("n3", T0 + timedelta(minutes=9), {})
+    await advance([n1, n2, n3], 120, step=10)  # n1 runs 12:10
+    assert [s for s, _, _ in n1.ran("tick")] == [T0 + timedelta(minutes=10)]
+    await n1.kill9()
+    seen.leader, seen.members = None, ("n2", "n3")  # n1's lease has not expired yet
+    await advance([n2, n3], 540, step=10)  # 12:20 passes with no leader
+    assert n2.ran("tick") == n3.ran("tick") == []
+    seen.leader = "n2"
+    n3.gate.also = True
+    await both_inherit(n2, n3)  # both read the last fire before either runs the catch-up
+    await advance([n2, n3], 20, step=10)
+    caught = [s for s, _, _ in n2.ran("tick") + n3.ran("tick")]
+    assert caught == [T0 + timedelta(minutes=20)]
+    # and the schedule goes on from there, once
+    n3.gate.also = False
+    await advance([n2, n3], 600, step=10)
+    assert sorted(s for s, _, _ in n2.ran("tick") + n3.ran("tick")) == [
+        T0 + timedelta(minutes=20),
+        T0 + timedelta(minutes=30),
+    ]
+
+
+async def test_a_dead_nodes_run_is_lost_and_a_live_nodes_run_is_kept(
+    cluster: Callable[..., Any],
+) -> None:
+    long = {"long": (3600.0, 0)}
+    n1, seen = await cluster("n1", T0 + timedelta(minutes=29), long)
+    n2, _ = await cluster("n2", T0 + timedelta(minutes=29), long)
+    await advance([n1, n2], 62)
+    assert [s for s, _, _ in n1.ran("long")] == [T0 + timedelta(minutes=30)]
+    store = n2.keeper.store
+    assert store is not None
+    running = await store.list(job_key("long", "running") + "/")
+    assert [r["node"] for r in running.values() if r is not None] == ["n1"]
+    # n1 lives on (a member) but leads no more: its run stays its own
+    seen.leader = "n2"
+    await advance([n1, n2], 4)
+    assert await store.list(job_key("long", "running") + "/") == running
+    assert n2.reports.sent == []
+    # n1 dies: the run is reported lost, naming it, as a permanent failure
+    await n1.kill9()
+    seen.members = ("n2",)
+    await advance([n2], 4)
+    [(name, lost, moments)] = n2.reports.sent
+    assert (name, lost.outcome, moments) == ("long", "lost", ("failure", "permanent_failure"))
+    assert lost.fail_reason == LOST_THERE.format(node="n1")
+    assert lost.start.scheduled_time == T0 + timedelta(minutes=30)
+    assert await store.list(job_key("long", "running") + "/") == {}
