@@ -61,7 +61,8 @@ def one_daemon_config(out: Path) -> str:
               {CLI} state get > {out}/export.tmp;
               mv {out}/export.tmp {out}/export.$CRONSTABLE_ATTEMPT.json;
               stat -c '%a %u' "$(dirname "$(dirname "$CRONSTABLE_RUN_SOCKET")")"
-              "$(dirname "$CRONSTABLE_RUN_SOCKET")" "$CRONSTABLE_RUN_SOCKET" > {out}/modes;
+              "$(dirname "$CRONSTABLE_RUN_SOCKET")" "$CRONSTABLE_RUN_SOCKET" > {out}/modes.tmp;
+              mv {out}/modes.tmp {out}/modes;
               test "$CRONSTABLE_ATTEMPT" -ge 2
             schedule: "@reboot"
             onFailure:
