@@ -27,10 +27,12 @@ from cronstable.ports import FinishedRun, MissedFire, Moment
 from cronstable.runtime.clock import ManualClock
 from cronstable.runtime.history import RunHistory
 from cronstable.runtime.scheduler import Scheduler
-from cronstable.state.base import StateStore, job_key
+from cronstable.state.base import StateStore, job_key, node_key
 from cronstable.state.etcd import EtcdStore
 from cronstable.state.filesystem import FilesystemStore
+from cronstable.state.fleet import LastRuns, last_run_key, read_run
 from cronstable.state.keeper import LOST_THERE, StateKeeper
+from cronstable.state.records import history_runs
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio]
 
@@ -173,7 +175,7 @@ async def cluster(state_backend: StateBackend, tmp_path: Path) -> AsyncIterator[
             gate=gate,
             guards=[keeper],
             hooks=keeper,
-            run_listeners=[history, keeper],
+            run_listeners=[history, keeper, LastRuns(name, keeper.submit)],
             report_listeners=[reports],
         )
         scheduler.replace_jobs(table())
@@ -297,3 +299,21 @@ async def test_a_dead_nodes_run_is_lost_and_a_live_nodes_run_is_kept(
     assert lost.fail_reason == LOST_THERE.format(node="n1")
     assert lost.start.scheduled_time == T0 + timedelta(minutes=30)
     assert await store.list(job_key("long", "running") + "/") == {}
+    # it is the last run in n2's history of the job (kept in the store too) and the
+    # fleet view's last run, naming the node it went on
+    [kept] = n2.keeper.history.finished("long")
+    assert (kept.outcome, kept.fail_reason, kept.exit_code) == ("lost", lost.fail_reason, None)
+    assert kept.start.id == lost.start.id
+    n2.keeper._flush_history()
+    await n2.settle()
+    stored = await store.get(node_key("n2", "history", "long"))
+    assert stored is not None
+    read = history_runs(stored)
+    assert read is not None
+    assert [(r.start.id, r.outcome, r.fail_reason) for r in read[1]] == [
+        (lost.start.id, "lost", lost.fail_reason)
+    ]
+    last = read_run(await store.get(last_run_key("job", "long")))
+    assert last is not None
+    assert (last.node, last.run_id, last.outcome) == ("n1", lost.start.id, "lost")
+    assert last.scheduled == T0 + timedelta(minutes=30)

@@ -16,9 +16,11 @@ in this node's part of the store):
   once), re-arms a pending retry at its time, keeps another live member's run (that
   node adopts it when it returns; the retry its failure arms passes here: watched
   every :data:`FLOW_BEAT`) and reports a dead node's run ``lost``
-  (:data:`LOST_THERE`).  The inherited catch-up and retry are claimed first
-  (put-if-absent ``claims/<scheduled>#<attempt>``): of two nodes that would run one,
-  the first to claim does.  Without a shared store these stay per node, as below.
+  (:data:`LOST_THERE`; it ends here for the run listeners, so it goes into this
+  node's history of the job, and its ``cluster/lastrun`` record names the dead
+  node).  The inherited catch-up and retry are claimed first (put-if-absent
+  ``claims/<scheduled>#<attempt>``): of two nodes that would run one, the first to
+  claim does.  Without a shared store these stay per node, as below.
 * ``fires/<job>``, for jobs with ``startingDeadlineSeconds``: the last fire handled
   (written before the launch, awaited), so a restart resumes the schedule there and
   catches up a fire missed while down, once, within the deadline.
@@ -114,6 +116,7 @@ from cronstable.state.base import (
     node_key,
     segments,
 )
+from cronstable.state.fleet import last_run_key, last_run_record
 from cronstable.state.records import (
     StoredFlow,
     flow_history_record,
@@ -640,6 +643,9 @@ class StateKeeper:
     def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
         if self.writer is None:
             return
+        if outcome == "lost":  # another node's run: :meth:`_judge_run` removed its record
+            self._dirty_history.add(run.job)
+            return
         running = self._running_keys.pop(run.id, None) or self._key(BOOT_SCOPED, run.id)
         if running in self._running_meanwhile:
             # started and ended while nothing was written: the store never had it
@@ -894,6 +900,11 @@ class StateKeeper:
             )
             if self.scheduler.report_lost(job.name, start, reason):
                 self.stats.lost_runs += 1
+                # the fleet view's last run names the node the run went on, not this one
+                now = self.scheduler.clock.now()
+                self._submit(
+                    last_run_key("job", job.name), last_run_record(start, node, now, "lost")
+                )
         self._submit(full, None)
 
     async def _watch_remote(self, store: StateStore) -> None:
