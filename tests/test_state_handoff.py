@@ -60,6 +60,12 @@ jobs:
 """
 
 
+def table_digest(node: Node, name: str) -> str:
+    job = node.scheduler.job(name)
+    assert job is not None
+    return job.digest
+
+
 def revision(text: str = JOBS) -> DesiredState:
     return load(MemoryTree({"c.yaml": textwrap.dedent(text).encode()}), "c.yaml")
 
@@ -322,6 +328,7 @@ async def test_a_dead_nodes_run_is_lost_and_a_live_nodes_run_is_kept(
     [kept] = n2.keeper.history.finished("long")
     assert (kept.outcome, kept.fail_reason, kept.exit_code) == ("lost", lost.fail_reason, None)
     assert kept.start.id == lost.start.id
+    assert kept.start.digest == table_digest(n2, "long")
     n2.keeper._flush_history()
     await n2.settle()
     stored = await store.get(node_key("n2", "history", "long"))

@@ -911,7 +911,7 @@ class StateKeeper:
             self._remote.setdefault(job.name, {})[full] = node
             return
         scheduled, started = _time(record.get("scheduled")), _time(record.get("startedAt"))
-        attempt = record.get("attempt")
+        attempt, digest = record.get("attempt"), record.get("digest")
         if scheduled is not None and started is not None:
             start = RunStart(
                 id=str(record.get("runId")),
@@ -921,6 +921,7 @@ class StateKeeper:
                 started_at=started,
                 pid=None,
                 manual=bool(record.get("manual")),
+                digest=digest if isinstance(digest, str) else None,
             )
             reason = LOST_THERE.format(node=node)
             logger.warning(
