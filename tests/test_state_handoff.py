@@ -3,7 +3,8 @@
 Real schedulers and keepers of several nodes (n1, n2, n3) on one state store the
 nodes share (etcd, and a directory with ``shared``), a manual clock, the stand-in
 runs of test_runtime_scheduler and a gate the test moves (who leads, who is a live
-member).  A "kill -9" of a node cancels its daemon with nothing settled.
+member; under ``spread``, each job's owner among the members, by the cluster's
+rendezvous hash).  A "kill -9" of a node cancels its daemon with nothing settled.
 """
 
 from __future__ import annotations
@@ -21,16 +22,19 @@ import pytest_asyncio
 from backends import StateBackend
 from test_runtime_scheduler import StandInRun
 
-from cronstable.config import MemoryTree, load
+from cronstable.cluster.hashing import owner
+from cronstable.config import DesiredState, MemoryTree, load
 from cronstable.config.desired import Job
 from cronstable.ports import FinishedRun, MissedFire, Moment
 from cronstable.runtime.clock import ManualClock
 from cronstable.runtime.history import RunHistory
 from cronstable.runtime.scheduler import Scheduler
-from cronstable.state.base import StateStore, job_key
+from cronstable.state.base import StateStore, job_key, node_key
 from cronstable.state.etcd import EtcdStore
 from cronstable.state.filesystem import FilesystemStore
+from cronstable.state.fleet import LastRuns, last_run_key, read_run
 from cronstable.state.keeper import LOST_THERE, StateKeeper
+from cronstable.state.records import history_runs
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio]
 
@@ -56,9 +60,14 @@ jobs:
 """
 
 
-def table() -> dict[str, Job]:
-    state = load(MemoryTree({"c.yaml": textwrap.dedent(JOBS).encode()}), "c.yaml")
-    return dict(state.jobs)
+def table_digest(node: Node, name: str) -> str:
+    job = node.scheduler.job(name)
+    assert job is not None
+    return job.digest
+
+
+def revision(text: str = JOBS) -> DesiredState:
+    return load(MemoryTree({"c.yaml": textwrap.dedent(text).encode()}), "c.yaml")
 
 
 @dataclass
@@ -77,8 +86,15 @@ class Gate:
     seen: Leadership
     also: bool = False
     """This node believes it leads too (a split brain the claims must survive)."""
+    spread: bool = False
+    """``distribution: spread``: each job runs on its owner among the members."""
+    asked: int = 0
+    """How many times the gate was asked."""
 
     def allows(self, job: Job) -> str | None:
+        self.asked += 1
+        if self.spread:
+            return None if owner(job.name, self.seen.members) == self.node else "not_owner"
         return None if self.also or self.seen.leader == self.node else "not_leader"
 
     def view(self) -> tuple[str | None, tuple[str, ...], bool]:
@@ -109,6 +125,11 @@ class Node:
     runs: list[StandInRun]
     reports: Reports
     task: asyncio.Task[None]
+
+    def apply(self, desired: DesiredState) -> None:
+        """Apply a revision's jobs, as the jobs and state sections' commits do."""
+        self.scheduler.replace_jobs(dict(desired.jobs))
+        self.keeper.jobs_applied(desired.job_set_id)
 
     def ran(self, job: str) -> list[tuple[datetime, int, datetime | None]]:
         """(scheduled, attempt, started) of the runs of ``job`` that started here (a run a
@@ -143,7 +164,12 @@ async def cluster(state_backend: StateBackend, tmp_path: Path) -> AsyncIterator[
         return FilesystemStore(tmp_path / "shared-state", shared=True)
 
     async def start(
-        name: str, now: datetime, behaviour: dict[str, tuple[float, int]]
+        name: str,
+        now: datetime,
+        behaviour: dict[str, tuple[float, int]],
+        *,
+        jobs: str = JOBS,
+        spread: bool = False,
     ) -> tuple[Node, Leadership]:
         clock = ManualClock(now)
         runs: list[StandInRun] = []
@@ -154,7 +180,7 @@ async def cluster(state_backend: StateBackend, tmp_path: Path) -> AsyncIterator[
             runs.append(run)
             return run
 
-        gate = Gate(name, seen)
+        gate = Gate(name, seen, spread=spread)
         history = RunHistory()
         keeper = StateKeeper(
             name,
@@ -173,10 +199,9 @@ async def cluster(state_backend: StateBackend, tmp_path: Path) -> AsyncIterator[
             gate=gate,
             guards=[keeper],
             hooks=keeper,
-            run_listeners=[history, keeper],
+            run_listeners=[history, keeper, LastRuns(name, keeper.submit)],
             report_listeners=[reports],
         )
-        scheduler.replace_jobs(table())
         made = store()
         await made.check()
         keeper.use(made)
@@ -190,6 +215,7 @@ async def cluster(state_backend: StateBackend, tmp_path: Path) -> AsyncIterator[
             reports,
             asyncio.create_task(scheduler.run()),
         )
+        node.apply(revision(jobs))
         nodes.append(node)
         await asyncio.sleep(0)
         return node, seen
@@ -297,3 +323,168 @@ async def test_a_dead_nodes_run_is_lost_and_a_live_nodes_run_is_kept(
     assert lost.fail_reason == LOST_THERE.format(node="n1")
     assert lost.start.scheduled_time == T0 + timedelta(minutes=30)
     assert await store.list(job_key("long", "running") + "/") == {}
+    # it is the last run in n2's history of the job (kept in the store too) and the
+    # fleet view's last run, naming the node it went on
+    [kept] = n2.keeper.history.finished("long")
+    assert (kept.outcome, kept.fail_reason, kept.exit_code) == ("lost", lost.fail_reason, None)
+    assert kept.start.id == lost.start.id
+    assert kept.start.digest == table_digest(n2, "long")
+    n2.keeper._flush_history()
+    await n2.settle()
+    stored = await store.get(node_key("n2", "history", "long"))
+    assert stored is not None
+    read = history_runs(stored)
+    assert read is not None
+    assert [(r.start.id, r.outcome, r.fail_reason) for r in read[1]] == [
+        (lost.start.id, "lost", lost.fail_reason)
+    ]
+    last = read_run(await store.get(last_run_key("job", "long")))
+    assert last is not None
+    assert (last.node, last.run_id, last.outcome) == ("n1", lost.start.id, "lost")
+    assert last.scheduled == T0 + timedelta(minutes=30)
+
+
+# a new revision, applied on the old leader before the new one
+CHANGED = (
+    JOBS.replace("maximumRetries: 3", "maximumRetries: 4")
+    + """\
+  - name: added
+    command: "false"
+    schedule: "0 * * * *"
+    clusterPolicy: Leader
+    onFailure:
+      retry: {maximumRetries: 3, initialDelay: 60, backoffMultiplier: 2, maximumDelay: 600}
+"""
+)
+
+
+async def test_a_job_a_revision_adds_or_changes_is_inherited_when_its_swap_comes(
+    cluster: Callable[..., Any],
+) -> None:
+    fail = {"flaky": (1.0, 1), "added": (1.0, 1)}
+    n1, seen = await cluster("n1", T0 + timedelta(minutes=59), fail, jobs=CHANGED)
+    n2, _ = await cluster("n2", T0 + timedelta(minutes=59), fail)
+    n3, _ = await cluster("n3", T0 + timedelta(minutes=59), fail, jobs=CHANGED)
+    await advance([n1, n2, n3], 62)  # n1 runs both at 13:00; they fail; retries pending
+    first = [(T0 + timedelta(hours=1), 1, T0 + timedelta(hours=1))]
+    assert n1.ran("flaky") == n1.ran("added") == first
+    store = n2.keeper.store
+    assert store is not None
+    await n1.kill9()
+    seen.leader, seen.members = "n2", ("n2", "n3")
+    # n2 leads on the revision before: the changed job's retry is of a definition it
+    # does not have, the added job not a job of its; both records stay as they are
+    await advance([n2, n3], 8)
+    for name in ("flaky", "added"):
+        pending = await store.get(job_key(name, "retry"))
+        assert pending is not None
+        assert (pending["status"], pending["count"], pending["node"]) == ("pending", 1, "n1")
+    # a round with neither the leadership nor the job set changed looks at no job
+    n2.gate.asked = 0
+    await n2.keeper.inherit()
+    assert n2.gate.asked == 0
+    # n2 applies the revision (13:00:10): its swap brings both; their retries run once,
+    # at their time, on n2 only
+    n2.apply(revision(CHANGED))
+    await advance([n2, n3], 60)
+    retried = [(T0 + timedelta(hours=1), 2, T0 + timedelta(hours=1, seconds=61))]
+    for name in ("flaky", "added"):
+        assert [r for r in n2.ran(name) if r[1] == 2] == retried
+        assert n3.ran(name) == []
+
+
+def owned_by(first: str, then: str, prefix: str) -> str:
+    """A job name whose owner among n1, n2, n3 is ``first`` and, once n1 is gone,
+    ``then`` among n2, n3 (the cluster's rendezvous hash)."""
+    for number in range(1000):
+        name = f"{prefix}{number}"
+        if owner(name, ("n1", "n2", "n3")) == first and owner(name, ("n2", "n3")) == then:
+            return name
+    raise AssertionError("no such name")
+
+
+SPREAD_FLAKY = owned_by("n1", "n2", "flaky")
+SPREAD_TICK = owned_by("n1", "n3", "tick")
+SPREAD = f"""\
+jobs:
+  - name: {SPREAD_FLAKY}
+    command: "false"
+    schedule: "0 * * * *"
+    clusterPolicy: Leader
+    onFailure:
+      retry: {{maximumRetries: 3, initialDelay: 900, backoffMultiplier: 2, maximumDelay: 3600}}
+  - name: {SPREAD_TICK}
+    command: "true"
+    schedule: "*/10 * * * *"
+    clusterPolicy: Leader
+    startingDeadlineSeconds: 900
+"""
+
+
+async def test_under_spread_the_dead_owners_jobs_are_inherited_by_their_new_owners(
+    cluster: Callable[..., Any],
+) -> None:
+    fail = {SPREAD_FLAKY: (1.0, 1)}
+    start = T0 + timedelta(minutes=59)
+    n1, seen = await cluster("n1", start, fail, jobs=SPREAD, spread=True)
+    n2, _ = await cluster("n2", start, fail, jobs=SPREAD, spread=True)
+    n3, _ = await cluster("n3", start, fail, jobs=SPREAD, spread=True)
+    nodes = [n1, n2, n3]
+    await advance(nodes, 62)  # n1 owns both: runs them at 13:00; the retry is due 13:15:01
+    assert [s for s, _, _ in n1.ran(SPREAD_FLAKY)] == [T0 + timedelta(hours=1)]
+    assert [s for s, _, _ in n1.ran(SPREAD_TICK)] == [T0 + timedelta(hours=1)]
+    await n1.kill9()
+    # n1's lease has not expired yet: it owns its jobs still, and 13:10 passes unrun
+    await advance([n2, n3], 600, step=10)
+    seen.members = ("n2", "n3")  # 13:11:02: n1 is no member; its jobs move
+    await advance([n2, n3], 20, step=10)
+    # the new owner of the deadline job runs the fire missed at 13:10 once
+    assert [s for s, _, _ in n3.ran(SPREAD_TICK)] == [T0 + timedelta(minutes=70)]
+    assert n2.ran(SPREAD_TICK) == []
+    # the new owner of the failing job re-arms its retry at its time (13:15:01), once
+    await advance([n2, n3], 240, step=10)
+    assert n2.ran(SPREAD_FLAKY) == n3.ran(SPREAD_FLAKY) == []
+    await advance([n2, n3], 60, step=10)
+    [(scheduled, attempt, started)] = n2.ran(SPREAD_FLAKY)
+    assert (scheduled, attempt) == (T0 + timedelta(hours=1), 2)
+    assert started is not None
+    assert timedelta(minutes=75, seconds=1) <= started - T0 <= timedelta(minutes=75, seconds=11)
+    assert n3.ran(SPREAD_FLAKY) == []
+    # and the schedules go on from there on their new owners, once
+    await advance([n2, n3], 300, step=10)  # 13:21:22
+    assert [s for s, _, _ in n3.ran(SPREAD_TICK)] == [
+        T0 + timedelta(minutes=70),
+        T0 + timedelta(minutes=80),
+    ]
+    assert n2.ran(SPREAD_TICK) == []
+
+
+async def test_a_revision_that_changes_an_owned_job_keeps_the_owners_own_retry(
+    cluster: Callable[..., Any],
+) -> None:
+    fail = {"flaky": (1.0, 1)}
+    n2, seen = await cluster("n2", T0 + timedelta(minutes=59, seconds=58), fail)
+    n3, _ = await cluster("n3", T0 + timedelta(minutes=59, seconds=58), fail)
+    seen.leader, seen.members = "n2", ("n2", "n3")
+    await advance([n2, n3], 1)  # n2 owns the job (its first look)
+    for node in (n2, n3):
+        node.apply(revision(CHANGED))  # 12:59:59
+    # the fire at 13:00 runs on the new definition and fails before n2's next look
+    for _ in range(3):
+        for node in (n2, n3):
+            await node.clock.advance(1)
+            await node.settle()
+    store = n2.keeper.store
+    assert store is not None
+    pending = await store.get(job_key("flaky", "retry"))
+    assert pending is not None
+    assert (pending["status"], pending["count"], pending["node"]) == ("pending", 1, "n2")
+    # n2's look at the changed job leaves the retry its own run armed as it is
+    await advance([n2, n3], 1)
+    assert await store.get(job_key("flaky", "retry")) == pending
+    await n2.kill9()
+    seen.leader, seen.members = "n3", ("n3",)
+    await advance([n3], 60)
+    assert [r for r in n3.ran("flaky") if r[1] == 2] == [
+        (T0 + timedelta(hours=1), 2, T0 + timedelta(hours=1, seconds=61))
+    ]

@@ -14,8 +14,9 @@ which still hold; this module does what each one asks of the scheduler:
   retry);
 * **a run reported lost** (:meth:`Restore.report_lost`): a ``Leader`` job's run that
   went on a node that died, found by the node that owns the job now: it ends with
-  outcome ``lost`` and reports onFailure and onPermanentFailure (no retry: the
-  process may still live on a node cut off from the cluster);
+  outcome ``lost`` for the run listeners (so it is the last run in the job's history
+  there) and reports onFailure and onPermanentFailure (no retry: the process may
+  still live on a node cut off from the cluster);
 * **a workflow run resumed** (:meth:`Restore.resume_flow`): its finished tasks
   stay as they ended, its running ones are adopted as runs are (a task whose run
   ends ``unknown`` is ``failed``: its exit status was lost with the daemon), a
@@ -25,17 +26,29 @@ which still hold; this module does what each one asks of the scheduler:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
 from cronstable.config.desired import Job
-from cronstable.ports import FinishedRun, FlowRunView, Launch, Moment, RunStart, TaskRunView
+from cronstable.ports import (
+    FinishedRun,
+    FlowRunView,
+    Launch,
+    Moment,
+    RunListener,
+    RunResult,
+    RunStart,
+    TaskRunView,
+)
 from cronstable.runtime.adopted import AdoptedRun, same_process
 from cronstable.runtime.clock import Clock
 from cronstable.runtime.retries import Retries
 from cronstable.runtime.table import FlowRun, FlowSlot, JobSlot, LiveRun
 from cronstable.runtime.workflows import Flows
+
+logger = logging.getLogger(__name__)
 
 
 class RestoreHost(Protocol):
@@ -71,6 +84,11 @@ class RestoreHost(Protocol):
         ...
 
     def report(self, job: Job, record: FinishedRun, moments: tuple[Moment, ...]) -> None: ...
+
+    @property
+    def run_listeners(self) -> Sequence[RunListener]:
+        """Told of every run's end (the run history, metrics, events, durable state)."""
+        ...
 
 
 class Restore:
@@ -132,24 +150,39 @@ class Restore:
         return True
 
     def report_lost(self, name: str, start: RunStart, reason: str) -> bool:
-        """See :meth:`cronstable.ports.Restorable.report_lost`."""
-        slot = self.host.slot(name)
+        """See :meth:`cronstable.ports.Restorable.report_lost`.  The run ends here as any
+        run does for the run listeners (the job's run history, the fleet view's last run,
+        metrics, events), with outcome ``lost`` and no exit code, output or process."""
+        host = self.host
+        slot = host.slot(name)
         if slot is None:
             return False
-        now = self.host.clock.now()
-        record = FinishedRun(
-            start=start,
-            outcome="lost",
-            exit_code=None,
+        now = host.clock.now()
+        result = RunResult(
+            job_name=name,
+            scheduled_time=start.scheduled_time,
+            attempt=start.attempt,
+            started_at=start.started_at,
             finished_at=now,
             duration=max(0.0, (now - start.started_at).total_seconds()),
-            fail_reason=reason,
+            returncode=None,
             stdout=None,
             stderr=None,
-            stdout_dropped=0,
-            stderr_dropped=0,
+            stdout_discarded=0,
+            stderr_discarded=0,
+            fail_reason=reason,
+            timed_out=False,
+            cancelled=False,
+            pid=None,
         )
-        self.host.report(slot.job, record, ("failure", "permanent_failure"))
+        for listener in host.run_listeners:
+            try:
+                listener.run_finished(start, result, "lost")
+            except Exception:
+                logger.exception("A run listener failed (run_finished of a lost run)")
+        host.report(
+            slot.job, FinishedRun.of(start, result, "lost"), ("failure", "permanent_failure")
+        )
         return True
 
     def resume_flow(

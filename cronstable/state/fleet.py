@@ -6,7 +6,9 @@
   one job costs one write).  In the cluster's part of the store, not a node's, so on
   a store the nodes share (etcd) it is the cluster's last run; in a node's own
   directory it is that node's.  A node writes it as its runs end; two nodes ending
-  runs of one job at once leave whichever wrote last.
+  runs of one job at once leave whichever wrote last.  A run reported ``lost`` (it
+  went on a node that died) is written by the keeper that found it, naming the node
+  it went on (:func:`last_run_record`), not by :class:`LastRuns`.
 * ``nodes/<node>/running/<run id>`` — the runs going on each node, the records the
   keeper already keeps for adoption (:mod:`.keeper`): read here, not written.
 
@@ -39,6 +41,19 @@ _KIND: Mapping[FleetKind, str] = {"job": "lastrun", "workflow": "lastflow"}
 
 def last_run_key(kind: FleetKind, name: str) -> str:
     return key("cluster", _KIND[kind], name)
+
+
+def last_run_record(run: RunStart, node: str, finished_at: datetime, outcome: RunOutcome) -> Record:
+    """The ``lastrun`` record of ``run``, which went on ``node`` and ended ``outcome``."""
+    return {
+        "job": run.job,
+        "node": node,
+        "runId": run.id,
+        "scheduled": utc_text(run.scheduled_time),
+        "startedAt": utc_text(run.started_at),
+        "finishedAt": utc_text(finished_at),
+        "outcome": outcome,
+    }
 
 
 def _time(value: object) -> datetime | None:
@@ -90,17 +105,11 @@ class LastRuns:
         return None
 
     def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
+        if outcome == "lost":
+            return  # it went on another node: the keeper that found it writes its record
         self.submit(
             last_run_key("job", run.job),
-            {
-                "job": run.job,
-                "node": self.node,
-                "runId": run.id,
-                "scheduled": utc_text(run.scheduled_time),
-                "startedAt": utc_text(run.started_at),
-                "finishedAt": utc_text(result.finished_at),
-                "outcome": outcome,
-            },
+            last_run_record(run, self.node, result.finished_at, outcome),
         )
 
     def flow_started(self, run: FlowRunView) -> None:

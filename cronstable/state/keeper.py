@@ -11,14 +11,19 @@ in this node's part of the store):
   node's ``fires``, ``retries`` and ``running`` below, each with the name of the node
   that wrote it (the owner; a run's own node; a retry's, the node whose run failed).
   :meth:`StateKeeper.inherit` looks each time this node's view of the leadership
-  changes: for each such job it owns now and did not before, it resumes the schedule
-  from that last fire (the latest fire missed within ``startingDeadlineSeconds`` runs
-  once), re-arms a pending retry at its time, keeps another live member's run (that
-  node adopts it when it returns; the retry its failure arms passes here: watched
-  every :data:`FLOW_BEAT`) and reports a dead node's run ``lost``
-  (:data:`LOST_THERE`).  The inherited catch-up and retry are claimed first
-  (put-if-absent ``claims/<scheduled>#<attempt>``): of two nodes that would run one,
-  the first to claim does.  Without a shared store these stay per node, as below.
+  (who leads, the members: under ``spread`` a job moves when its owner leaves) or the
+  job set applied changes: for each such job it owns now and did not before, or
+  whose definition a revision changed (records of another definition stay as they
+  are, for a node that applies it), it resumes the schedule from that last fire (the
+  latest fire missed within ``startingDeadlineSeconds`` runs once), re-arms a pending
+  retry at its time, keeps another live member's run (that node adopts it when it
+  returns; the retry its failure arms passes here: watched every :data:`FLOW_BEAT`)
+  and reports a dead node's run ``lost``
+  (:data:`LOST_THERE`; it ends here for the run listeners, so it goes into this
+  node's history of the job, and its ``cluster/lastrun`` record names the dead
+  node).  The inherited catch-up and retry are claimed first (put-if-absent
+  ``claims/<scheduled>#<attempt>``): of two nodes that would run one, the first to
+  claim does.  Without a shared store these stay per node, as below.
 * ``fires/<job>``, for jobs with ``startingDeadlineSeconds``: the last fire handled
   (written before the launch, awaited), so a restart resumes the schedule there and
   catches up a fire missed while down, once, within the deadline.
@@ -114,6 +119,7 @@ from cronstable.state.base import (
     node_key,
     segments,
 )
+from cronstable.state.fleet import last_run_key, last_run_record
 from cronstable.state.records import (
     StoredFlow,
     flow_history_record,
@@ -149,6 +155,8 @@ LOST_THERE = "lost: node {node} died while the run was going (it is no longer a 
 """fail_reason of a ``Leader`` job's run that went on a node that died (outcome ``lost``)."""
 LOST_HERE = "outcome unknown: it ended while no daemon watched it"
 """fail_reason of a task that was running when the daemon stopped and was gone after."""
+_JOBS = key("cluster", "jobs") + "/"
+"""Where the handed-off jobs' records are (``cluster/jobs/<job>/…``)."""
 
 Policy = Literal["degrade", "fail-closed"]
 
@@ -227,9 +235,15 @@ class StateKeeper:
         self.leadership = leadership
         self.members = members
         self._seen: object = _UNSEEN
-        """The leadership :meth:`inherit` last looked at."""
-        self._owned: set[str] = set()
-        """The handed-off jobs this node owned at that look."""
+        """The leadership and the job set :meth:`inherit` last looked at."""
+        self._job_set: str | None = None
+        """The id of the job set applied last (:meth:`jobs_applied`)."""
+        self._owned: dict[str, str] = {}
+        """The handed-off jobs this node owned at that look, with their digests."""
+        self._wrote: set[str] = set()
+        """The ``cluster/jobs/<job>/fire`` and ``…/retry`` keys this daemon queued a record
+        for since it last took the job: while it owns the job on, the store holds its
+        own record there or an older one, never one to inherit."""
         self._catching_up: set[str] = set()
         """Jobs resumed from an inherited last fire: their next fire claims its time."""
         self._inherited_retries: set[str] = set()
@@ -262,7 +276,8 @@ class StateKeeper:
         self._queued_meanwhile.clear()
         self._ran_meanwhile.clear()
         self._running_meanwhile.clear()
-        self._seen, self._owned = _UNSEEN, set()
+        self._seen, self._owned = _UNSEEN, {}
+        self._wrote.clear()
         self._remote.clear()
         if waiting is not None:
             self.available, self.last_error = False, redact(waiting)
@@ -345,12 +360,11 @@ class StateKeeper:
     def _submit(self, key_text: str, record: Record | None) -> asyncio.Future[bool] | None:
         if self.writer is None:
             return None
+        if key_text.startswith(_JOBS) and key_text.endswith(("/fire", "/retry")):
+            self._wrote.add(key_text)
         if self.writer.held and (
             key_text.startswith((self._key("fires") + "/", self._key("retries") + "/"))
-            or (
-                key_text.startswith(key("cluster", "jobs") + "/")
-                and key_text.endswith(("/fire", "/retry"))
-            )
+            or (key_text.startswith(_JOBS) and key_text.endswith(("/fire", "/retry")))
         ):
             self._queued_meanwhile.add(key_text)
         return self.writer.submit(key_text, record)
@@ -640,6 +654,9 @@ class StateKeeper:
     def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
         if self.writer is None:
             return
+        if outcome == "lost":  # another node's run: :meth:`_judge_run` removed its record
+            self._dirty_history.add(run.job)
+            return
         running = self._running_keys.pop(run.id, None) or self._key(BOOT_SCOPED, run.id)
         if running in self._running_meanwhile:
             # started and ended while nothing was written: the store never had it
@@ -786,25 +803,34 @@ class StateKeeper:
 
     # ------------------------------------------------------------ the handoff
 
+    def jobs_applied(self, job_set_id: str) -> None:
+        """A revision was applied (its job set ``job_set_id``; every commit tells, an
+        unchanged one too): the next :meth:`inherit` looks again when it changed."""
+        self._job_set = job_set_id
+
     async def inherit(self) -> None:
-        """When what this node sees of the leadership changed: inherit the records of the
-        handed-off jobs it owns now and did not before (:meth:`_take`); every round, look
-        at the runs of owned jobs that go on other live nodes (:meth:`_watch_remote`)."""
+        """When what this node sees of the leadership, or the job set applied, changed:
+        inherit the records of the handed-off jobs it owns now and did not before, or
+        whose definition changed since (a revision added or changed them, here or on the
+        node that wrote the records first: :meth:`_take`); every round, look at the runs
+        of owned jobs that go on other live nodes (:meth:`_watch_remote`).  A round in
+        which neither changed costs no look at the jobs."""
         store = self.store
         if store is None or not store.shared or self.waiting or not self.available:
             return
-        seen = self.leadership()
+        seen = (self.leadership(), self._job_set)
         if seen != self._seen:
             scheduler = self.scheduler
             owned = {
-                name
+                name: job.digest
                 for name, job in scheduler.jobs.items()
                 if self._hands_off(job) and scheduler.gate_allows(job)
             }
-            new = owned - self._owned
+            before = self._owned
+            new = {name for name, digest in owned.items() if before.get(name) != digest}
             if new:
                 try:
-                    records = await store.list(key("cluster", "jobs") + "/")
+                    records = await store.list(_JOBS)
                 except (StateError, TimeoutError):
                     return  # looked at again next round
                 by_job: dict[str, dict[str, Record | None]] = {}
@@ -813,20 +839,29 @@ class StateKeeper:
                 now = scheduler.clock.now()
                 for name in sorted(new):
                     job = scheduler.job(name)
-                    if job is not None:
-                        self._take(job, by_job.get(name, {}), now)
-            for name in set(self._remote) - owned:
+                    if job is not None and job.digest == owned[name]:
+                        self._take(job, by_job.get(name, {}), now, fresh=name not in before)
+            for name in set(self._remote) - owned.keys():
                 del self._remote[name]
+            self._wrote = {full for full in self._wrote if segments(full)[2] in owned}
             self._seen, self._owned = seen, owned
         await self._watch_remote(store)
 
-    def _take(self, job: Job, records: Mapping[str, Record | None], now: datetime) -> None:
+    def _take(
+        self, job: Job, records: Mapping[str, Record | None], now: datetime, *, fresh: bool
+    ) -> None:
         """This node now owns ``job``: resume its schedule from the last fire handled (a
         missed fire within ``startingDeadlineSeconds`` runs once, claimed), re-arm a
-        pending retry at its time, and judge the runs going on other nodes."""
+        pending retry at its time, and judge the runs going on other nodes.  A last fire
+        or retry of another definition is left as it is: it may be of a revision this
+        node has not applied yet, whose swap takes it.  ``fresh``: this node did not own
+        the job at the last look (else a revision changed it while this node owned it,
+        and a record this daemon wrote since is its own: not inherited)."""
         name = job.name
+        if fresh:
+            self._wrote.difference_update(job_key(name, kind) for kind in ("fire", "retry"))
         for full, record in records.items():
-            if record is None:
+            if record is None or full in self._wrote:
                 continue
             kind = segments(full)[3:]
             if kind == ["fire"]:
@@ -855,6 +890,9 @@ class StateKeeper:
         if record.get("status") != "pending":
             return
         name = str(record.get("job"))
+        job = self.scheduler.job(name)
+        if job is None or record.get("digest") != job.digest:
+            return  # another definition's: see _take
         self._inherited_retries.add(name)
         if self._restore_retry(full, record, now, {}):
             self.stats.inherited_retries += 1
@@ -873,7 +911,7 @@ class StateKeeper:
             self._remote.setdefault(job.name, {})[full] = node
             return
         scheduled, started = _time(record.get("scheduled")), _time(record.get("startedAt"))
-        attempt = record.get("attempt")
+        attempt, digest = record.get("attempt"), record.get("digest")
         if scheduled is not None and started is not None:
             start = RunStart(
                 id=str(record.get("runId")),
@@ -883,6 +921,7 @@ class StateKeeper:
                 started_at=started,
                 pid=None,
                 manual=bool(record.get("manual")),
+                digest=digest if isinstance(digest, str) else None,
             )
             reason = LOST_THERE.format(node=node)
             logger.warning(
@@ -894,6 +933,11 @@ class StateKeeper:
             )
             if self.scheduler.report_lost(job.name, start, reason):
                 self.stats.lost_runs += 1
+                # the fleet view's last run names the node the run went on, not this one
+                now = self.scheduler.clock.now()
+                self._submit(
+                    last_run_key("job", job.name), last_run_record(start, node, now, "lost")
+                )
         self._submit(full, None)
 
     async def _watch_remote(self, store: StateStore) -> None:

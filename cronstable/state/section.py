@@ -234,6 +234,11 @@ class StateSection(BackendSection[Wanted, StateStore, Records]):
             else "",
         )
 
+    def committed(self, desired: DesiredState) -> None:
+        # after the jobs section's commit: a job a revision added or changed may be one
+        # this node owns already, with records another node left (the keeper looks)
+        self.keeper.jobs_applied(desired.job_set_id)
+
     async def shut(self) -> None:
         await self.keeper.close()
 
