@@ -153,6 +153,16 @@ async def test_the_dashboard_starts_a_job_and_shows_its_outcome(
             notes = await page.evaluate("document.getElementById('fleet-notes').textContent")
             assert "no leader election" in notes
             await page.screenshot(tmp_path / "fleet.png")
+            # the audit tab: GET /audit's newest entries (here the revision the daemon started on)
+            await page.evaluate("document.getElementById('tab-audit').click()")
+            await page.wait_for("document.querySelector('#audit-entries tr[data-audit]') !== null")
+            assert await page.evaluate("document.getElementById('fleet').hidden")
+            first = await page.evaluate(
+                "(() => { const row = document.querySelector('#audit-entries tr[data-audit]');"
+                " return [row.dataset.outcome, row.dataset.trigger, row.textContent]; })()"
+            )
+            assert first[:2] == ["applied", "start"] and "v1:" in first[2]
+            await page.screenshot(tmp_path / "audit.png")
             violations = [
                 event["params"]["entry"]["text"]
                 for event in page.events

@@ -22,6 +22,7 @@ from cronstable.cluster.gate import Seen
 from cronstable.cluster.hashing import owner
 from cronstable.cluster.placement import placement
 from cronstable.ports import FlowRunView, RunResult, RunStart
+from cronstable.state.base import job_key
 from cronstable.state.fleet import LastRuns, StoreFleetRecords, last_run_key
 from cronstable.state.writer import Writer
 
@@ -112,6 +113,30 @@ async def test_last_runs_and_runs_going_on_every_state_store(
         assert ("job", "never") not in found
         [going] = await records.running(["n2", "n3"])
         assert (going.job, going.node, going.run_id) == ("nightly/export", "n2", "r1")
+        # a Leader job's run handed off: recorded under the job, naming the node it goes on
+        await store.put(
+            job_key("nightly/export", "running", "r2"),
+            {"job": "nightly/export", "runId": "r2", "scheduled": "2026-05-01T05:00:00Z",
+             "startedAt": "2026-05-01T05:00:01Z", "pid": 2, "node": "n3"},
+        )  # fmt: skip
+        await store.put(  # the same run listed twice (under the node, and the job) is one
+            job_key("nightly/export", "running", "r1"),
+            {"job": "nightly/export", "runId": "r1", "scheduled": "2026-05-01T04:00:00Z",
+             "startedAt": "2026-05-01T04:00:01Z", "pid": 1, "node": "n2"},
+        )  # fmt: skip
+        await store.put(  # one that names no node is not shown
+            job_key("nightly/export", "running", "r3"),
+            {"job": "nightly/export", "runId": "r3", "scheduled": "2026-05-01T05:00:00Z",
+             "startedAt": "2026-05-01T05:00:01Z", "pid": 3},
+        )  # fmt: skip
+        both = await records.running(["n2", "n3"], ["nightly/export", "never"])
+        assert sorted((r.node, r.run_id, r.outcome) for r in both) == [
+            ("n2", "r1", "running"),
+            ("n3", "r2", "running"),
+        ]
+        handed = {r.run_id: r for r in await records.running([], ["nightly/export"])}
+        assert sorted(handed) == ["r1", "r2"] and handed["r2"].node == "n3"
+        assert handed["r2"].scheduled == datetime(2026, 5, 1, 5, tzinfo=UTC)
         assert await StoreFleetRecords(lambda: None).last_runs([("job", "x")]) == {}
         assert last_run_key("job", "a/b") == "cluster/lastrun/a%2Fb"
         assert last_run_key("workflow", "etl") == "cluster/lastflow/etl"
@@ -269,3 +294,68 @@ async def test_fleet_without_leader_election(tmp_path: Path) -> None:
         assert any("no leader election" in note for note in body["notes"])
     finally:
         await stack.stop()
+
+
+HANDED = """\
+web: {{listen: ["http://127.0.0.1:0"], authToken: {{value: t}}}}
+{cluster}
+{state}
+jobs:
+  - {{name: long-leader, command: "sleep 60", schedule: "@yearly", clusterPolicy: Leader,
+      killTimeout: 1}}
+"""
+
+
+@pytest.mark.parametrize("cluster_backend", ["etcd", "filesystem"], indirect=True)
+@pytest.mark.asyncio
+async def test_fleet_lists_a_leader_jobs_run_handed_off_to_the_cluster(
+    cluster_backend: ClusterBackend, tmp_path: Path
+) -> None:
+    """On a state store the nodes share (etcd; a shared directory), a Leader job's run is
+    recorded under the job (the handoff), not the node: the other node's fleet lists it."""
+    shared = tmp_path / "state-shared"
+    if cluster_backend.name == "etcd":
+        state, state_dir = "state: {backend: etcd}", None
+    else:
+        state, state_dir = "state: {backend: filesystem, shared: true}", shared
+    for name in ("n1", "n2"):
+        (tmp_path / name).mkdir()
+    stacks = [Stack(tmp_path / name, name, state_dir=state_dir) for name in ("n1", "n2")]
+    text = HANDED.format(cluster=cluster_backend.yaml(2).rstrip(), state=state)
+    for stack in stacks:
+        await stack.start()
+    try:
+        for stack in stacks:
+            assert (await stack.apply(text)).outcome == "applied"
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+
+            async def leader_known() -> Any:
+                body = await _get(http, f"{stacks[0].url()}/fleet")
+                return body["cluster"]["leader"] if len(body["members"]) == 2 else None
+
+            leader = await _until("a leader both see", leader_known)
+            runner, other = stacks if leader == "n1" else stacks[::-1]
+            async with http.post(
+                f"{runner.url()}/jobs/long-leader/start", headers={"Authorization": "Bearer t"}
+            ) as started:
+                assert started.status == 202
+                run = (await started.json())["run"]
+
+            async def listed() -> Any:
+                body = await _get(http, f"{other.url()}/fleet")
+                [job] = body["jobs"]
+                return job["running"] or None
+
+            [going] = await _until("the leader's run in the other node's fleet", listed)
+            assert (going["node"], going["id"]) == (leader, run)
+            store = section_named(runner.daemon, "state").keeper.store
+            records = await store.list(job_key("long-leader", "running") + "/")
+            assert [r["node"] for r in records.values() if r] == [leader]  # under the job
+            # the node running it lists it once (its own, from its history)
+            [own] = (await _get(http, f"{runner.url()}/fleet"))["jobs"][0]["running"]
+            assert (own["node"], own["id"]) == (leader, run)
+    finally:
+        for stack in stacks:
+            await stack.stop()
+            await section_named(stack.daemon, "cluster").close()
+            await section_named(stack.daemon, "state").close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import textwrap
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import pytest_asyncio
@@ -13,7 +13,7 @@ from heard_reports import HeardReports
 
 from cronstable.config import MemoryTree, load
 from cronstable.metrics import DaemonMetrics
-from cronstable.ports import run_id
+from cronstable.ports import RunStart, run_id
 from cronstable.runtime.clock import SystemClock
 from cronstable.runtime.daemon import ProcessSpawner
 from cronstable.runtime.history import OUTPUT_TAIL, RunHistory
@@ -128,3 +128,22 @@ async def test_history_keeps_the_last_runs_and_the_tail_of_big_output(rig: Rig) 
     text = rig.metrics.render().decode()
     assert 'cronstable_job_runs_total{job="loud"' not in text
     assert 'cronstable_job_run_duration_seconds_count{job="loud"' not in text
+
+
+@pytest.mark.asyncio
+async def test_a_lost_run_counts_in_runs_total_but_not_in_the_duration_histogram(
+    rig: Rig,
+) -> None:
+    rig.scheduler.start_now("quick", datetime.now(UTC))
+    await rig.finished("quick", 1)
+    # a run of another node, found lost an hour after it started: its end is unknown
+    started = datetime.now(UTC) - timedelta(hours=1)
+    lost = RunStart(run_id("slow", started, 1), "slow", started, 1, started, None, False)
+    assert rig.scheduler.report_lost("slow", lost, "lost: node n9 died")
+    [run] = rig.history.finished("slow")
+    assert run.outcome == "lost" and run.duration >= 3600
+    text = rig.metrics.render().decode()
+    assert 'cronstable_job_runs_total{job="slow",outcome="lost"} 1.0' in text
+    assert 'cronstable_job_run_duration_seconds_count{job="quick"} 1.0' in text
+    assert 'cronstable_job_run_duration_seconds_count{job="slow"}' not in text
+    assert 'cronstable_job_run_duration_seconds_bucket{job="slow"' not in text

@@ -265,3 +265,46 @@ async def test_the_page_is_static_and_allows_only_its_own_inline_code(
     assert not re.search(r"\ssrc=|\shref=\"http|style=\"|\son\w+=", html)  # nothing fetched
     assert "every six hours" not in html  # no data in the page
     assert (await get(http, f"{stack.url()}/status"))[0] == 401
+
+
+def _function(script: str, name: str) -> str:
+    """The text of the page script's function ``name`` (up to the next top-level one)."""
+    match = re.search(rf"^(?:async )?function {name}\(.*?(?=^(?:async )?function |^// |\Z)",
+                      script, re.S | re.M)  # fmt: skip
+    assert match, f"no function {name} in the dashboard's script"
+    return match.group(0)
+
+
+@pytest.mark.asyncio
+async def test_the_audit_tab_reads_the_fields_get_audit_answers(
+    stack: Stack, http: aiohttp.ClientSession
+) -> None:
+    """The Audit tab shows GET /audit's newest entries: every field its script reads is one
+    the route answers (an applied and a rejected revision), and it builds the rows from
+    text nodes only, so an entry's text (an error quoting the file) is never markup."""
+    bad = CONFIG + "  - {name: x, command: 'true', schedule: '<img src=x>'}\n"
+    assert (await stack.apply(bad)).outcome == "rejected"
+    async with http.get(f"{stack.url()}/") as response:
+        html = await response.text()
+    [script] = re.findall(r"<script>(.*?)</script>", html, re.S)
+    assert 'id="tab-audit"' in html and 'data-tab="audit"' in html
+    assert 'api("/audit" + query)' in script
+    assert not re.search(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write", script)
+    status, page = await get(http, f"{stack.url()}/audit?limit=1000", headers=READ)
+    assert status == 200  # the dashboard's reads need the read scope only
+    entries = {entry["outcome"]: entry for entry in page["entries"]}
+    assert set(entries) == {"applied", "rejected"}
+    assert "<img src=x>" in " ".join(entries["rejected"]["errors"])
+    code = "".join(_function(script, name) for name in ("refreshAudit", "renderAudit"))
+    for field in set(re.findall(r"\bentry\.(\w+)", code)):
+        assert all(field in entry for entry in page["entries"]), field
+    for field in set(re.findall(r"\baudit\.(\w+)", code)) | set(
+        re.findall(r"\bstate\.audit\.(\w+)", code)
+    ):
+        assert field in page, field
+    for field in set(re.findall(r"\bentry\.changes\.(\w+)", code)):
+        assert field in entries["applied"]["changes"], field
+    assert set(re.findall(r"\bentry\.(\w+)", code)) >= {
+        "time", "outcome", "revision", "trigger", "jobSetId", "errors",
+    }  # fmt: skip
+    assert "nextCursor" in code and "cursor=" in code  # older pages through the cursor

@@ -21,8 +21,16 @@ def section_named(daemon: Daemon, name: str) -> Any:
 
 
 class Stack:
-    def __init__(self, root: Path, node: str = "localhost", clock: Clock | None = None) -> None:
-        facts = NodeFacts(name=node, state_dir=root / ".state")
+    def __init__(
+        self,
+        root: Path,
+        node: str = "localhost",
+        clock: Clock | None = None,
+        state_dir: Path | None = None,
+    ) -> None:
+        """``state_dir``: the ``--state-dir`` (default ``root/.state``; one directory for
+        several stacks is a shared one, ``state: {backend: filesystem, shared: true}``)."""
+        facts = NodeFacts(name=node, state_dir=state_dir or root / ".state")
         self.daemon = build_daemon(open_source(str(root)), facts, clock=clock)
         self.web = section_named(self.daemon, "web")
         self._loop: asyncio.Task[None] | None = None

@@ -5,9 +5,11 @@ Read from what the stores already hold, never from another node: the membership
 records of the cluster's store (each node writes its own at every round:
 :class:`FleetMember`), and the run records of the state store (:class:`FleetRecords`:
 the last run of each job, written when a run ends; the runs going, each node's
-``running/`` records).  Which node runs a job's next fire follows from the job's
-``clusterPolicy``, the leader and, under ``distribution: spread``, the rendezvous hash
-of the job's name over the live members (:class:`Placement`).
+``running/`` records and, for the ``Leader`` jobs whose records are the cluster's
+(the handoff), each job's ``running/`` records).  Which node runs a job's next fire
+follows from the job's ``clusterPolicy``, the leader and, under ``distribution:
+spread``, the rendezvous hash of the job's name over the live members
+(:class:`Placement`).
 """
 
 from __future__ import annotations
@@ -136,6 +138,9 @@ class FleetRecords(Protocol):
         """The last run recorded of each (kind, name), when there is one."""
         ...
 
-    async def running(self, nodes: Sequence[str]) -> Sequence[RunRecord]:
-        """The runs going on ``nodes``, as their ``running/`` records say."""
+    async def running(self, nodes: Sequence[str], jobs: Sequence[str] = ()) -> Sequence[RunRecord]:
+        """The runs going on ``nodes``, as their ``running/`` records say, and the runs
+        going of ``jobs`` on any node, as the records the nodes running them keep under
+        the job (a ``Leader`` job's, handed off: ``cluster/jobs/<job>/running/``), each
+        naming its node; a run is listed once."""
         ...

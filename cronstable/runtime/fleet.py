@@ -5,7 +5,9 @@ Built on the node that is asked, from what it has and what the stores hold: its 
 job table and schedule (every node with the same job set computes the same fires), the
 leadership's last round (the membership records: :meth:`ClusterSection.fleet
 <cronstable.cluster.section.ClusterSection.fleet>`, and where each job runs:
-``placement``), and the state store's run records (:class:`~cronstable.ports.FleetRecords`).
+``placement``), and the state store's run records (:class:`~cronstable.ports.FleetRecords`:
+the last runs, and the runs going on the other members and, of the page's ``Leader``
+jobs, under the job, where the handoff records them).
 No other node is asked anything.
 
 A page holds at most :data:`MAX_PAGE` jobs (and workflows), in name order after the
@@ -98,13 +100,15 @@ class Fleet:
         elsewhere: list[RunRecord] = []
         if records is not None and backend is not None:
             others = [m.name for m in cluster.members if not m.this_node] if shared else []
+            handed = self._handed_off(page, cluster) if shared else []
             try:
                 async with asyncio.timeout(self.read_within):
                     stored, going = await asyncio.gather(
                         records.last_runs([(kind, name) for name, kind in page]),
-                        records.running(others),
+                        records.running(others, handed),
                     )
-                    elsewhere = list(going)
+                    # this node's own runs are in its history (a handed-off one's record too)
+                    elsewhere = [run for run in going if run.node != self.node]
             except TimeoutError:
                 notes.append(
                     f"the {backend} state store did not answer within {self.read_within:g} s: "
@@ -135,6 +139,20 @@ class Fleet:
             next_after=page[-1][0] if more and page else None,
             notes=tuple(notes),
         )
+
+    def _handed_off(self, page: list[tuple[str, FleetKind]], cluster: FleetCluster) -> list[str]:
+        """The page's jobs whose runs going may be recorded under the job, not the node
+        (the keeper's handoff: ``Leader`` jobs under leader election on a shared store)."""
+        if cluster.backend is None:
+            return []
+        jobs = self.scheduler.jobs
+        return [
+            name
+            for name, kind in page
+            if kind == "job"
+            and jobs[name].config.cluster_policy == "Leader"
+            and not jobs[name].schedule.is_reboot
+        ]
 
     def _job(
         self, name: str, kind: FleetKind, stored: RunRecord | None, elsewhere: list[RunRecord]

@@ -126,7 +126,7 @@ class RunMetrics:
         )
         self.duration = Histogram(
             "cronstable_job_run_duration_seconds",
-            "How long finished runs took.",
+            "How long finished runs took (not a run found lost: when it ended is unknown).",
             ["job"],
             buckets=(0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600),
             registry=registry,
@@ -211,7 +211,10 @@ class RunMetrics:
         if counted:
             self.running.labels(run.job).dec()
         self.runs.labels(run.job, outcome).inc()
-        self.duration.labels(run.job).observe(result.duration)
+        if outcome != "lost":
+            # a lost run's "duration" runs to when another node found its node dead, not
+            # to its end (unknown): it would put a failover's wait into the histogram
+            self.duration.labels(run.job).observe(result.duration)
         if result.cpu_seconds is not None:
             self.cpu.labels(run.job).observe(result.cpu_seconds)
         if result.max_rss is not None:

@@ -11,6 +11,9 @@
   it went on (:func:`last_run_record`), not by :class:`LastRuns`.
 * ``nodes/<node>/running/<run id>`` — the runs going on each node, the records the
   keeper already keeps for adoption (:mod:`.keeper`): read here, not written.
+* ``cluster/jobs/<job>/running/<run id>`` — the runs going of a ``Leader`` job whose
+  records are the cluster's (the keeper's handoff, on a store the nodes share), each
+  naming the node it goes on: read here too, for the page's jobs that may have them.
 
 Reads are bounded: :data:`READS_AT_ONCE` gets in flight, each bounded by the store's
 own timeout, and :meth:`StoreFleetRecords.last_runs` is asked for one page of names at
@@ -32,7 +35,7 @@ from cronstable.ports import (
     RunStart,
     utc_text,
 )
-from cronstable.state.base import Record, StateError, StateStore, key, node_key
+from cronstable.state.base import Record, StateError, StateStore, job_key, key, node_key
 
 READS_AT_ONCE = 16
 """Most store reads one fleet answer has in flight."""
@@ -170,20 +173,44 @@ class StoreFleetRecords:
         found = await asyncio.gather(*(one(kind, name) for kind, name in names))
         return {pair: run for pair, run in zip(names, found, strict=True) if run is not None}
 
-    async def running(self, nodes: Sequence[str]) -> Sequence[RunRecord]:
+    async def running(self, nodes: Sequence[str], jobs: Sequence[str] = ()) -> Sequence[RunRecord]:
         store = self._store()
-        if store is None or not nodes:
+        if store is None or not (nodes or jobs):
             return ()
         room = asyncio.Semaphore(READS_AT_ONCE)
 
-        async def one(node: str) -> list[RunRecord]:
+        async def listing(prefix: str) -> Mapping[str, Record | None]:
             async with room:
                 try:
-                    records = await store.list(node_key(node, "running") + "/")
+                    return await store.list(prefix + "/")
                 except StateError:
-                    return []
+                    return {}
+
+        async def on_node(node: str) -> list[RunRecord]:
+            records = await listing(node_key(node, "running"))
             runs = (read_run(record, node) for record in records.values())
             return [run for run in runs if run is not None]
 
-        found = await asyncio.gather(*(one(node) for node in nodes))
-        return [run for runs in found for run in runs]
+        async def of_job(job: str) -> list[RunRecord]:
+            records = await listing(job_key(job, "running"))
+            runs = (_handed_off(record, job) for record in records.values())
+            return [run for run in runs if run is not None]
+
+        found = await asyncio.gather(
+            *(on_node(node) for node in nodes), *(of_job(job) for job in jobs)
+        )
+        seen: set[tuple[str, str]] = set()  # an EveryNode fire's runs share one run id
+        going: list[RunRecord] = []
+        for run in (run for runs in found for run in runs):
+            if (run.node, run.run_id) not in seen:
+                seen.add((run.node, run.run_id))
+                going.append(run)
+        return going
+
+
+def _handed_off(record: Record | None, job: str) -> RunRecord | None:
+    """A ``cluster/jobs/<job>/running/…`` record as the fleet shows it: it names its node."""
+    node = record.get("node") if record is not None else None
+    if not isinstance(node, str) or record is None or record.get("job") != job:
+        return None
+    return read_run(record, node)

@@ -1,11 +1,12 @@
 """``GET /``: the dashboard, one self-contained HTML page (``dashboard.html``).
 
 The page holds no data: its script reads ``/status``, ``/jobs/{name}/runs``,
-``/jobs/{name}/next``, ``/fleet`` (its fleet tab) and ``/events`` with the token the
-user typed (kept in
-``sessionStorage``).  It is served with a Content-Security-Policy that allows
-exactly its one inline script and one inline style, by their sha256 digests
-(computed from the file on first use), and fetches to this origin only.
+``/jobs/{name}/next``, ``/fleet`` (its fleet tab), ``/audit`` (its audit tab) and
+``/events`` with the token the user typed (kept in ``sessionStorage``).  It builds
+what it shows from text nodes, never markup, so no answer's text is read as HTML.
+It is served with a Content-Security-Policy that allows exactly its one inline
+script and one inline style, by their sha256 digests (computed from the file on
+first use), and fetches to this origin only.
 """
 
 from __future__ import annotations
