@@ -151,6 +151,7 @@ def test_watchdog_pings_come_from_the_loop_and_stop_while_it_is_blocked(
     assert len(before) >= 3, times
     assert during == [], (start, end, times)
     assert len(after) >= 3, times
-    # at the loop's pace otherwise: gaps near 0.1 s outside the blocked second
-    gaps = [b - a for a, b in zip(before, before[1:], strict=False)]
-    assert min(gaps) >= 0.08, gaps
+    # at the loop's pace otherwise, not a flood: in the 0.6 s before the block, at most one
+    # ping per 0.1 s (counted, not timed between two: the receiver thread stamps a ping
+    # when it gets to read it, which a loaded machine delays and bunches)
+    assert len(before) <= 7, times
