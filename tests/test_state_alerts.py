@@ -66,8 +66,10 @@ class Gate:
 
     def __init__(self) -> None:
         self.reason: str | None = None
+        self.asked = 0
 
     def allows(self, job: Job) -> str | None:
+        self.asked += 1
         return self.reason
 
     async def release(self) -> None:
@@ -128,8 +130,7 @@ class Node:
 
     @property
     def jobs(self) -> Mapping[str, Job]:
-        flows = self.scheduler.workflows
-        return {**self.scheduler.jobs, **{name: flow.job for name, flow in flows.items()}}
+        return self.scheduler.scheduled
 
     def start(self) -> Node:
         self.task = asyncio.create_task(self.scheduler.run())
@@ -188,6 +189,35 @@ async def test_fires_that_start_on_time_are_never_late(cluster: Callable[..., No
 async def test_a_job_without_the_three_alerts_shows_none(cluster: Callable[..., Node]) -> None:
     node = cluster("jobs: [{name: plain, command: 'true', schedule: '@daily'}]")
     assert node.watch.view(node.jobs["plain"]) is None
+
+
+@pytest.mark.asyncio
+async def test_a_round_judges_the_jobs_with_alerts_not_every_job(
+    cluster: Callable[..., Node],
+) -> None:
+    plain = "".join(
+        f"  - {{name: plain{i}, command: 'true', schedule: '@daily'}}\n" for i in range(2000)
+    )
+    node = cluster(LATE + plain)
+    await node.watch.check()
+    node.gate.asked = 0
+    for _ in range(5):
+        await node.watch.check()
+    assert node.gate.asked == 5  # tick alone, each round
+    # a swap that takes tick's onLate away forgets it; one that gives a job onLate judges it
+    # from then on
+    given = LATE.replace("tick", "late2").removeprefix("jobs:\n")
+    given += "    onStale: {maxSuccessAge: 1h}\n"
+    node.state = desired(LATE.replace("    onLate: {grace: 30s, rateLimit: 0}\n", "") + given)
+    node.scheduler.replace_jobs(node.state.jobs, node.state.workflows)
+    node.watch.commit(None, node.state)
+    node.gate.reason = "leadership_unknown"
+    node.gate.asked = 0
+    await node.watch.check()
+    assert node.gate.asked == 1
+    assert node.watch.view(node.jobs["tick"]) is None
+    await node.clock.advance(2 * 60)
+    assert {name for name, _, _, _ in node.sink.late} == {"late2"}
 
 
 @pytest.mark.asyncio

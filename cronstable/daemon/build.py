@@ -182,10 +182,7 @@ def build_daemon(
     alerts = AlertWatch(
         node.name,
         lambda: keeper.store,
-        lambda: {
-            **scheduler_of().jobs,
-            **{name: flow.job for name, flow in scheduler_of().workflows.items()},
-        },
+        lambda: scheduler_of().scheduled,
         lambda name: scheduler_of().job(name),
         clock.now,
         sleep=clock.sleep,

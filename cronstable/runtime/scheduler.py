@@ -79,6 +79,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 from typing import Final
 
 from cronstable import xcom
@@ -202,6 +203,11 @@ class Scheduler:
         """The jobs installed, in configuration order (``_slots`` may be in another)."""
         self._order = 0
         """The largest slot order given (a partial swap numbers on from it)."""
+        self._jobs_view: Mapping[str, Job] | None = None
+        self._flows_view: Mapping[str, Workflow] | None = None
+        self._scheduled_view: Mapping[str, Job] | None = None
+        """What :attr:`jobs`, :attr:`workflows` and :attr:`scheduled` answer until the
+        next swap (None: made when first read)."""
         self._names: list[str] | None = None
         """The table's names in order, made when a page is read (None: not since the swap)."""
         self._positions: dict[str, int] | None = None
@@ -250,12 +256,30 @@ class Scheduler:
 
     @property
     def jobs(self) -> Mapping[str, Job]:
-        """The applied jobs (not the workflows' tasks) by name, in configuration order."""
-        return {name: self._slots[name].job for name in self._table}
+        """The applied jobs (not the workflows' tasks) by name, in configuration order
+        (one mapping per swap: the rounds that walk it each few seconds build nothing)."""
+        if self._jobs_view is None:
+            slots = self._slots
+            self._jobs_view = MappingProxyType({name: slots[name].job for name in self._table})
+        return self._jobs_view
 
     @property
     def workflows(self) -> Mapping[str, Workflow]:
-        return {name: slot.workflow for name, slot in self._flows.items()}
+        """The applied workflows by name (one mapping per swap)."""
+        if self._flows_view is None:
+            self._flows_view = MappingProxyType(
+                {name: slot.workflow for name, slot in self._flows.items()}
+            )
+        return self._flows_view
+
+    @property
+    def scheduled(self) -> Mapping[str, Job]:
+        """The jobs, then the workflows' own jobs, by name (one mapping per swap)."""
+        if self._scheduled_view is None:
+            self._scheduled_view = MappingProxyType(
+                {**self.jobs, **{name: flow.job for name, flow in self.workflows.items()}}
+            )
+        return self._scheduled_view
 
     def has_job(self, name: str) -> bool:
         """Whether ``name`` is an applied job or a task of an applied workflow."""
@@ -539,6 +563,7 @@ class Scheduler:
             self._drop_buffer(slot, "the job was removed")
         self._slots = slots
         self._table = jobs
+        self._jobs_view = self._flows_view = self._scheduled_view = None
         self._names = None
         self._positions = None
         self._order = max(self._order, len(jobs))

@@ -211,6 +211,10 @@ class AlertWatch:
         """Since when each job may be judged without a pause between (onStale's
         baseline for a job that never succeeded)."""
         self._judged: dict[str, bool] = {}
+        self._judged_of: Mapping[str, Job] | None = None
+        self._judged_set: dict[str, Job] = {}
+        """The jobs with onLate or onStale of the job set ``_judged_of`` (see
+        :meth:`_judged_jobs`)."""
         self._paused_at: dict[str, datetime] = {}
         """When each job was last seen paused (its fires due until then were skipped)."""
         self._cursor: dict[str, datetime] = {}
@@ -392,7 +396,7 @@ class AlertWatch:
         self._store_failed = False
         now = self.now()
         shared = self._shared()
-        jobs = dict(self._scheduled())
+        jobs = self._judged_jobs(now)
         if shared is not None:
             await self._read_successes(shared, jobs, now)
         for name, job in jobs.items():
@@ -410,6 +414,30 @@ class AlertWatch:
         if shared is not None and _due(self._cleaned, now, CLEAN_EVERY):
             self._cleaned = now
             await self._clean(shared)
+
+    def _judged_jobs(self, now: datetime) -> Mapping[str, Job]:
+        """The jobs a round judges for onLate and onStale, worked out once per applied
+        job set (the scheduler answers one mapping per swap): a round costs the jobs
+        that have either, not every job.  A job that gains either is judged from now;
+        one that loses both is forgotten."""
+        scheduled = self._scheduled()
+        if scheduled is not self._judged_of:
+            judged = {
+                name: job
+                for name, job in scheduled.items()
+                if job.config.on_late.grace is not None
+                or job.config.on_stale.max_success_age is not None
+            }
+            for name in self._judged_set.keys() - judged.keys():
+                self._forget_late(name)
+                self._stale_now.pop(name, None)
+                self._stale_shown.pop(name, None)
+                self._age.pop(name, None)
+            for name in judged.keys() - self._judged_set.keys():
+                if self._judged_of is not None:
+                    self._since[name] = now
+            self._judged_of, self._judged_set = scheduled, judged
+        return self._judged_set
 
     async def _late(
         self,

@@ -169,6 +169,9 @@ class PauseBook:
         """(job, pause instance) reported by onPaused (or by another node)."""
         self._ended: set[tuple[str, str]] = set()
         """(job, since) of API pauses whose end was logged."""
+        self._alerting_of: tuple[Mapping[str, Job], Mapping[str, Workflow]] | None = None
+        self._alerting_jobs: list[Job] = []
+        """The jobs with onPaused of the job set ``_alerting_of`` (:meth:`_alerting`)."""
         self._task: asyncio.Task[None] | None = None
         if registry is not None:
             registry.register(_PauseCollector(self))
@@ -341,11 +344,10 @@ class PauseBook:
     async def check_alerts(self) -> None:
         """Report each pause that has lasted its job's ``onPaused.alertAfter``, once."""
         now = self.now()
-        scheduled = [*self._jobs().values(), *(flow.job for flow in self._workflows().values())]
-        for job in scheduled:
-            pause = self.holding(job)
+        for job in self._alerting():
             alert_after = job.config.on_paused.alert_after
-            if pause is None or pause.since is None or alert_after is None or not _reports(job):
+            pause = self.holding(job)
+            if pause is None or pause.since is None or alert_after is None:
                 continue
             if (now - pause.since).total_seconds() < alert_after:
                 continue
@@ -355,6 +357,21 @@ class PauseBook:
             self._alerted.add((job.name, instance))
             if await self._claim(job.name, pause, instance) and self.on_alert is not None:
                 self.on_alert(job, pause)
+
+    def _alerting(self) -> list[Job]:
+        """The jobs and workflows with ``onPaused.alertAfter`` and a reporter, worked out
+        once per applied job set (the scheduler answers one mapping per swap), so a
+        round costs them, not every job."""
+        jobs, workflows = self._jobs(), self._workflows()
+        last = self._alerting_of
+        if last is None or last[0] is not jobs or last[1] is not workflows:
+            self._alerting_of = (jobs, workflows)
+            self._alerting_jobs = [
+                job
+                for job in (*jobs.values(), *(flow.job for flow in workflows.values()))
+                if job.config.on_paused.alert_after is not None and _reports(job)
+            ]
+        return self._alerting_jobs
 
     async def _claim(self, job: str, pause: Pause, instance: str) -> bool:
         """Whether this node reports ``pause`` (put-if-absent in the store, if any)."""
