@@ -133,3 +133,23 @@ def test_the_record_keeps_the_newest_whole_runs_within_its_limit() -> None:
     kept = history_record("backup", runs, limit=one + 1)["runs"]
     assert kept == [run_record(FAILED)]  # the newest, whole
     assert history_record("backup", runs, limit=1)["runs"] == [run_record(FAILED)]  # one at least
+
+
+def test_utc_text_of_any_zone_and_of_either_fold() -> None:
+    """The cached UTC path and the zoned one agree; the two 01:30s of New York's autumn
+    change (same fields, fold 0 and 1) are two instants, an hour apart."""
+    from datetime import UTC, datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    from cronstable.ports import utc_text
+
+    new_york = ZoneInfo("America/New_York")
+    first = datetime(2026, 11, 1, 1, 30, tzinfo=new_york)
+    second = first.replace(fold=1)
+    assert first == second  # equal as Python compares one zone's times: fields only
+    assert (utc_text(first), utc_text(second)) == ("2026-11-01T05:30:00Z", "2026-11-01T06:30:00Z")
+    moment = datetime(2026, 6, 1, 12, 0, 0, 250, tzinfo=UTC)
+    assert utc_text(moment) == "2026-06-01T12:00:00.000250Z"
+    assert utc_text(moment.astimezone(new_york)) == utc_text(moment)
+    assert utc_text(moment.replace(tzinfo=None)) == utc_text(moment)
+    assert utc_text(moment + timedelta(microseconds=-250)) == "2026-06-01T12:00:00Z"

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import pytest_asyncio
 from backends import StateBackend
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cronstable.state.base import StateError, StateStore, key, node_key, segments
 from cronstable.state.etcd import EtcdStore
@@ -29,6 +32,20 @@ def test_keys_quote_every_segment() -> None:
     assert key("nodes", "a/b", "..") == "nodes/a%2Fb/%2E."
     assert segments(key("nodes", "a/b", ".hidden", "x y")) == ["nodes", "a/b", ".hidden", "x y"]
     assert node_key("n1", "retries", "job") == "nodes/n1/retries/job"
+
+
+@given(st.text(alphabet="aZ09._-~/ %@:#\u00e9\u65e5", max_size=200))
+def test_a_segment_is_what_quoting_makes_of_it(text: str) -> None:
+    """A name quoting leaves alone is taken as it is without quoting (the fast path):
+    every segment is still the quoted text, its leading dot escaped, a long one cut."""
+    quoted = quote(text, safe="")
+    quoted = "%2E" + quoted[1:] if quoted.startswith(".") else quoted
+    got = key(text)
+    if len(quoted) <= 180:
+        assert got == quoted
+    else:
+        assert len(got) <= 180 and "~" in got
+    assert segments(got) == [text] or "~" in got
 
 
 @pytest.mark.asyncio

@@ -73,7 +73,7 @@ async def test_reads_are_the_routes_answers(stack: Stack) -> None:
     base = stack.url()
     status = calls.status(daemon)
     assert status == await http_get(f"{base}/status")
-    assert calls.list_jobs(daemon) == {"jobs": status["jobs"]}
+    assert calls.list_jobs(daemon) == {"jobs": status["jobs"], "jobCount": 2, "nextCursor": None}
     assert calls.job_status(daemon, "nap") == status["jobs"][1]
     assert calls.runs(daemon, "greet") == await http_get(f"{base}/jobs/greet/runs")
     fires = calls.next_fires(daemon, "greet", 48)

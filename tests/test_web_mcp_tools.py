@@ -89,7 +89,10 @@ def test_arguments_are_checked_and_defaulted() -> None:
     fires = BY_NAME["next_fires"]
     assert tools.arguments(fires, {"job": "a"}) == {"job": "a", "hours": calls.DEFAULT_HOURS}
     assert tools.arguments(fires, {"job": "a", "hours": 2}) == {"job": "a", "hours": 2}
-    assert tools.arguments(BY_NAME["list_jobs"], None) == {}
+    assert tools.arguments(BY_NAME["list_jobs"], None) == {
+        "limit": calls.JOBS_PAGE,
+        "cursor": None,
+    }
     for given, message in [
         ({}, "next_fires needs the argument 'job'"),
         ({"job": 1}, "the argument 'job' must be a string"),
@@ -108,7 +111,7 @@ def test_arguments_are_checked_and_defaulted() -> None:
 async def test_each_tool_answers_what_its_route_answers(stack: Stack) -> None:
     daemon = stack.daemon.control
     listed = checked("list_jobs", await tools.call(daemon, "list_jobs", {}, READER))
-    assert listed == {"jobs": calls.status(daemon)["jobs"]}
+    assert listed == {"jobs": calls.status(daemon)["jobs"], "jobCount": 2, "nextCursor": None}
     one = checked("job_status", await tools.call(daemon, "job_status", {"job": "nap"}, READER))
     assert one == listed["jobs"][1]
     fires = await tools.call(daemon, "next_fires", {"job": "greet", "hours": 1}, None)
@@ -156,6 +159,12 @@ async def test_refusals(stack: Stack) -> None:
         ("job_runs", {"job": "nope"}, READER, 404),
         ("job_runs", {}, READER, 400),
         ("next_fires", {"job": "greet", "hours": 1000}, READER, 400),
+        ("job_status", {"job": "nope"}, READER, 404),
+        ("list_jobs", {"limit": 0}, READER, 400),
+        ("list_jobs", {"limit": 1.5}, READER, 400),
+        ("list_jobs", {"limit": calls.JOBS_MAX_PAGE + 1}, READER, 400),
+        ("list_jobs", {"cursor": "not a cursor"}, READER, 400),
+        ("list_jobs", {"cursor": "x" * (calls.MAX_CURSOR_LENGTH + 1)}, READER, 400),
         ("cancel_run", {"job": "greet", "run": "greet@x#1"}, OPS, 404),
     ]
     for name, given, token, status in cases:
@@ -163,3 +172,33 @@ async def test_refusals(stack: Stack) -> None:
             await tools.call(daemon, name, given, token)
         assert caught.value.status == status, (name, caught.value.message)
     assert calls.runs(daemon, "greet")["runs"] == []  # nothing was started by a refused call
+
+
+@pytest.mark.asyncio
+async def test_list_jobs_pages_as_status_does(stack: Stack) -> None:
+    """A page at a time, in configuration order, each page the /status page of the same
+    limit and cursor; the pages together are every job once."""
+    daemon = stack.daemon.control
+    names = [f"job-{i:02d}" for i in range(7)]
+    config = "jobs:\n" + "".join(
+        f'  - {{name: {name}, command: "true", schedule: "@yearly"}}\n' for name in names
+    )
+    assert (await stack.apply(config)).outcome == "applied"
+    seen: list[str] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        given: dict[str, Any] = {"limit": 3} | ({"cursor": cursor} if cursor else {})
+        page = checked("list_jobs", await tools.call(daemon, "list_jobs", given, READER))
+        status = calls.status(daemon) if cursor is None else None
+        assert page["jobCount"] == 7 and len(page["jobs"]) <= 3
+        if status is not None:  # the first page is the start of /status's job list
+            assert page["jobs"] == status["jobs"][:3]
+        seen += [job["name"] for job in page["jobs"]]
+        pages += 1
+        cursor = page["nextCursor"]
+        if cursor is None:
+            break
+    assert seen == names and pages == 3
+    one = checked("job_status", await tools.call(daemon, "job_status", {"job": "job-05"}, READER))
+    assert one["name"] == "job-05"

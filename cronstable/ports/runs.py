@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Literal, get_args
 
 SPAWN_FAILED_RETURNCODE = 127
@@ -61,8 +62,19 @@ Moment = Literal["failure", "permanent_failure", "success"]
 
 def utc_text(moment: datetime) -> str:
     """``2024-05-01T03:00:00Z`` (microseconds kept when there are some)."""
+    if moment.tzinfo is UTC:
+        return _utc_text(moment)
     aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
     return aware.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+@lru_cache(maxsize=4096)
+def _utc_text(moment: datetime) -> str:
+    """:func:`utc_text` of a moment in UTC, cached (bounded): a fire's time is written in
+    several records of each of its runs, and the runs of one instant share it.  Only UTC
+    moments are cached: two equal moments of another zone may differ in ``fold``, and
+    so in the instant they stand for."""
+    return moment.isoformat().replace("+00:00", "Z")
 
 
 def run_id(job: str, scheduled: datetime, attempt: int) -> str:

@@ -204,27 +204,7 @@ class DaemonControl:
         count = scheduler.job_count()
         start = 0 if cursor is None else self._resume(cursor)
         page = scheduler.page(start, count if limit is None else limit)
-        jobs = tuple(
-            JobStatus(
-                name=job.name,
-                schedule=job.schedule.text,
-                timezone=str(job.timezone),
-                enabled=job.config.enabled,
-                next_fire=scheduler.next_fire(job.name),
-                next_start=scheduler.next_start(job.name),
-                jitter=job.config.jitter or None,
-                pauses=self.pause_control.pauses(job.name)
-                if self.pause_control is not None
-                else JobPauses(),
-                backfill=self.backfills.view(job.name),
-                buffered=scheduler.buffered(job.name),
-                alerts=self.alerts(job, ()) if self.alerts is not None else None,
-                running=tuple(self.history.running(job.name)),
-                last_run=self.history.last(job.name),
-                retry_pending=scheduler.retry_pending(job.name),
-            )
-            for _, job in page
-        )
+        jobs = tuple(self._job_status(job) for _, job in page)
         following = scheduler.page(page[-1][0] + 1, 1) if page else []
         next_cursor = page_cursor(*following[0]) if following else None
         rejected = status.last_failed
@@ -241,6 +221,36 @@ class DaemonControl:
             next_cursor=next_cursor,
             workflows=self.workflows(),
             pools=self.pools(),
+        )
+
+    def job_status(self, name: str) -> JobStatus | None:
+        """The applied job ``name`` as :meth:`status` lists it (None: no such job), at the
+        cost of that one job."""
+        position = self.scheduler.position(name)
+        if position is None:
+            return None
+        page = self.scheduler.page(position, 1)
+        return self._job_status(page[0][1]) if page else None
+
+    def _job_status(self, job: Job) -> JobStatus:
+        scheduler = self.scheduler
+        return JobStatus(
+            name=job.name,
+            schedule=job.schedule.text,
+            timezone=str(job.timezone),
+            enabled=job.config.enabled,
+            next_fire=scheduler.next_fire(job.name),
+            next_start=scheduler.next_start(job.name),
+            jitter=job.config.jitter or None,
+            pauses=self.pause_control.pauses(job.name)
+            if self.pause_control is not None
+            else JobPauses(),
+            backfill=self.backfills.view(job.name),
+            buffered=scheduler.buffered(job.name),
+            alerts=self.alerts(job, ()) if self.alerts is not None else None,
+            running=tuple(self.history.running(job.name)),
+            last_run=self.history.last(job.name),
+            retry_pending=scheduler.retry_pending(job.name),
         )
 
     def _resume(self, cursor: str) -> int:

@@ -278,8 +278,15 @@ class AlertWatch:
 
     # ------------------------------------------------------------ what happened
 
+    def _applied(self, name: str) -> Job | None:
+        """The applied job or workflow (as its job) ``name``, a task never: what
+        ``scheduled`` holds, looked up alone (a run's start or end must not copy every
+        job's entry)."""
+        job = self._job(name)
+        return job if job is not None and job.workflow is None else None
+
     def _late_job(self, name: str) -> Job | None:
-        job = self._scheduled().get(name)
+        job = self._applied(name)
         return job if job is not None and job.config.on_late.grace is not None else None
 
     def _mark(self, name: str, fire: datetime, state: str) -> None:
@@ -359,7 +366,7 @@ class AlertWatch:
         self._reported.setdefault(name, {})[kind] = at
 
     def _succeeded(self, name: str, at: datetime) -> None:
-        job = self._scheduled().get(name)
+        job = self._applied(name)
         if job is None or job.config.on_stale.max_success_age is None:
             return
         store = self._shared()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
@@ -49,7 +50,14 @@ MAX_SEGMENT = 180
 """Longest key segment (bytes): a file name must stay under NAME_MAX (255) with its suffix."""
 
 
+_UNQUOTED = re.compile(rf"[A-Za-z0-9_~-][A-Za-z0-9_.~-]{{0,{MAX_SEGMENT - 1}}}")
+"""A segment :func:`quote` leaves as it is (no leading dot, not too long): most job names,
+node names and fixed segments, taken without the quoting's per-character walk."""
+
+
 def _segment(text: str) -> str:
+    if _UNQUOTED.fullmatch(text):
+        return text
     quoted = quote(text, safe="")
     # never "." or "..", nor a hidden file name: a leading dot is quoted too
     quoted = "%2E" + quoted[1:] if quoted.startswith(".") else quoted

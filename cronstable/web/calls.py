@@ -31,6 +31,12 @@ MAX_HOURS = 24 * 7
 FLEET_PAGE = 100
 """Jobs in a page of :func:`fleet` when no ``limit`` is asked for."""
 FLEET_MAX_PAGE = 500
+JOBS_PAGE = 100
+"""Jobs in a page of :func:`list_jobs` when no ``limit`` is asked for."""
+JOBS_MAX_PAGE = 1000
+"""The largest page of :func:`list_jobs`: a tool's answer stays a bounded size."""
+MAX_CURSOR_LENGTH = 1024
+"""The longest ``cursor`` :func:`list_jobs` takes (a cursor names a position and a job)."""
 MAX_REF_LENGTH = 256
 """The longest source ref :func:`diff` takes (a branch, a tag, a sha with ``~N``)."""
 SHOWN_LENGTH = 64
@@ -80,17 +86,31 @@ def status(daemon: DaemonApi) -> Json:
     return encode.status(daemon.status())
 
 
-def list_jobs(daemon: DaemonApi) -> Json:
-    """Every applied job as ``/status`` lists it (the ``list_jobs`` tool)."""
-    return {"jobs": [encode.job_status(job) for job in daemon.status().jobs]}
+def list_jobs(daemon: DaemonApi, limit: float = JOBS_PAGE, cursor: str | None = None) -> Json:
+    """A page of the applied jobs as ``/status`` lists them (the ``list_jobs`` tool): at
+    most ``limit`` from ``cursor`` (a page's ``nextCursor``), the number of jobs, and the
+    next page's cursor (None after the last).  A page costs what it holds."""
+    if not (float(limit).is_integer() and 1 <= limit <= JOBS_MAX_PAGE):
+        raise Refused(400, f"limit must be a whole number from 1 to {JOBS_MAX_PAGE}")
+    if cursor is not None and len(cursor) > MAX_CURSOR_LENGTH:
+        raise Refused(400, "cursor is not one this daemon gave (start again without it)")
+    try:
+        view = daemon.status(int(limit), cursor)
+    except ValueError:
+        raise Refused(400, "cursor is not one this daemon gave (start again without it)") from None
+    return {
+        "jobs": [encode.job_status(job) for job in view.jobs],
+        "jobCount": view.job_count,
+        "nextCursor": view.next_cursor,
+    }
 
 
 def job_status(daemon: DaemonApi, name: str) -> Json:
     """One job as ``/status`` lists it (the ``job_status`` tool)."""
-    for job in daemon.status().jobs:
-        if job.name == name:
-            return encode.job_status(job)
-    raise no_such_job(name)
+    found = daemon.job_status(name)
+    if found is None:
+        raise no_such_job(name)
+    return encode.job_status(found)
 
 
 def runs(daemon: DaemonApi, name: str) -> Json:

@@ -20,6 +20,7 @@ from cronstable.ports import (
     JobForecast,
     JobPauses,
     JobRuns,
+    JobStatus,
     Pause,
     PoolView,
     Status,
@@ -40,6 +41,10 @@ class DaemonApi(Protocol):
 
     def status(self, limit: int | None = None, cursor: str | None = None) -> Status:
         """Every job, or at most ``limit`` from ``cursor``; ValueError for a bad cursor."""
+        ...
+
+    def job_status(self, name: str) -> JobStatus | None:
+        """One applied job as :meth:`status` lists it; None for an unknown one."""
         ...
 
     def runs(self, name: str) -> JobRuns:

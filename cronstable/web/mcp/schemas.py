@@ -12,7 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from cronstable.web.calls import DEFAULT_HOURS, MAX_HOURS, MAX_REF_LENGTH
+from cronstable.web.calls import (
+    DEFAULT_HOURS,
+    JOBS_MAX_PAGE,
+    JOBS_PAGE,
+    MAX_CURSOR_LENGTH,
+    MAX_HOURS,
+    MAX_REF_LENGTH,
+)
 
 Json = dict[str, Any]
 
@@ -155,9 +162,35 @@ TOOLS: tuple[ToolSpec, ...] = (
         "list_jobs",
         "read",
         "List jobs",
-        "Every job of the applied revision: schedule, time zone, next fire, the runs going "
-        "and how the last one ended (GET /status's jobs).",
-        _object({"jobs": {"type": "array", "items": JOB}}),
+        "The jobs of the applied revision a page at a time, in configuration order: "
+        "schedule, time zone, next fire, the runs going and how the last one ended "
+        "(GET /status?limit=&cursor=). jobCount is the number of jobs; pass nextCursor "
+        "back as cursor for the next page (null after the last).",
+        _object(
+            {
+                "jobs": {"type": "array", "items": JOB},
+                "jobCount": {"type": "integer"},
+                "nextCursor": _TEXT,
+            }
+        ),
+        (
+            Param(
+                "limit",
+                "number",
+                f"Jobs in the page, a whole number (default {JOBS_PAGE}, at most {JOBS_MAX_PAGE}).",
+                required=False,
+                default=JOBS_PAGE,
+                minimum_above=0,
+                maximum=JOBS_MAX_PAGE,
+            ),
+            Param(
+                "cursor",
+                "string",
+                "Where the page starts: the nextCursor of the page before (omit for the first).",
+                required=False,
+                maximum=MAX_CURSOR_LENGTH,
+            ),
+        ),
     ),
     ToolSpec(
         "job_status",

@@ -72,7 +72,7 @@ def arguments(tool: ToolSpec, given: Mapping[str, Any] | None) -> dict[str, Any]
 
 
 async def _list_jobs(daemon: DaemonApi, args: Mapping[str, Any], token: Token | None) -> Json:
-    return calls.list_jobs(daemon)
+    return calls.list_jobs(daemon, args["limit"], args["cursor"])
 
 
 async def _job_status(daemon: DaemonApi, args: Mapping[str, Any], token: Token | None) -> Json:
