@@ -7,9 +7,18 @@ import json
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cronstable.ports import FinishedRun, RunStart, run_id
 from cronstable.state.base import decode, encode
-from cronstable.state.records import history_record, history_runs, read_run, run_record
+from cronstable.state.records import (
+    _json_bound,
+    history_record,
+    history_runs,
+    read_run,
+    run_record,
+)
 
 # written by cronstable at f87ed44 (before state/records.py): state.base.encode of
 # {"job": "backup", "runs": [FinishedRun.as_json() of FAILED and MANUAL below]}
@@ -153,3 +162,29 @@ def test_utc_text_of_any_zone_and_of_either_fold() -> None:
     assert utc_text(moment.astimezone(new_york)) == utc_text(moment)
     assert utc_text(moment.replace(tzinfo=None)) == utc_text(moment)
     assert utc_text(moment + timedelta(microseconds=-250)) == "2026-06-01T12:00:00Z"
+
+
+@given(
+    st.text(max_size=300),
+    st.one_of(st.none(), st.text(max_size=300)),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(min_value=-(2**63), max_value=2**63),
+)
+def test_a_history_is_measured_only_when_it_may_be_too_large(
+    stdout: str, reason: str | None, duration: float, rss: int
+) -> None:
+    """The bound that spares the measuring is never below a record's JSON length, so
+    the history kept is the one measuring every time keeps."""
+    run = replace(FAILED, stdout=stdout, fail_reason=reason, duration=duration, max_rss=rss)
+    record = run_record(run)
+    assert _json_bound(record) >= len(json.dumps(record))
+    runs = [run, FAILED, MANUAL] * 3
+    size = len(json.dumps([run_record(r) for r in runs]))
+    for limit in (size - 1, size, size // 2, 1):
+        kept = history_record("backup", runs, limit)["runs"]
+        assert kept == [run_record(r) for r in runs][-len(kept) :]
+        assert len(kept) == 1 or len(json.dumps(kept)) <= limit
+        assert (
+            len(kept) == len(runs)
+            or len(json.dumps([run_record(runs[-len(kept) - 1]), *kept])) > limit
+        )

@@ -123,9 +123,24 @@ def history_record(job: str, runs: Sequence[FinishedRun], limit: int) -> Record:
     """``job``'s history record: whole runs, the newest kept, within ``limit`` bytes of
     JSON (one run at least)."""
     kept = [run_record(run) for run in runs]
-    while len(kept) > 1 and len(json.dumps(kept)) > limit:
-        kept.pop(0)
+    if sum(map(_json_bound, kept)) + 2 * len(kept) > limit:  # only then measured
+        while len(kept) > 1 and len(json.dumps(kept)) > limit:
+            kept.pop(0)
     return {"job": job, "runs": kept}
+
+
+def _json_bound(record: Record) -> int:
+    """At least the length of ``record``'s JSON (a flat record; ASCII escapes take at
+    most 12 characters a code point), without encoding it."""
+    total = 2
+    for name, value in record.items():
+        if isinstance(value, str):
+            total += len(name) + 6 + 12 * len(value) + 2
+        elif value is None or isinstance(value, bool | int | float):
+            total += len(name) + 6 + 32
+        else:
+            return 1 << 62  # nested: only encoding it tells
+    return total
 
 
 def history_runs(record: Record) -> tuple[str, list[FinishedRun]] | None:
