@@ -211,6 +211,107 @@ def test_a_cached_load_says_exactly_what_a_fresh_load_says_edit_after_edit() -> 
     assert again.groups and all(a is b for a, b in zip(again.groups, first.groups, strict=True))
 
 
+def _full_outcome(files: dict[str, bytes], cache: LoadCache | None) -> tuple[object, ...]:
+    """:func:`_outcome` with the workflows (their tasks) and pools too."""
+    from cronstable.config import ConfigError
+
+    try:
+        state = load(MemoryTree(files), "", cache=cache, limits=LIMITS)
+    except ConfigError as exc:
+        return ("rejected", tuple(str(p) for p in exc.problems))
+    return (
+        state.job_set_id,
+        tuple((n, j.digest, j.file, j.line, j.config.pool) for n, j in state.jobs.items()),
+        tuple(
+            (
+                name,
+                flow.digest,
+                flow.job.digest,
+                tuple((t, j.digest) for t, j in flow.tasks.items()),
+            )
+            for name, flow in state.workflows.items()
+        ),
+        tuple((name, pool.digest, pool.file, pool.line) for name, pool in state.pools.items()),
+        tuple(str(w) for w in state.warnings),
+        state.files,
+    )
+
+
+def test_a_cached_load_with_workflows_and_pools_says_what_a_fresh_load_says() -> None:
+    """As above, for revisions with workflows and pools: pools defined in one file and
+    named by jobs and tasks of others, a pool removed (its users, cached or not, named
+    unknown at their line), a workflow whose name clashes with a cached file's job, a
+    defaults file that reaches jobs and tasks alike, a broken workflow and its fix.  Every
+    revision loaded through one cache agrees with a load without it, and the plans of
+    what is applied agree with the plans a load without the cache's groups makes."""
+    import random
+
+    rng = random.Random(23)
+
+    def one(name: str, extra: str = "") -> str:
+        return f'  - {{name: {name}, command: "true", schedule: "@daily"{extra}}}\n'
+
+    def flow(name: str, pool: str | None = None, broken: bool = False) -> str:
+        uses = f", pool: {pool}" if pool else ""
+        after = "[nowhere]" if broken else "[a]"
+        return (
+            f"  - name: {name}\n    schedule: '@hourly'\n    tasks:\n"
+            f"      - {{name: a, command: 'true'{uses}}}\n"
+            f"      - {{name: b, command: 'true', dependsOn: {after}}}\n"
+        )
+
+    pools = [b"pools:\n  - {name: db, slots: 1}\n", b"pools:\n  - {name: db, slots: 2}\n"]
+    files: dict[str, bytes] = {
+        "_defaults.yaml": b"defaults:\n  shell: /bin/bash\n",
+        "pools.yaml": pools[0],
+        "flows.yaml": ("include: [_defaults.yaml]\nworkflows:\n" + flow("etl", "db")).encode(),
+    }
+    for f in range(5):
+        body = "include: [_defaults.yaml]\njobs:\n" + "".join(one(f"f{f}-j{j}") for j in range(4))
+        if f % 2:
+            body += one(f"f{f}-pooled", ", pool: db")
+        files[f"team{f}.yaml"] = body.encode()
+    shells = [b"defaults:\n  shell: /bin/bash\n", b"defaults:\n  shell: /bin/zsh\n"]
+
+    def put(name: str, text: str | bytes) -> None:
+        files[name] = text.encode() if isinstance(text, str) else text
+
+    edits = [
+        lambda: put("pools.yaml", rng.choice(pools)),
+        lambda: put("pools.yaml", "pools: []\n"),  # db removed: its users are unknown
+        lambda: put("pools.yaml", "pools:\n  - {name: other, slots: 1}\n"),
+        lambda: put("_defaults.yaml", rng.choice(shells)),
+        lambda: put("flows.yaml", "workflows:\n" + flow("etl", rng.choice(["db", None]))),
+        lambda: put("flows.yaml", "workflows:\n" + flow("f1-j0")),  # clashes with a job
+        lambda: put("flows.yaml", "workflows:\n" + flow("etl", broken=True)),
+        lambda: put("flows.yaml", "include: [_defaults.yaml]\nworkflows:\n" + flow("etl2")),
+        lambda: files.pop("flows.yaml", None),
+        lambda: put(f"team{rng.randint(0, 4)}.yaml", "jobs:\n" + one(f"n{rng.randint(0, 9)}")),
+        lambda: put(
+            f"team{rng.randint(0, 4)}.yaml",
+            "include: [_defaults.yaml]\njobs:\n" + one(f"p{rng.randint(0, 9)}", ", pool: db"),
+        ),
+        lambda: put(f"team{rng.randint(0, 4)}.yaml", files["team1.yaml"]),  # duplicates
+    ]
+    cache = LoadCache()
+    assert _full_outcome(dict(files), cache) == _full_outcome(dict(files), None)
+    seen = set()
+    applied = load(MemoryTree(dict(files)), "", cache=cache, limits=LIMITS)
+    for _ in range(150):
+        rng.choice(edits)()
+        outcome = _full_outcome(dict(files), cache)
+        assert outcome == _full_outcome(dict(files), None)
+        seen.add(outcome[0] == "rejected")
+        if outcome[0] != "rejected":
+            desired = load(MemoryTree(dict(files)), "", cache=cache, limits=LIMITS)
+            assert _plan(desired, applied) == _plan(
+                replace(desired, groups=()), replace(applied, groups=())
+            )
+            seen.add(("flows", bool(desired.workflows), bool(desired.pools)))
+            applied = desired
+    assert {True, False, ("flows", True, True)} <= seen  # both kinds, with workflows and pools
+
+
 def test_spliced_digests_are_the_joined_digests_of_the_new_set() -> None:
     import hashlib
     import random

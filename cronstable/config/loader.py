@@ -765,18 +765,13 @@ class _Loader:
         return self._entries(group.file, group.raws, group.base)
 
     def plain_entries(self, entries: list[_JobEntry | _Reused]) -> list[_JobEntry | _Reused]:
-        """``entries``, each reused file's made into entries after all when the revision has
-        workflows or pools: their checks (pool names, task names against jobs) read the
-        jobs' entries, so such a revision's jobs are built as without a cache (a cached
-        load equals a fresh one; the speed is for revisions of jobs only)."""
-        if not any(r.workflows for r in self._results.values()) and not self._pool_seen:
-            return entries
-        if not any(isinstance(e, _Reused) for e in entries):
-            return entries
-        plain: list[_JobEntry | _Reused] = []
-        for entry in entries:
-            plain.extend(self.expand(entry) if isinstance(entry, _Reused) else [entry])
-        return plain
+        """``entries`` as they are, reused files' included, whatever the revision holds:
+        the checks that read jobs' entries (pool names, where an unknown one is written)
+        expand a reused file that needs it themselves, and a workflow's tasks and checks
+        are built from the revision's own bytes every time.  A cached load equals a fresh
+        one for revisions with workflows and pools too
+        (``test_a_cached_load_with_workflows_and_pools_says_what_a_fresh_load_says``)."""
+        return entries
 
     def _batch_key(
         self, file: str, indices: tuple[int, ...] | int, defaults: list[_Layer]
