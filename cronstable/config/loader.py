@@ -926,9 +926,12 @@ class _Loader:
         """Every ``pool`` a job or a task names is a pool of the revision; a pool with
         ``scope: cluster`` has the cluster section's store to keep its slots in."""
         known = set(self.pools) | set(self._pool_seen)  # a broken pool is reported as such
+        unknown = any(
+            job.config.pool is not None and job.config.pool not in known for job in jobs.values()
+        )
         named_by: list[tuple[_JobEntry, Job]] = []
         plain: list[_JobEntry] = []
-        for group in entries:
+        for group in entries if unknown else ():  # only to place a pool that is not there
             if not isinstance(group, _Reused):
                 plain.append(group)
             elif any(job.config.pool is not None for job in group.batch.by_name.values()):
