@@ -182,3 +182,17 @@ async def test_a_record_with_a_very_long_job_name_is_written(tmp_path: Path) -> 
     await store.put(k, {"job": "long"})
     got = await store.get(k)
     assert got is not None and got["job"] == "long"
+
+
+def test_a_records_time_reads_in_utc_and_what_is_not_one_is_none() -> None:
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from cronstable.state.base import record_time
+
+    noon = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    assert record_time("2026-06-01T12:00:00Z") == noon
+    east = record_time("2026-06-01T14:00:00+02:00")
+    assert east == noon and east is not None and east.tzinfo is UTC
+    assert record_time(noon.astimezone(timezone(timedelta(hours=-5))).isoformat()) == noon
+    for bad in (None, 3, "", "noon", "2026-06-01T12:00:00"):  # the last has no zone
+        assert record_time(bad) is None

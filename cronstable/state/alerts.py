@@ -90,6 +90,7 @@ from cronstable.state.base import (
     StateStore,
     claim_report,
     key,
+    record_time,
     segments,
 )
 from cronstable.tasks import TaskSet
@@ -150,16 +151,6 @@ def p95(durations: list[float]) -> float:
     """The 95th percentile of ``durations`` (nearest rank)."""
     ordered = sorted(durations)
     return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
-
-
-def _time(text: object) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment.astimezone(UTC) if moment.tzinfo is not None else None
 
 
 class AlertWatch:
@@ -532,7 +523,7 @@ class AlertWatch:
                             planned + timedelta(seconds=grace),
                             grace,
                             by if isinstance(by, str) else None,
-                            _time(held.get("at")),
+                            record_time(held.get("at")),
                         )
                     elif held is not None:
                         self._late_now.pop(name, None)
@@ -576,7 +567,7 @@ class AlertWatch:
         try:
             records = await store.list(key(ALERTS, LATE) + "/")
             for full, record in records.items():
-                until = _time(record.get("until")) if record is not None else None
+                until = record_time(record.get("until")) if record is not None else None
                 if until is None or until < now:
                     await store.delete(full)
         except StateError as exc:
@@ -597,7 +588,7 @@ class AlertWatch:
             return
         for full, record in records.items():
             parts = segments(full)
-            at = _time(record.get("at")) if record is not None else None
+            at = record_time(record.get("at")) if record is not None else None
             if at is None or len(parts) != 3:
                 continue
             known = self._shared_success.get(parts[2])

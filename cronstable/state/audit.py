@@ -42,11 +42,19 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 
 from cronstable.ports import TRIGGER_KINDS, AuditEntry, AuditPage, Trigger, utc_text
 from cronstable.redact import redact
-from cronstable.state.base import OP_TIMEOUT, Record, StateError, StateStore, key, segments
+from cronstable.state.base import (
+    OP_TIMEOUT,
+    Record,
+    StateError,
+    StateStore,
+    key,
+    record_time,
+    segments,
+)
 from cronstable.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
@@ -65,16 +73,6 @@ def audit_key(node: str, entry_id: str) -> str:
 
 def _time(moment: datetime | None) -> str | None:
     return None if moment is None else utc_text(moment)
-
-
-def _parse(text: object) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment.astimezone(UTC) if moment.tzinfo is not None else None
 
 
 def trigger_record(trigger: Trigger) -> Record:
@@ -104,7 +102,7 @@ def read_trigger(data: object) -> Trigger | None:
         return None
     return Trigger(
         kind,
-        requested_at=_parse(data.get("requestedAt")),
+        requested_at=record_time(data.get("requestedAt")),
         via=_text(data.get("via")),
         token=_text(data.get("token")),
         delivery=_text(data.get("delivery")),
@@ -135,7 +133,7 @@ def read_entry(data: object) -> AuditEntry | None:
     """The entry :func:`entry_record` wrote; None for anything else."""
     if not isinstance(data, dict):
         return None
-    entry_id, moment = data.get("id"), _parse(data.get("time"))
+    entry_id, moment = data.get("id"), record_time(data.get("time"))
     trigger, outcome = read_trigger(data.get("trigger")), data.get("outcome")
     revision, source = data.get("revision"), data.get("source")
     if not isinstance(entry_id, str) or not entry_id.isdigit() or moment is None:

@@ -30,6 +30,7 @@ import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -110,6 +111,18 @@ def boot_scoped(key_text: str) -> bool:
 
 def encode(record: Record) -> bytes:
     return json.dumps({"version": FORMAT_VERSION, **record}, sort_keys=True).encode()
+
+
+def record_time(text: object) -> datetime | None:
+    """A time a record holds (ISO 8601 with a zone, ``Z`` for UTC), in UTC; None when the
+    value is not one (missing, not text, no zone): readers skip what they cannot use."""
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.astimezone(UTC) if moment.tzinfo is not None else None
 
 
 def decode(data: bytes) -> Record | None:

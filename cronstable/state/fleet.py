@@ -35,7 +35,15 @@ from cronstable.ports import (
     RunStart,
     utc_text,
 )
-from cronstable.state.base import Record, StateError, StateStore, job_key, key, node_key
+from cronstable.state.base import (
+    Record,
+    StateError,
+    StateStore,
+    job_key,
+    key,
+    node_key,
+    record_time,
+)
 
 READS_AT_ONCE = 16
 """Most store reads one fleet answer has in flight."""
@@ -59,22 +67,12 @@ def last_run_record(run: RunStart, node: str, finished_at: datetime, outcome: Ru
     }
 
 
-def _time(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else None
-
-
 def read_run(record: Record | None, node: str | None = None) -> RunRecord | None:
     """A ``lastrun`` record (or, with ``node``, a ``running`` one) as the fleet shows it;
     None for one it cannot read."""
     if record is None:
         return None
-    scheduled, started = _time(record.get("scheduled")), _time(record.get("startedAt"))
+    scheduled, started = record_time(record.get("scheduled")), record_time(record.get("startedAt"))
     job, run_id = record.get("job"), record.get("runId")
     where = node if node is not None else record.get("node")
     if scheduled is None or started is None or not isinstance(job, str):
@@ -90,7 +88,7 @@ def read_run(record: Record | None, node: str | None = None) -> RunRecord | None
         run_id,
         scheduled,
         started,
-        _time(record.get("finishedAt")),
+        record_time(record.get("finishedAt")),
         outcome if isinstance(outcome, str) else "unknown",
     )
 

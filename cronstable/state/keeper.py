@@ -117,6 +117,7 @@ from cronstable.state.base import (
     job_key,
     key,
     node_key,
+    record_time,
     segments,
 )
 from cronstable.state.fleet import last_run_key, last_run_record
@@ -159,16 +160,6 @@ _JOBS = key("cluster", "jobs") + "/"
 """Where the handed-off jobs' records are (``cluster/jobs/<job>/…``)."""
 
 Policy = Literal["degrade", "fail-closed"]
-
-
-def _time(text: object) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else None
 
 
 @dataclass(slots=True)
@@ -552,7 +543,7 @@ class StateKeeper:
             self._written(False, str(exc) or "no answer in time")
             return self._unavailable(what, job)
         for full, record in old.items():
-            at = _time(record.get("at")) if record is not None else None
+            at = record_time(record.get("at")) if record is not None else None
             if full != marker and (at is None or (now - at).total_seconds() > CLAIM_KEEP):
                 self._submit(full, None)
         return None
@@ -865,7 +856,7 @@ class StateKeeper:
                 continue
             kind = segments(full)[3:]
             if kind == ["fire"]:
-                fire = _time(record.get("fire"))
+                fire = record_time(record.get("fire"))
                 if fire is None or record.get("digest") != job.digest:
                     continue
                 if not self._resumes(job):
@@ -910,7 +901,10 @@ class StateKeeper:
         if members is None or node in members:
             self._remote.setdefault(job.name, {})[full] = node
             return
-        scheduled, started = _time(record.get("scheduled")), _time(record.get("startedAt"))
+        scheduled, started = (
+            record_time(record.get("scheduled")),
+            record_time(record.get("startedAt")),
+        )
         attempt, digest = record.get("attempt"), record.get("digest")
         if scheduled is not None and started is not None:
             start = RunStart(
@@ -1069,7 +1063,10 @@ class StateKeeper:
             pid, ticks = record.get("pid"), record.get("startTicks")
             name = str(record.get("job"))
             job = self.scheduler.job(name)
-            scheduled, started = _time(record.get("scheduled")), _time(record.get("startedAt"))
+            scheduled, started = (
+                record_time(record.get("scheduled")),
+                record_time(record.get("startedAt")),
+            )
             if (
                 isinstance(pid, int)
                 and isinstance(ticks, int)
@@ -1105,7 +1102,7 @@ class StateKeeper:
     def _restore_fire(self, full: str, record: Record | None) -> None:
         name = str(record.get("job")) if record is not None else ""
         job = self.scheduler.job(name)
-        fire = _time(record.get("fire")) if record is not None else None
+        fire = record_time(record.get("fire")) if record is not None else None
         if (
             job is None
             or record is None
@@ -1135,7 +1132,10 @@ class StateKeeper:
             return False
         name = str(record.get("job"))
         job = self.scheduler.job(name)
-        not_before, scheduled = _time(record.get("notBefore")), _time(record.get("scheduled"))
+        not_before, scheduled = (
+            record_time(record.get("notBefore")),
+            record_time(record.get("scheduled")),
+        )
         count = record.get("count")
         why: str | None = None
         if job is None:

@@ -44,7 +44,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -61,6 +61,7 @@ from cronstable.state.base import (
     StateStore,
     claim_report,
     key,
+    record_time,
     segments,
 )
 
@@ -85,16 +86,6 @@ def _what(workflow: bool) -> str:
     return "Workflow" if workflow else "Job"
 
 
-def _time(text: object) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment.astimezone(UTC) if moment.tzinfo is not None else None
-
-
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -108,8 +99,8 @@ def read_pause(record: Record | None) -> Pause | None:
         source="api",
         reason=_text(record.get("reason")),
         by=_text(record.get("by")),
-        since=_time(record.get("since")),
-        until=_time(record.get("until")),
+        since=record_time(record.get("since")),
+        until=record_time(record.get("until")),
         node=_text(record.get("node")),
     )
 
