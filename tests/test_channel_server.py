@@ -1,7 +1,7 @@
-"""The runs' channels (cronstable/channel/server.py) in this process, over real unix
-sockets: where the sockets are and who may open them, the token of one run refused on
-another's socket and after its run ended, the bounds of a request, state.get and the
-named locks as the job-side client (cronstable/channel/client.py) asks them."""
+"""The runs' channels (cronstable/channel/server.py) in this process, over a real unix
+socket: where the node's socket is and who may use it, a token good for its own run only
+and only while it lives, the bounds of a request, state.get and the named locks as the
+job-side client (cronstable/channel/client.py) asks them."""
 
 from __future__ import annotations
 
@@ -124,75 +124,141 @@ async def ask(channel: Channel, op: str, **fields: object) -> dict[str, object]:
 # ------------------------------------------------------------ where, who
 
 
+def tree(path: str) -> list[str]:
+    return sorted(
+        os.path.relpath(os.path.join(d, f), path) for d, ds, fs in os.walk(path) for f in ds + fs
+    )
+
+
 @pytest.mark.asyncio
-async def test_each_run_has_a_socket_of_its_own_closed_to_others(channels: RunChannels) -> None:
+async def test_every_run_shares_the_nodes_socket_with_a_token_of_its_own(
+    channels: RunChannels,
+) -> None:
     a = await open_run(channels, "export@1#1")
     b = await open_run(channels, "export@2#1")
-    assert a.path != b.path and a.token != b.token
+    assert a.path == b.path == channels.path and a.token != b.token
     assert a.environment == {
         "CRONSTABLE_RUN_SOCKET": a.path,
         "CRONSTABLE_RUN_TOKEN": a.token,
     }
     assert len(a.token) >= 40
-    runs = os.path.dirname(os.path.dirname(a.path))
-    assert stat.S_IMODE(os.stat(runs).st_mode) == (0o711 if os.geteuid() == 0 else 0o700)
-    for grant in (a, b):
-        place = os.path.dirname(grant.path)
-        assert stat.S_IMODE(os.stat(place).st_mode) == 0o700
-        info = os.stat(grant.path)
-        assert stat.S_ISSOCK(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o600
-        assert info.st_uid == os.geteuid()
+    home = os.path.dirname(a.path)
+    runs = os.path.dirname(home)
+    root = os.geteuid() == 0
+    assert stat.S_IMODE(os.stat(runs).st_mode) == (0o711 if root else 0o700)
+    assert stat.S_IMODE(os.stat(home).st_mode) == (0o711 if root else 0o700)
+    info = os.stat(a.path)
+    assert stat.S_ISSOCK(info.st_mode) and stat.S_IMODE(info.st_mode) == (0o666 if root else 0o600)
+    assert info.st_uid == os.geteuid()
     assert channels.live == 2
+    # a run costs no file: a hundred more leave the directory as it was
+    before = tree(runs)
+    more = [await open_run(channels, f"export@{n}#1") for n in range(3, 103)]
+    assert (
+        tree(runs)
+        == before
+        == [os.path.basename(home), os.path.join(os.path.basename(home), "sock")]
+    )
+    for grant in more:
+        grant.revoke()
+    assert tree(runs) == before and channels.live == 2
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def ask_as(uid: int, path: str, token: str) -> bytes:
+    """One state.get request from a child process that runs as ``uid``; the answer line."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only system calls until _exit
+        code = 1
+        try:
+            os.close(read_end)
+            os.setgid(uid)
+            os.setuid(uid)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(5)
+                sock.connect(path)
+                sock.sendall(protocol.encode({"v": 1, "token": token, "op": "state.get"}))
+                answer = b""
+                while not answer.endswith(b"\n"):
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        break
+                    answer += chunk
+            os.write(write_end, answer)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    try:
+        chunks = []
+        while chunk := os.read(read_end, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        os.waitpid(pid, 0)
+    return b"".join(chunks)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="connecting as another user needs root")
 @pytest.mark.asyncio
-async def test_a_job_that_runs_as_another_user_owns_its_runs_socket(channels: RunChannels) -> None:
-    grant = await open_run(channels, "export@1#1", owner=RunOwner(65534, 65534))
-    for path in (grant.path, os.path.dirname(grant.path)):
-        info = os.stat(path)
-        assert (info.st_uid, info.st_gid) == (65534, 65534)
-    assert stat.S_IMODE(os.stat(os.path.dirname(grant.path)).st_mode) == 0o700
+async def test_a_token_serves_its_runs_user_only(channels: RunChannels) -> None:
+    assert channels.directory is not None
+    os.chmod(os.path.dirname(channels.directory), 0o711)  # as /run is: others pass through
+    nobody = await open_run(channels, "export@1#1", owner=RunOwner(65534, 65534))
+    mine = await open_run(channels, "import@1#1", "import")
+
+    async def answer(uid: int, grant: RunSocket) -> dict[str, object]:
+        line = await asyncio.to_thread(ask_as, uid, grant.path, grant.token)
+        return protocol.decode(line)
+
+    assert (await answer(65534, nobody))["ok"] is True  # the run's user
+    assert (await answer(0, nobody))["ok"] is True  # root
+    refused = await answer(65533, nobody)  # another user that got hold of the token
+    assert (refused["ok"], refused["code"]) == (False, protocol.UNAUTHORIZED)
+    refused = await answer(65534, mine)  # the run's user with a token of root's run
+    assert refused["code"] == protocol.UNAUTHORIZED
+    assert channels.refused == 2
 
 
 @pytest.mark.asyncio
-async def test_a_token_works_on_its_own_runs_socket_only(channels: RunChannels) -> None:
+async def test_a_token_is_its_own_runs_and_good_while_it_lives(
+    channels: RunChannels, caplog: pytest.LogCaptureFixture
+) -> None:
     a = await open_run(channels, "export@1#1")
     b = await open_run(channels, "import@1#1", "import")
-    answer = await ask(client(a), "state.get")
-    assert answer["ok"] is True
-    for wrong in (b.token, "", a.token[:-1], a.token + "x"):
+    assert (await ask(client(a), "state.get"))["state"]["job"] == "export"  # type: ignore[index]
+    assert (await ask(client(b), "state.get"))["state"]["job"] == "import"  # type: ignore[index]
+    for wrong in ("", a.token[:-1], a.token + "x", "x" * 10_000):
         with pytest.raises(Refused) as refused:
             await ask(Channel(a.path, wrong or "-"), "state.get")
         assert refused.value.code == protocol.UNAUTHORIZED and refused.value.status == 4
     assert channels.refused == 4
+    # any local user may knock as root: one WARNING for a burst of refusals
+    warned = [r for r in caplog.records if "no run's going" in r.getMessage()]
+    assert len(warned) == 1 and a.token not in caplog.text
 
 
 @pytest.mark.asyncio
-async def test_a_revoked_run_has_no_socket_and_its_open_connections_close(
+async def test_a_revoked_runs_token_is_refused_and_its_open_connections_close(
     channels: RunChannels,
 ) -> None:
     grant = await open_run(channels, "export@1#1")
-    early = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    early.connect(grant.path)  # opened while the run lives, used after it ended
-    place = os.path.dirname(grant.path)
+    other = await open_run(channels, "import@1#1", "import")
+    held = await asyncio.to_thread(client(grant).connect, "lock", 5.0, name="db", wait=None)
+    assert (await asyncio.to_thread(held.answer, time.monotonic() + 5))["held"] is True
     grant.revoke()
     grant.revoke()  # idempotent
-    assert not exists(grant.path) and not exists(place)
-    with pytest.raises(Unreachable):
+    with pytest.raises(Refused) as refused:
         await ask(client(grant), "state.get")
+    assert refused.value.code == protocol.UNAUTHORIZED
 
-    def late_request() -> bytes:
-        early.settimeout(5)
-        try:
-            early.sendall(protocol.encode({"v": 1, "token": grant.token, "op": "state.get"}))
-            return early.recv(1000)
-        except (BrokenPipeError, ConnectionResetError):
-            return b""
-
-    assert await asyncio.to_thread(late_request) == b""  # closed: no answer, ever
-    early.close()
-    assert channels.live == 0
+    said = await asyncio.to_thread(held.line, time.monotonic() + 5)
+    assert said == {"event": "lost", "reason": "the run ended"}  # told, then closed
+    assert await asyncio.to_thread(held.line, time.monotonic() + 5) is None
+    held.sock.close()
+    assert exists(grant.path)  # the node's socket serves the other runs
+    assert (await ask(client(other), "state.get"))["ok"] is True
+    assert channels.live == 1
 
 
 # ------------------------------------------------------------ state.get
@@ -299,24 +365,24 @@ async def test_requests_are_bounded_in_size_form_and_time(
 
 
 @pytest.mark.asyncio
-async def test_a_run_has_a_bounded_number_of_connections(
+async def test_a_run_and_the_socket_have_a_bounded_number_of_connections(
     channels: RunChannels, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(protocol, "MAX_CONNECTIONS", 2)
     grant = await open_run(channels, "export@1#1")
-    held = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
-    for sock in held:
-        sock.connect(grant.path)
-
-    async def both_counted() -> bool:
-        return len(grant._connections) == 2
-
-    await until(both_counted, what="the two connections seen")
+    other = await open_run(channels, "import@1#1", "import")
+    holds = [
+        await asyncio.to_thread(client(grant).connect, "lock", 5.0, name=name, wait=None)
+        for name in ("db1", "db2")
+    ]
+    for hold in holds:
+        assert (await asyncio.to_thread(hold.answer, time.monotonic() + 5))["held"] is True
     with pytest.raises(Refused) as refused:
         await ask(client(grant), "state.get")
     assert refused.value.code == protocol.BUSY
-    for sock in held:
-        sock.close()
+    assert (await ask(client(other), "state.get"))["ok"] is True  # another run's are its own
+    for hold in holds:
+        hold.sock.close()
 
     async def answered() -> bool:
         try:
@@ -325,6 +391,22 @@ async def test_a_run_has_a_bounded_number_of_connections(
             return False
 
     await until(answered, what="answers again once they closed")
+    # the socket as a whole: connections that never say who they are count too
+    monkeypatch.setattr(server, "MAX_NODE_CONNECTIONS", 2)
+    idle = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
+    for sock in idle:
+        sock.connect(grant.path)
+
+    async def both_counted() -> bool:
+        return channels._connections == 2
+
+    await until(both_counted, what="the two idle connections seen")
+    with pytest.raises(Refused) as refused:
+        await ask(client(other), "state.get")
+    assert refused.value.code == protocol.BUSY
+    for sock in idle:
+        sock.close()
+    await until(answered, what="answers again once the idle ones closed")
 
 
 # ------------------------------------------------------------ locks
@@ -572,8 +654,8 @@ async def test_the_files_a_task_writes_are_its_values(
     channels, values = valued
     grant = await open_task(channels, "extract")
     folder = Path(grant.environment[xcom.DIR_ENV])
-    assert folder.parent == Path(grant.path).parent
-    assert mode(folder) == 0o700
+    assert folder.parent.parent == Path(grant.path).parent  # in the daemon's directory
+    assert mode(folder) == mode(folder.parent) == 0o700
     (folder / "rows").write_text("42")
     (folder / "path").write_text("/data/2026-05-01\n")
     (folder / ".partial").write_text("skipped: a hidden name")
@@ -632,7 +714,7 @@ async def test_files_a_task_may_not_leave_fail_it(
     problem = await grant.finish()
     assert problem is not None and problem.startswith("xcom: "), problem
     assert values.kept == {}  # nothing of it kept, the daemon's file never read
-    assert not exists(grant.path)
+    assert not exists(str(folder.parent))
     assert exists(str(tmp_path / "secret"))  # and what a link pointed at stays
 
 

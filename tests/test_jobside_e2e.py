@@ -78,13 +78,12 @@ def one_daemon_config(out: Path) -> str:
           - name: thief
             command: >-
               read path token < {out}/holder;
-              CRONSTABLE_RUN_TOKEN=$token {CLI} state get > /dev/null 2>> {out}/thief.err;
+              CRONSTABLE_RUN_TOKEN=$token {CLI} state get > {out}/stolen.json 2>> {out}/thief.err;
               echo "other-token $?" >> {out}/thief;
-              CRONSTABLE_RUN_SOCKET=$path {CLI} state get > /dev/null 2>> {out}/thief.err;
-              echo "other-socket $?" >> {out}/thief;
-              CRONSTABLE_RUN_SOCKET=$path CRONSTABLE_RUN_TOKEN=$token {CLI} state get
-              > /dev/null 2>> {out}/thief.err;
-              echo "both $?" >> {out}/thief
+              CRONSTABLE_RUN_TOKEN=forged {CLI} state get > /dev/null 2>> {out}/thief.err;
+              echo "forged $?" >> {out}/thief;
+              {CLI} state get > {out}/own.json 2>> {out}/thief.err;
+              echo "own $?" >> {out}/thief
             schedule: "@yearly"
         """
     )
@@ -139,26 +138,32 @@ def test_a_job_reads_its_state_and_no_run_acts_for_another(
     wait_for(first.exists, what="the manual run's state")
     state = json.loads(first.read_text())
     assert state["lastSuccess"]["attempt"] == 2 and state["lastSuccess"]["outcome"] == "succeeded"
-    # the sockets: the runs' directory 0711 (root) or 0700, the run's 0700, the socket 0600
-    runs, place, sock = (line.split() for line in (out / "modes").read_text().splitlines())
-    assert runs == ["711" if os.geteuid() == 0 else "700", str(os.geteuid())]
-    assert place == ["700", str(os.geteuid())] and sock == ["600", str(os.geteuid())]
-    # one run's token on another run's socket, and a run's socket with its token
+    # the node's socket: the runs' directory and the daemon's 0711 and the socket 0666 as
+    # root (a token serves its run's user only), else 0700 and 0600
+    root = os.geteuid() == 0
+    runs, home, sock = (line.split() for line in (out / "modes").read_text().splitlines())
+    assert runs == ["711" if root else "700", str(os.geteuid())]
+    assert home == ["711" if root else "700", str(os.geteuid())]
+    assert sock == ["666" if root else "600", str(os.geteuid())]
+    # every run has the one socket; a token is its run's (the holder's answers as the
+    # holder), a forged one nothing
     start(url, "holder")
     wait_for((out / "holder").exists, what="holder running")
+    holder_socket = (out / "holder").read_text().split()[0]
     start(url, "thief")
     wait_for(lambda: len(_lines(out / "thief")) == 3, what="the thief's three tries")
-    assert _lines(out / "thief") == ["other-token 4", "other-socket 4", "both 0"]
-    # once the holder's run ended, its socket is gone: its token reaches nothing
-    holder_socket = (out / "holder").read_text().split()[0]
+    assert _lines(out / "thief") == ["other-token 0", "forged 4", "own 0"]
+    assert json.loads((out / "stolen.json").read_text())["job"] == "holder"
+    assert json.loads((out / "own.json").read_text())["job"] == "thief"
+    # once the holder's run ended its token reaches nothing; the socket serves the others
     (out / "holder-go").touch()
     daemon.wait_log(r"Job holder finished: succeeded")
-    assert not os.path.exists(holder_socket)
+    assert os.path.exists(holder_socket)
     (out / "thief").unlink()
     start(url, "thief")
     wait_for(lambda: len(_lines(out / "thief")) == 3, what="the thief's tries, late")
-    assert _lines(out / "thief") == ["other-token 4", "other-socket 3", "both 3"]
-    assert "not this run's" in (out / "thief.err").read_text()
+    assert _lines(out / "thief") == ["other-token 4", "forged 4", "own 0"]
+    assert "no run's going" in (out / "thief.err").read_text()
     assert daemon.stop() == 0
     assert not (runtime / "runs").exists()  # every run's socket removed, then the directory
 
