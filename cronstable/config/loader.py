@@ -141,6 +141,8 @@ class _Batch:
     set in part), located: a load that reuses the batch says it again."""
     scoped: tuple[Job, ...] = ()
     """The jobs with ``concurrencyScope: cluster`` (they need a cluster section)."""
+    pooled: tuple[Job, ...] = ()
+    """The jobs that name a ``pool`` (each must be a pool of the revision)."""
     digests: tuple[str, ...] = ()
     """The jobs' digests, sorted."""
 
@@ -430,6 +432,8 @@ class _Loader:
         self._dropped: set[str] = set()
         """YAML files whose node tree is not kept (:meth:`position` parses them again)."""
         self._scoped: list[Job] = []
+        self._pooled: list[Job] = []
+        """The jobs built or reused that name a pool (:meth:`pool_refs` checks these)."""
         """The jobs with concurrencyScope cluster (store_needs)."""
         self.groups: list[Mapping[str, Job]] = []
         """Each batch's jobs by name, in order (with a cache: a reused batch is the same
@@ -926,8 +930,9 @@ class _Loader:
         """Every ``pool`` a job or a task names is a pool of the revision; a pool with
         ``scope: cluster`` has the cluster section's store to keep its slots in."""
         known = set(self.pools) | set(self._pool_seen)  # a broken pool is reported as such
+        # the jobs that name a pool, as built or reused: not a walk of every job
         unknown = any(
-            job.config.pool is not None and job.config.pool not in known for job in jobs.values()
+            job.config.pool not in known for job in self._pooled if jobs.get(job.name) is job
         )
         named_by: list[tuple[_JobEntry, Job]] = []
         plain: list[_JobEntry] = []
@@ -1029,6 +1034,7 @@ class _Loader:
             len(self.warnings),
             len(self.problems),
             len(self._scoped),
+            len(self._pooled),
             len(self.groups),
             len(self.read_order),
         )
@@ -1038,7 +1044,7 @@ class _Loader:
             # a name in two places: every reused file's entries are made after all, and
             # the duplicates are reported as without a cache (what was built is cached)
             del self.warnings[marks[0] :], self.problems[marks[1] :], self._scoped[marks[2] :]
-            del self.groups[marks[3] :], self.read_order[marks[4] :]
+            del self._pooled[marks[3] :], self.groups[marks[4] :], self.read_order[marks[5] :]
             expanded: list[_JobEntry | _Reused] = []
             for entry in entries:
                 expanded.extend(self.expand(entry) if isinstance(entry, _Reused) else [entry])
@@ -1103,6 +1109,7 @@ class _Loader:
         self.warnings.extend(batch.warnings)
         self.problems.extend(batch.problems)
         self._scoped.extend(batch.scoped)
+        self._pooled.extend(batch.pooled)
         for path, _ in batch.deps:
             if path not in self.read_order:
                 self.read_order.append(path)
@@ -1118,6 +1125,8 @@ class _Loader:
                     self._report_warnings(job.config, entry, written)
                 if job.config.concurrency_scope == "cluster":
                     self._scoped.append(job)
+                if job.config.pool is not None:
+                    self._pooled.append(job)
 
     def _report_warnings(self, config: RunSettings, entry: _JobEntry, written: set[str]) -> None:
         """Warn about a reporter given some but not all of its required keys (it stays off);
@@ -1254,6 +1263,7 @@ class _Loader:
             self.groups.append(hit.by_name)
             return hit.jobs
         problems, warnings, scoped = len(self.problems), len(self.warnings), len(self._scoped)
+        pooled = len(self._pooled)
         jobs, env_files = self._build_all(batch)
         built = len(self.problems) == problems
         self._scan(batch, jobs)
@@ -1266,6 +1276,7 @@ class _Loader:
             warnings=tuple(self.warnings[warnings:]),
             problems=tuple(self.problems[problems:]),
             scoped=tuple(self._scoped[scoped:]),
+            pooled=tuple(self._pooled[pooled:]),
             digests=tuple(sorted(job.digest for job in jobs.values())),
         )
         self.cache.keep_batch(key, kept)

@@ -75,13 +75,16 @@ class _StopRequested(Exception):
 def resolve_identities(
     state: DesiredState,
     names: Collection[str] | None = None,
-    known: Mapping[str, Identity | None] | None = None,
-) -> dict[str, Identity | None]:
-    """Each job's user/group as ids; raises ConfigError naming every job that cannot run.
+    known: Mapping[str, Identity] | None = None,
+) -> dict[str, Identity]:
+    """The user/group as ids of each job that runs as another identity (a job missing
+    runs as the daemon); raises ConfigError naming every job that cannot run.
 
     ``names``: only these jobs may differ from ``known`` (the identities of the revision
-    running), whose others are kept as they are."""
-    identities: dict[str, Identity | None] = {}
+    running), whose others are kept as they are.  Only jobs with an identity are kept,
+    so a one-file edit among 100,000 jobs copies a handful of entries, not 100,000
+    (20 ms, a third of the edit, when it was every job's)."""
+    identities: dict[str, Identity] = {}
     if names is not None and known is not None:
         identities = dict(known)
         for name in names:
@@ -95,10 +98,16 @@ def resolve_identities(
         else [*((n, jobs[n]) for n in names if n in jobs), *tasks.items()]
     )
     for name, job in chosen:
+        config = job.config
+        if config.user is None and config.group is None:
+            continue  # runs as the daemon (resolve_identity's None)
         try:
-            identities[name] = resolve_identity(job.config.user, job.config.group)
+            identity = resolve_identity(config.user, config.group)
         except IdentityError as exc:
             problems.append(Problem(job.file, job.line, None, (), f"job {name!r}: {exc.message}"))
+            continue
+        if identity is not None:
+            identities[name] = identity
     if problems:
         raise ConfigError(problems)
     return identities
@@ -116,7 +125,8 @@ class ProcessSpawner:
     def __init__(self, mirror: OutputMirror | None, channel: RunChannel | None = None) -> None:
         self.mirror = mirror
         self.channel = channel
-        self.identities: Mapping[str, Identity | None] = {}
+        self.identities: Mapping[str, Identity] = {}
+        """The identity of each job that runs as another user or group (others: none)."""
         # copied once: copying os.environ decodes every variable, on every run (bench_runtime)
         self.base_environment = dict(os.environ)
 
