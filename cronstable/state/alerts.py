@@ -876,57 +876,57 @@ class _AlertCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         watch = self.watch
-        late = CounterMetricFamily(
+        yield _per_job(
+            CounterMetricFamily,
             "cronstable_fires_late",
             "Fires this node reported late (onLate: not started within grace of their planned "
             "start; once per fire across the cluster on a shared state store).",
-            labels=["job"],
+            watch.late_total,
         )
-        for name, count in sorted(watch.late_total.items()):
-            late.add_metric([name], count)
-        yield late
-        stuck = CounterMetricFamily(
+        yield _per_job(
+            CounterMetricFamily,
             "cronstable_job_stuck",
             "Runs this node reported stuck (onStuck: going longer than expectedDuration, or "
             "p95Factor times the p95 of the last runs), by job.",
-            labels=["job"],
+            watch.stuck_total,
         )
-        for name, count in sorted(watch.stuck_total.items()):
-            stuck.add_metric([name], count)
-        yield stuck
-        stuck_now = GaugeMetricFamily(
+        yield _per_job(
+            GaugeMetricFamily,
             "cronstable_job_runs_stuck",
             "Runs going now for longer than their onStuck threshold, by job.",
-            labels=["job"],
+            watch._stuck_now,
         )
-        for name, count in sorted(watch._stuck_now.items()):
-            stuck_now.add_metric([name], count)
-        yield stuck_now
-        alerts = CounterMetricFamily(
+        yield _per_job(
+            CounterMetricFamily,
             "cronstable_job_stale_alerts",
             "Times this node reported a job stale (onStale: its last success older than "
             "maxSuccessAge).",
-            labels=["job"],
+            watch.stale_total,
         )
-        for name, count in sorted(watch.stale_total.items()):
-            alerts.add_metric([name], count)
-        yield alerts
-        stale = GaugeMetricFamily(
+        yield _per_job(
+            GaugeMetricFamily,
             "cronstable_job_stale",
             "1 while a job's last success is older than its onStale maxSuccessAge (as this "
             "node judges it), else 0; jobs with onStale only.",
-            labels=["job"],
+            {name: 1 if flag else 0 for name, flag in watch._stale_now.items()},
         )
-        for name, flag in sorted(watch._stale_now.items()):
-            stale.add_metric([name], 1 if flag else 0)
-        yield stale
-        age = GaugeMetricFamily(
+        yield _per_job(
+            GaugeMetricFamily,
             "cronstable_job_last_success_age_seconds",
             "Seconds since the last success of a job with onStale ended (this node's run "
             "history and, on a shared store, the cluster's); absent until one has.",
-            labels=["job"],
+            {name: age for name, age in watch._age.items() if age is not None},
         )
-        for name, seconds in sorted(watch._age.items()):
-            if seconds is not None:
-                age.add_metric([name], seconds)
-        yield age
+
+
+def _per_job(
+    family: type[CounterMetricFamily | GaugeMetricFamily],
+    name: str,
+    documentation: str,
+    values: Mapping[str, float],
+) -> Metric:
+    """One metric family labelled by job, a sample per job of ``values``, in name order."""
+    made = family(name, documentation, labels=["job"])
+    for job, value in sorted(values.items()):
+        made.add_metric([job], value)
+    return made
