@@ -46,6 +46,7 @@ COMPACT_AT = 4 * 1024 * 1024
 OLD_SUFFIX = ".json"
 """A record file of the one-file-per-record layout (``nodes/n1/fires/x.json``)."""
 _CHUNK = 1 << 20
+_MIGRATE_BATCH = 16 << 20
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
 Change = tuple[str, Record | None]
@@ -71,6 +72,19 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _line(key: str, payload: bytes) -> bytes:
@@ -205,25 +219,22 @@ class RecordLog:
 
     def _current(self, mode: int) -> int:
         """Lock the file the log's path names now (``mode``: LOCK_SH or LOCK_EX), another
-        process's compaction followed, and index what was appended since; its size."""
+        process's compaction followed, and index what was appended since; its size.
+        On an error nothing stays locked."""
         while True:
             fd = self._open()
             fcntl.flock(fd, mode)
             try:
-                stat = os.stat(self.path)
-            except FileNotFoundError:
-                stat = None
-            if stat is not None and (stat.st_dev, stat.st_ino) == self._inode:
-                break
+                stat = _stat(self.path)
+                if stat is not None and (stat.st_dev, stat.st_ino) == self._inode:
+                    if stat.st_size != self._end:
+                        self._replay(stat.st_size)
+                    return stat.st_size
+            except BaseException:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                raise
             fcntl.flock(fd, fcntl.LOCK_UN)
             self._close()  # replaced (compacted) or removed: open what is there now
-        try:
-            if stat.st_size != self._end:
-                self._replay(stat.st_size)
-        except BaseException:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            raise
-        return stat.st_size
 
     def _readable(self) -> bool:
         """Whether there is a log to read, brought up to date (another process's appends
@@ -232,46 +243,39 @@ class RecordLog:
         if self._fd is None:
             if not self.path.exists() and next(old_records(self.root), None) is None:
                 return False
-            self._exclusive_open()
-            return True
-        try:
-            stat = os.stat(self.path)
-        except FileNotFoundError:
-            stat = None
+            with self._locked():  # the first use: it may import the older layout
+                return True
+        stat = _stat(self.path)
         if stat is not None and (stat.st_dev, stat.st_ino) == self._inode:
             if stat.st_size == self._end:
                 return True  # the common case: nothing new, no lock taken
-        self._current(fcntl.LOCK_SH)
+        self._current(fcntl.LOCK_SH)  # not while another process is mid-append
         assert self._fd is not None
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         return True
 
-    def _exclusive_open(self) -> None:
-        """The first use: open, index, and import a directory of the older layout."""
-        size = self._current(fcntl.LOCK_EX)
-        assert self._fd is not None
-        try:
-            self._cut(size)
-            self._migrate()
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-
     @contextlib.contextmanager
     def _exclusive(self) -> Iterator[None]:
-        """The log locked against every other writer, up to date, its torn tail cut."""
-        with self._lock:
-            first = self._fd is None
-            size = self._current(fcntl.LOCK_EX)
-            fd = self._fd
-            assert fd is not None
-            try:
-                self._cut(size)
-                if first:
-                    self._migrate()
-                yield
-            finally:
-                if self._fd == fd:  # else a compaction closed it (and so unlocked it)
-                    fcntl.flock(fd, fcntl.LOCK_UN)
+        """The log locked against every other writer (thread or process), up to date."""
+        with self._lock, self._locked():
+            yield
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """:meth:`_exclusive` within the thread lock: LOCK_EX, others' appends indexed,
+        a torn tail cut; at the first open, the older layout imported."""
+        first = self._fd is None
+        self._current(fcntl.LOCK_EX)
+        fd = self._fd
+        assert fd is not None
+        try:
+            self._cut(os.fstat(fd).st_size)
+            if first:
+                self._migrate()
+            yield
+        finally:
+            if self._fd == fd:  # else a compaction closed it (and so unlocked it)
+                fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _cut(self, size: int) -> None:
         """Cut off a torn tail (a crash mid-append), so the next line starts clean."""
@@ -356,9 +360,7 @@ class RecordLog:
             return
         data = b"".join(line for _, line in kept)
         assert self._fd is not None
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        _write_all(self._fd, data)
         if flush or (flush is None and not all(boot_scoped(key) for key, _ in kept)):
             os.fsync(self._fd)
         offset = self._end
@@ -383,9 +385,9 @@ class RecordLog:
                 index[key] = (offset, length)
                 offset += length
                 if len(pending) >= _CHUNK:
-                    os.write(fd, pending)
+                    _write_all(fd, bytes(pending))
                     pending.clear()
-            os.write(fd, pending)
+            _write_all(fd, bytes(pending))
             os.fsync(fd)
             os.replace(temp, self.path)
         except BaseException:
@@ -402,14 +404,25 @@ class RecordLog:
         self._index, self._end, self._live = index, offset, offset
 
     def _migrate(self) -> None:
-        """Import the record files of the older layout (one batch, flushed), then remove
-        them and the directories they leave empty.  A key the log holds already wins (a
-        leftover of an import cut short)."""
+        """Import the record files of the older layout (flushed once, at the end), then
+        remove them and the directories they leave empty.  A key the log holds already
+        wins (a leftover of an import cut short)."""
         old = list(old_records(self.root))
         if not old:
             return
-        lines = [(key, _line(key, _old_payload(path.read_bytes()))) for key, path in old]
-        self._write([(k, line) for k, line in lines if k not in self._index], flush=True)
+        batch: list[tuple[str, bytes]] = []
+        size = 0
+        for name, path in old:
+            if name in self._index:
+                continue
+            batch.append((name, _line(name, _old_payload(path.read_bytes()))))
+            size += len(batch[-1][1])
+            if size >= _MIGRATE_BATCH:
+                self._write(batch, flush=False)  # in parts: records may be MiBs each
+                batch, size = [], 0
+        self._write(batch, flush=False)
+        assert self._fd is not None
+        os.fsync(self._fd)
         for _, path in old:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
