@@ -333,3 +333,15 @@ async def test_reading_a_missing_directory_creates_nothing(tmp_path: Path) -> No
     assert await store.list() == {}
     assert not (tmp_path / "none").exists()
     await store.close()
+
+
+@pytest.mark.asyncio
+async def test_a_compactions_file_left_by_a_crash_is_removed_at_the_next_start(
+    tmp_path: Path, store: FilesystemStore
+) -> None:
+    await store.put(k(1), {"n": 1})
+    await store.close()
+    stale = tmp_path / "state" / f".{LOG_NAME}.tmp-dead"
+    stale.write_bytes(b"half a compaction")
+    assert list(await fresh_list(tmp_path / "state")) == [k(1)]
+    assert not stale.exists()

@@ -47,6 +47,7 @@ OLD_SUFFIX = ".json"
 """A record file of the one-file-per-record layout (``nodes/n1/fires/x.json``)."""
 _CHUNK = 1 << 20
 _MIGRATE_BATCH = 16 << 20
+_TEMP_PREFIX = f".{LOG_NAME}.tmp-"
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
 Change = tuple[str, Record | None]
@@ -271,6 +272,7 @@ class RecordLog:
         try:
             self._cut(os.fstat(fd).st_size)
             if first:
+                self._remove_stale_temps()
                 self._migrate()
             yield
         finally:
@@ -375,7 +377,7 @@ class RecordLog:
         """Rewrite the live lines to a new file renamed over the log (under LOCK_EX on
         the old one, which every writer locks first and then finds replaced)."""
         assert self._fd is not None
-        temp = self.root / f".{LOG_NAME}.tmp-{secrets.token_hex(4)}"
+        temp = self.root / f"{_TEMP_PREFIX}{secrets.token_hex(4)}"
         fd = os.open(temp, _OPEN_FLAGS | os.O_EXCL, 0o600)
         try:
             index: dict[str, Entry] = {}
@@ -402,6 +404,14 @@ class RecordLog:
         stat = os.fstat(fd)
         self._fd, self._inode = fd, (stat.st_dev, stat.st_ino)
         self._index, self._end, self._live = index, offset, offset
+
+    def _remove_stale_temps(self) -> None:
+        """A compaction's file a crash left behind (under LOCK_EX no compaction is going:
+        each holds it)."""
+        for name in os.listdir(self.root):
+            if name.startswith(_TEMP_PREFIX):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.root / name)
 
     def _migrate(self) -> None:
         """Import the record files of the older layout (flushed once, at the end), then
