@@ -11,7 +11,9 @@ backend, with the ids ``etcd``, ``filesystem`` and ``kubernetes``:
   file.  Each server starts only for its own case.
 * ``own_cluster_backend``: etcd and filesystem as above, with an etcd of the test's
   own (``etcd_server``) that it may stop and start again (outage tests).
-* ``state_backend``: ``filesystem`` and ``etcd`` (the shared one, the test's prefix).
+* ``state_backend``: ``filesystem`` and ``etcd`` (the shared one, the test's prefix);
+  a test may ask for ``filesystem-shared`` too (a directory with ``state.shared: true``,
+  one file per record, where ``filesystem`` is a node's own directory, one log).
 
 A test that needs one backend only narrows the parameters::
 
@@ -117,11 +119,13 @@ def own_cluster_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Clust
 
 @dataclass(frozen=True)
 class StateBackend:
-    """One durable-state store: a directory, or etcd (``server`` and ``prefix``)."""
+    """One durable-state store: a directory (``shared``: the layout of a directory the
+    nodes share), or etcd (``server`` and ``prefix``)."""
 
     name: str
     server: EtcdServer | None = None
     prefix: str = ""
+    shared: bool = False
 
     def store(self, directory: Path) -> StateStore:
         """A client of this store; the filesystem one keeps its records in ``directory``."""
@@ -130,14 +134,20 @@ class StateBackend:
 
         if self.server is not None:
             return EtcdStore([self.server.endpoint], prefix=self.prefix)
-        return FilesystemStore(directory)
+        return FilesystemStore(directory, shared=self.shared)
 
 
 @pytest.fixture(params=STATE_BACKENDS)
 def state_backend(request: pytest.FixtureRequest) -> StateBackend:
     """Each state store in turn; etcd is the shared server (never stop it)."""
+    return state_backend_of(request)
+
+
+def state_backend_of(request: pytest.FixtureRequest) -> StateBackend:
+    """The state store ``request.param`` names (``filesystem-shared`` too: a module
+    that tests both layouts of a directory overrides ``state_backend`` with it)."""
     if request.param == "etcd":
         server: EtcdServer = request.getfixturevalue("shared_etcd_server")
         prefix: str = request.getfixturevalue("etcd_prefix")
         return StateBackend("etcd", server=server, prefix=prefix)
-    return StateBackend("filesystem")
+    return StateBackend("filesystem", shared=request.param == "filesystem-shared")

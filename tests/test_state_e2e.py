@@ -59,8 +59,14 @@ class Section(str):
 
 
 def _read_file(root: Path, key: str) -> dict[str, Any] | None:
-    path = root / "state-n1" / (key + ".json")
-    return json.loads(path.read_text()) if path.exists() else None
+    """Through the store's own log, as a second process (``cronstable state``) reads it."""
+    from cronstable.state.journal import RecordLog
+
+    log = RecordLog(root / "state-n1")
+    try:
+        return log.get(key)
+    finally:
+        log.close()
 
 
 @pytest.fixture

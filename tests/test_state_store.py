@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import pytest
 import pytest_asyncio
-from backends import StateBackend
+from backends import StateBackend, state_backend_of
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,6 +18,12 @@ from cronstable.state.etcd import EtcdStore
 from cronstable.state.filesystem import FilesystemStore
 
 pytestmark = [pytest.mark.timeout(60)]
+
+
+@pytest.fixture(params=["filesystem", "filesystem-shared", "etcd"])
+def state_backend(request: pytest.FixtureRequest) -> StateBackend:
+    """Both layouts of a directory: a node's own (one log) and a shared one (a file each)."""
+    return state_backend_of(request)
 
 
 @pytest_asyncio.fixture
@@ -114,10 +120,12 @@ async def test_list_under_a_prefix_in_key_order(store: StateStore) -> None:
 @pytest.mark.asyncio
 async def test_a_record_of_another_version_reads_as_none(store: StateStore) -> None:
     k = node_key("n1", "fires", "x")
-    if isinstance(store, FilesystemStore):
+    if isinstance(store, FilesystemStore) and store.shared:
         path = store.root / "nodes" / "n1" / "fires" / "x.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text('{"version": 99}')
+    elif isinstance(store, FilesystemStore):
+        await store.put(k, {"version": 99})  # a later format's record, in the log
     else:
         assert isinstance(store, EtcdStore)
         await store.pool.clients[0].put(store.prefix + k, b"not json")
@@ -154,16 +162,21 @@ async def test_an_etcd_that_does_not_answer_is_refused_in_time(tmp_path: Path) -
 
 
 @pytest.mark.asyncio
-async def test_the_filesystem_store_leaves_no_temporary_files(tmp_path: Path) -> None:
-    store = FilesystemStore(tmp_path / "s")
+@pytest.mark.parametrize("shared", [False, True])
+async def test_the_filesystem_store_leaves_no_temporary_files(tmp_path: Path, shared: bool) -> None:
+    store = FilesystemStore(tmp_path / "s", shared=shared)
     await store.check()
     for n in range(5):
         await store.put(node_key("n1", "history", "j"), {"n": n})
         await store.create(key("cluster", "reboot", "j"), {"n": n})
     names = [p.name for p in (tmp_path / "s").rglob("*") if p.is_file()]
-    assert sorted(names) == ["j.json", "j.json"]
-    mode = (tmp_path / "s" / "nodes").stat().st_mode & 0o777
-    assert mode == 0o700
+    # a node's own directory holds one log; a shared one a file per record
+    assert sorted(names) == (["j.json", "j.json"] if shared else ["records.log"])
+    if shared:
+        mode = (tmp_path / "s" / "nodes").stat().st_mode & 0o777
+        assert mode == 0o700
+    assert (tmp_path / "s").stat().st_mode & 0o777 == 0o700
+    await store.close()
 
 
 def test_a_long_segment_keeps_a_readable_start_and_a_digest() -> None:

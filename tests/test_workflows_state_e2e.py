@@ -37,8 +37,13 @@ def marks(out: Path) -> list[str]:
 def flow_records(root: Path, section: Section) -> list[dict[str, Any]]:
     """The workflow-run records in the store (node n1's)."""
     if section.startswith("state: {backend: filesystem}"):
-        folder = root / "state-n1" / "nodes" / "n1" / "flows"
-        return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+        from cronstable.state.journal import RecordLog
+
+        log = RecordLog(root / "state-n1")  # the store's own log, read as a second process
+        try:
+            return [r for r in log.list("nodes/n1/flows/").values() if r is not None]
+        finally:
+            log.close()
     endpoint = section.split('endpoints: ["', 1)[1].split('"', 1)[0]
     prefix = section.split('prefix: "', 1)[1].split('"', 1)[0] + "state/nodes/n1/flows/"
     return etcd_records(endpoint, prefix)

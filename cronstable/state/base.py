@@ -131,6 +131,12 @@ def decode(data: bytes) -> Record | None:
         value = json.loads(data)
     except (ValueError, UnicodeDecodeError):
         return None
+    return readable(value)
+
+
+def readable(value: object) -> Record | None:
+    """``value`` (decoded JSON) as a record; None when it is not one this version writes
+    (:func:`decode`'s test, for a store that holds records inside its own JSON)."""
     if not isinstance(value, dict) or value.get("version") != FORMAT_VERSION:
         return None
     return value

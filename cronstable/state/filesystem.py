@@ -1,6 +1,12 @@
-"""The state store in a directory: the node's ``--state-dir`` (one JSON file per record).
+"""The state store in a directory: the node's ``--state-dir``, in one of two layouts.
 
-``nodes/n1/retries/backup`` is ``<dir>/nodes/n1/retries/backup.json``.  A write goes
+**A node's own directory** (``state.shared: false``, the default): every record is a
+line of one append-only file, ``<dir>/records.log`` (:class:`~cronstable.state.journal.RecordLog`),
+so a burst of runs writes no new files (a new inode is costly on some filesystems).  A
+directory of the older layout below is imported into it on first use.
+
+**A shared directory** (``state.shared: true``, nodes on a share): one JSON file per
+record, ``nodes/n1/retries/backup`` is ``<dir>/nodes/n1/retries/backup.json``.  A write goes
 to a temporary file beside the record (``.tmp-*``), is flushed to disk, then renamed
 over the record, and the directory is flushed too, so a crash or a power cut leaves
 the old record or the new one.  A running run's record is renamed the same way but
@@ -8,8 +14,10 @@ not flushed (:func:`~cronstable.state.base.boot_scoped`: it is only read within 
 boot that wrote it, and a daemon that dies leaves it in the page cache).
 :meth:`FilesystemStore.create` links the temporary file to the record's name, which
 fails when one exists: put-if-absent without a lock (on a share too, over NFS v3+
-and SMB, where a hard link is atomic).  Directories are made 0700.  The
-blocking calls run in a thread, each bounded by :data:`~cronstable.state.base.OP_TIMEOUT`.
+and SMB, where a hard link is atomic).
+
+Directories are made 0700.  The blocking calls run in a thread, each bounded by
+:data:`~cronstable.state.base.OP_TIMEOUT`.
 """
 
 from __future__ import annotations
@@ -31,29 +39,10 @@ from cronstable.state.base import (
     decode,
     encode,
 )
+from cronstable.state.journal import RecordLog, fsync_dir, make_dirs
 
 _T = TypeVar("_T")
 SUFFIX = ".json"
-
-
-def _make_dirs(path: Path) -> None:
-    """``path`` and its missing parents, each 0700 (``mkdir(parents=True)`` gives the
-    parents the default mode)."""
-    missing: list[Path] = []
-    while not path.is_dir():
-        missing.append(path)
-        path = path.parent
-    for directory in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            directory.mkdir(mode=0o700)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class FilesystemStore(StateStore):
@@ -66,7 +55,9 @@ class FilesystemStore(StateStore):
         self.timeout = timeout
         self.shared = shared
         """Whether every node uses this directory (``state.shared``: a share they all
-        mount), so their records meet in it as on etcd."""
+        mount), so their records meet in it as on etcd: one file per record then,
+        otherwise one log (the module docstring)."""
+        self._log = None if shared else RecordLog(self.root)
 
     def __repr__(self) -> str:
         return f"FilesystemStore({str(self.root)!r})"
@@ -85,7 +76,7 @@ class FilesystemStore(StateStore):
     # ------------------------------------------------------------ blocking halves
 
     def _write_temp(self, path: Path, record: Record, flush: bool = True) -> str:
-        _make_dirs(path.parent)
+        make_dirs(path.parent)
         fd, temp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -112,7 +103,7 @@ class FilesystemStore(StateStore):
             raise
         if flush:
             if dirs is None:
-                _fsync_dir(path.parent)
+                fsync_dir(path.parent)
             else:
                 dirs.add(path.parent)
 
@@ -126,7 +117,7 @@ class FilesystemStore(StateStore):
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         return True
 
     def _apply(self, changes: Sequence[tuple[str, Record | None]]) -> None:
@@ -140,7 +131,7 @@ class FilesystemStore(StateStore):
                     self._put(key, record, dirs)
         finally:
             for directory in sorted(dirs):
-                _fsync_dir(directory)
+                fsync_dir(directory)
 
     def _get(self, key: str) -> Record | None:
         try:
@@ -156,7 +147,7 @@ class FilesystemStore(StateStore):
             return False
         if not boot_scoped(key):
             if dirs is None:
-                _fsync_dir(path.parent)
+                fsync_dir(path.parent)
             else:
                 dirs.add(path.parent)
         return True
@@ -183,31 +174,45 @@ class FilesystemStore(StateStore):
         return dict(sorted(found.items()))
 
     def _check(self) -> None:
-        _make_dirs(self.root)
+        make_dirs(self.root)
         probe = self._write_temp(self.root / "probe", {})
         os.unlink(probe)
 
     # ------------------------------------------------------------ the store
 
     async def check(self) -> None:
-        await self._run("cannot write records", self._check)
+        if self._log is not None:
+            await self._run("cannot write records", self._log.check)
+        else:
+            await self._run("cannot write records", self._check)
 
     async def get(self, key: str) -> Record | None:
-        return await self._run(f"cannot read {key}", lambda: self._get(key))
+        read = self._log.get if self._log is not None else self._get
+        return await self._run(f"cannot read {key}", lambda: read(key))
 
     async def put(self, key: str, record: Record) -> None:
-        await self._run(f"cannot write {key}", lambda: self._put(key, record))
+        write = self._log.put if self._log is not None else self._put
+        await self._run(f"cannot write {key}", lambda: write(key, record))
 
     async def create(self, key: str, record: Record) -> bool:
-        return await self._run(f"cannot write {key}", lambda: self._create(key, record))
+        write = self._log.create if self._log is not None else self._create
+        return await self._run(f"cannot write {key}", lambda: write(key, record))
 
     async def delete(self, key: str) -> bool:
-        return await self._run(f"cannot remove {key}", lambda: self._delete(key))
+        remove = self._log.delete if self._log is not None else self._delete
+        return await self._run(f"cannot remove {key}", lambda: remove(key))
 
     async def apply(self, changes: Sequence[tuple[str, Record | None]]) -> None:
-        """Every change in one call of the thread (a burst of runs costs one round)."""
+        """Every change in one call of the thread (a burst of runs costs one round; in
+        the log, one write and one flush)."""
         what = f"cannot write {changes[0][0]}" if len(changes) == 1 else "cannot write records"
-        await self._run(what, lambda: self._apply(changes))
+        write = self._log.apply if self._log is not None else self._apply
+        await self._run(what, lambda: write(changes))
 
     async def list(self, prefix: str = "") -> dict[str, Record | None]:
-        return await self._run(f"cannot list {prefix or 'the records'}", lambda: self._list(prefix))
+        read = self._log.list if self._log is not None else self._list
+        return await self._run(f"cannot list {prefix or 'the records'}", lambda: read(prefix))
+
+    async def close(self) -> None:
+        if self._log is not None:
+            await self._run("cannot close the records", self._log.close)
