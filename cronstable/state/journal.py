@@ -267,17 +267,16 @@ class RecordLog:
         a torn tail cut; at the first open, the older layout imported."""
         first = self._fd is None
         self._current(fcntl.LOCK_EX)
-        fd = self._fd
-        assert fd is not None
+        assert self._fd is not None
         try:
-            self._cut(os.fstat(fd).st_size)
+            self._cut(os.fstat(self._fd).st_size)
             if first:
                 self._remove_stale_temps()
                 self._migrate()
             yield
         finally:
-            if self._fd == fd:  # else a compaction closed it (and so unlocked it)
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            if self._fd is not None:  # the log's file now: a compaction locked its own
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def _cut(self, size: int) -> None:
         """Cut off a torn tail (a crash mid-append), so the next line starts clean."""
@@ -348,8 +347,11 @@ class RecordLog:
         boot-scoped; a removal of a key that has no record writes nothing."""
         self._write([(key, record_line(key, record)) for key, record in changes], flush=None)
 
-    def _write(self, lines: Sequence[tuple[str, bytes]], *, flush: bool | None) -> None:
-        """Append ``lines`` (key, line).  ``flush``: None decides by the keys."""
+    def _write(
+        self, lines: Sequence[tuple[str, bytes]], *, flush: bool | None, compact: bool = True
+    ) -> None:
+        """Append ``lines`` (key, line).  ``flush``: None decides by the keys; ``compact``:
+        False while a batch is written in parts (a compaction would switch files)."""
         alive: dict[str, bool] = {}
         kept: list[tuple[str, bytes]] = []
         for key, line in lines:
@@ -370,6 +372,10 @@ class RecordLog:
             self._note(key, alive_line(line), offset, len(line))
             offset += len(line)
         self._end = offset
+        if compact:
+            self._maybe_compact()
+
+    def _maybe_compact(self) -> None:
         if self._end > COMPACT_AT and self._end > 2 * self._live:
             self._compact()
 
@@ -397,13 +403,21 @@ class RecordLog:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
             raise
-        fsync_dir(self.root)
-        # closing the old file releases its lock: a writer waiting for it finds the
-        # path renamed over and opens this one
-        os.close(self._fd)
+        try:
+            fsync_dir(self.root)
+            # the new file locked before the old one is let go, so nothing comes between
+            # this and the caller's unlock; a process that opened the new file first
+            # appends and unlocks (it waits for nothing of ours)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(self._fd)  # its lock goes with it: a writer waiting for it reopens
         stat = os.fstat(fd)
         self._fd, self._inode = fd, (stat.st_dev, stat.st_ino)
         self._index, self._end, self._live = index, offset, offset
+        if stat.st_size != offset:
+            self._replay(stat.st_size)  # appended by another process in between
 
     def _remove_stale_temps(self) -> None:
         """A compaction's file a crash left behind (under LOCK_EX no compaction is going:
@@ -428,11 +442,13 @@ class RecordLog:
             batch.append((name, _line(name, _old_payload(path.read_bytes()))))
             size += len(batch[-1][1])
             if size >= _MIGRATE_BATCH:
-                self._write(batch, flush=False)  # in parts: records may be MiBs each
+                # in parts: records may be MiBs each
+                self._write(batch, flush=False, compact=False)
                 batch, size = [], 0
-        self._write(batch, flush=False)
+        self._write(batch, flush=False, compact=False)
         assert self._fd is not None
         os.fsync(self._fd)
+        self._maybe_compact()
         for _, path in old:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
