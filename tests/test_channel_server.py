@@ -398,7 +398,7 @@ async def test_a_run_and_the_socket_have_a_bounded_number_of_connections(
         sock.connect(grant.path)
 
     async def both_counted() -> bool:
-        return channels._connections == 2
+        return len(channels._connections) == 2
 
     await until(both_counted, what="the two idle connections seen")
     with pytest.raises(Refused) as refused:

@@ -52,4 +52,7 @@ class Stack:
         self.daemon.scheduler.stop()
         if self._loop is not None:
             await self._loop
+        for what, close in self.daemon.closing:
+            if what == "run channels":  # the node's socket, which outlives every run
+                await close()
         await self.web.close()

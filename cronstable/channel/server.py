@@ -154,7 +154,8 @@ class RunChannels:
         """Whether any user may connect (as root, where the peer's uid can be read)."""
         self._grants: dict[bytes, RunSocket] = {}
         """The runs going, by the SHA-256 of their token."""
-        self._connections = 0
+        self._connections: set[asyncio.StreamWriter] = set()
+        """Every connection open on the socket (a run's or not yet anyone's)."""
         self._tasks = TaskSet("Run channels")
         self._closing = False
         self._refusals_unlogged = 0
@@ -272,7 +273,9 @@ class RunChannels:
         for grant in list(self._grants.values()):
             grant.revoke()
         if self._server is not None:
-            self._server.close()
+            self._server.close()  # no more connections; the open ones are closed here
+        for writer in list(self._connections):
+            writer.close()
         await self._tasks.wait(within=protocol.WRITE_TIMEOUT)
         if self.home is not None and self.path is not None:
             _remove(self.home, self.path)
@@ -286,7 +289,10 @@ class RunChannels:
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
-        if self._connections >= MAX_NODE_CONNECTIONS:
+        if self._closing:
+            writer.close()
+            return
+        if len(self._connections) >= MAX_NODE_CONNECTIONS:
             with contextlib.suppress(ConnectionError, TimeoutError):
                 await _answer(
                     writer,
@@ -297,7 +303,7 @@ class RunChannels:
                 )
             writer.close()
             return
-        self._connections += 1
+        self._connections.add(writer)
         try:
             found = await self._authenticated(reader, writer)
             if found is not None:
@@ -306,7 +312,7 @@ class RunChannels:
         except (ConnectionError, TimeoutError):
             pass  # the client went away, or stopped reading
         finally:
-            self._connections -= 1
+            self._connections.discard(writer)
             writer.close()
 
     async def _authenticated(
