@@ -291,6 +291,21 @@ async def test_a_directory_of_the_older_layout_is_imported_and_its_files_removed
 
 
 @pytest.mark.asyncio
+async def test_the_first_check_may_take_its_time_to_import_the_older_layout(
+    tmp_path: Path,
+) -> None:
+    # an upgrade on a large directory: the store's bound for one write would cut the
+    # import short and the revision naming the store would be rejected at the start
+    root = tmp_path / "state"
+    old = FilesystemStore(root, shared=True, timeout=120)
+    await old.apply([(node_key("n1", "history", f"job{n}"), {"runs": [n]}) for n in range(1000)])
+    hurried = FilesystemStore(root, timeout=0.001)  # far less than the import takes
+    await hurried.check()
+    assert sorted(p.name for p in root.iterdir()) == [LOG_NAME]
+    assert len(await FilesystemStore(root, timeout=120).list()) == 1000
+
+
+@pytest.mark.asyncio
 async def test_a_thousand_puts_make_no_new_file(tmp_path: Path, store: FilesystemStore) -> None:
     root = tmp_path / "state"
 

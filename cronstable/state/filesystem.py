@@ -43,6 +43,10 @@ from cronstable.state.journal import RecordLog, fsync_dir, make_dirs
 
 _T = TypeVar("_T")
 SUFFIX = ".json"
+IMPORT_TIMEOUT = 600.0
+"""Seconds the first check of a private directory may take: it may import a directory
+of the older layout (100,000 jobs leave hundreds of thousands of files), which the
+store's usual bound would cut short and the revision naming it be rejected for."""
 
 
 class FilesystemStore(StateStore):
@@ -62,11 +66,12 @@ class FilesystemStore(StateStore):
     def __repr__(self) -> str:
         return f"FilesystemStore({str(self.root)!r})"
 
-    async def _run(self, what: str, call: Callable[[], _T]) -> _T:
+    async def _run(self, what: str, call: Callable[[], _T], bound: float | None = None) -> _T:
+        bound = self.timeout if bound is None else bound
         try:
-            return await asyncio.wait_for(asyncio.to_thread(call), timeout=self.timeout)
+            return await asyncio.wait_for(asyncio.to_thread(call), timeout=bound)
         except TimeoutError as exc:
-            raise StateError(f"{what} in {self.root}: no answer in {self.timeout:g} s") from exc
+            raise StateError(f"{what} in {self.root}: no answer in {bound:g} s") from exc
         except OSError as exc:
             raise StateError(f"{what} in {self.root}: {exc.strerror or exc}") from exc
 
@@ -182,7 +187,13 @@ class FilesystemStore(StateStore):
 
     async def check(self) -> None:
         if self._log is not None:
-            await self._run("cannot write records", self._log.check)
+            # the first use may import the older layout: not bounded as one write is
+            first = not self._log.path.exists()
+            await self._run(
+                "cannot write records",
+                self._log.check,
+                max(self.timeout, IMPORT_TIMEOUT) if first else None,
+            )
         else:
             await self._run("cannot write records", self._check)
 
