@@ -66,7 +66,10 @@ class SentryReporter(Reporter):
         scope = sentry_sdk.Scope()
         scope.set_client(client)
         scope.fingerprint = fingerprint
-        scope.level = sentry.level or ("info" if message.success else "error")
+        # set_level, not the level attribute: sentry-sdk 3 dropped the attribute's setter;
+        # the level is the configuration's text, which Sentry takes as it is
+        level: Any = sentry.level or ("info" if message.success else "error")
+        scope.set_level(level)
         for key, value in sentry.extra.items():
             scope.set_extra(key, value)
         scope.set_tag("job", v["name"])
