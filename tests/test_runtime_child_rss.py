@@ -384,6 +384,98 @@ async def test_no_descriptor_outlives_its_run(shim: str) -> None:
     assert open_fds() == before
 
 
+@pytest.fixture(params=["close_range", "proc"])
+def closing_shim(
+    request: pytest.FixtureRequest, shim: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """Each build, closing the daemon's descriptors with close_range, or (built without
+    it, as on a kernel before 5.9) through /proc/self/fd."""
+    if request.param == "close_range":
+        return shim
+    raw = shim == exec_shim.shim_path()
+    flags = (
+        ["-DCRONSTABLE_EXEC_RAW", "-static", "-nostdlib", "-fno-stack-protector"]
+        + ["-fno-builtin", "-fno-pie", "-no-pie"]
+        if raw
+        else ["-static"]
+    )
+    target = tmp_path / exec_shim.SHIM_NAME
+    built = _setup_module().compile_shim(
+        Path(exec_shim.SHIM_SOURCE), target, (["-DCRONSTABLE_EXEC_NO_CLOSE_RANGE", *flags],)
+    )
+    assert built
+    monkeypatch.setattr(exec_shim, "shim_path", lambda: str(target))
+    return str(target)
+
+
+@async_test
+async def test_a_descriptor_the_daemon_left_inheritable_does_not_reach_the_job(
+    closing_shim: str,
+) -> None:
+    # the shim is started with posix_spawn, which closes nothing: the shim closes what
+    # Popen's close_fds closed, whichever descriptors they are (a low one, a high one)
+    low = os.open(os.devnull, os.O_RDONLY)
+    high = os.dup2(low, 900)
+    os.set_inheritable(low, True)
+    os.set_inheritable(high, True)
+    try:
+        probe = "import os; print(sorted(int(f) for f in os.listdir('/proc/self/fd')))"
+        result = await run(make_job([PY, "-c", probe], captureStdout=True, stdin="in"))
+    finally:
+        os.close(low)
+        os.close(high)
+    assert result.returncode == 0, result
+    # 0-2, and the descriptor listdir itself opened
+    assert json.loads(result.stdout or "")[:3] == [0, 1, 2]
+    assert len(json.loads(result.stdout or "")) == 4, result.stdout
+
+
+@async_test
+async def test_a_job_gets_sigpipe_back_though_python_ignores_it(shim: str) -> None:
+    # Python ignores SIGPIPE (and an ignored signal stays so across exec); Popen gave
+    # the default back, and so does the spawn of the shim: `yes | head` must end
+    assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
+    probe = "grep SigIgn /proc/self/status"
+    result = await run(make_job(["sh", "-c", probe], captureStdout=True))
+    ignored = int((result.stdout or "").split()[1], 16)
+    assert not ignored & (1 << (signal.SIGPIPE - 1)), result.stdout
+    result = await run(make_job("yes | head -n 1", captureStdout=True, executionTimeout=20))
+    assert result.returncode == 0 and (result.stdout or "").strip() == "y", result
+
+
+def test_a_daemon_started_with_its_standard_descriptors_closed_still_spawns(
+    tmp_path: Path,
+) -> None:
+    # with 0 and 1 closed, the spawn's own pipes get those numbers: a posix_spawn dup2
+    # would overwrite one with another, so such a spawn goes through Popen instead
+    script = tmp_path / "spawn.py"
+    script.write_text(
+        "import asyncio, os, sys\n"
+        "from cronstable.runtime.child import spawn\n"
+        "held = [os.open(os.devnull, os.O_RDONLY) for _ in range(2)]\n"
+        "assert held == [0, 1], held  # kept from the loop's own descriptors\n"
+        "async def main():\n"
+        "    for fd in held:\n"
+        "        os.close(fd)  # free again: the spawn's pipes get 0 and 1\n"
+        "    child, readers = await spawn(['sh', '-c', 'read x; echo got $x; echo err >&2'],"
+        " env=os.environ, capture=[1, 2], reader_limit=1024, stdin=b'line\\n')\n"
+        "    out = await readers[1].read()\n"
+        "    err = await readers[2].read()\n"
+        "    await child.exited\n"
+        "    sys.stderr.write(repr((out, err, child.returncode)))\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run(
+        f"exec 0<&- 1>&-; exec {PY} {script}",
+        shell=True,
+        stderr=subprocess.PIPE,
+        timeout=30,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.decode().endswith("(b'got line\\n', b'err\\n', 0)"), done.stderr
+
+
 @async_test
 async def test_a_spawn_cancelled_while_starting_kills_the_command(tmp_path: Path) -> None:
     marker = tmp_path / "pid"

@@ -11,6 +11,12 @@
  * command's rusage then counts nothing but the command and what it waited for.
  *
  * What happens:
+ *  0. Every descriptor but 0, 1, 2 and REPORT_FD is closed.  The daemon's own are
+ *     close-on-exec, and it spawns this program with posix_spawn, which (unlike
+ *     subprocess's close_fds) closes nothing else: one a library left inheritable
+ *     must not reach the job.  close_range where the kernel has it (Linux 5.9),
+ *     else each entry of /proc/self/fd, else each number below the open-files limit
+ *     (CRONSTABLE_EXEC_NO_CLOSE_RANGE builds without the first, for the tests).
  *  1. Every signal is blocked; SIGHUP, SIGINT, SIGQUIT, SIGTERM and SIGPIPE are
  *     ignored (this process must outlive the command to report on it; it is
  *     not in the command's process group, so the run's group signals never
@@ -130,6 +136,19 @@ static NORETURN void x_exit(int code) {
     for (;;) SYS(SYS_exit_group, code, 0, 0, 0, 0);
 }
 static long x_raise(int sig) { return SYS(SYS_kill, SYS(SYS_getpid, 0, 0, 0, 0, 0), sig, 0, 0, 0); }
+#ifndef SYS_close_range
+#define SYS_close_range 436 /* the same number on x86_64 and aarch64 */
+#endif
+__attribute__((unused)) static long x_close_range(unsigned int first, unsigned int last) {
+    return SYS(SYS_close_range, first, last, 0, 0, 0);
+}
+#define X_PROC_FDS 1
+static long x_open_dir(const char *path) {
+    return SYS(SYS_openat, AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0, 0);
+}
+static long x_entries(int fd, void *buffer, size_t size) {
+    return SYS(SYS_getdents64, fd, buffer, size, 0, 0);
+}
 static long x_get_limit(int resource, struct rlimit *limit) {
     return SYS(SYS_prlimit64, 0, resource, 0, limit, 0);
 }
@@ -188,6 +207,7 @@ __asm__(".text\n.globl _start\n_start:\n"
 #else /* the C library */
 
 #include <grp.h>
+#include <string.h>
 #include <unistd.h>
 
 static long result(long value) { return value < 0 ? -errno : value; }
@@ -215,6 +235,27 @@ static long x_setregid(gid_t gid) { return result(setregid(gid, gid)); }
 static long x_setreuid(uid_t uid) { return result(setreuid(uid, uid)); }
 static NORETURN void x_exit(int code) { _exit(code); }
 static long x_raise(int sig) { return result(kill(getpid(), sig)); }
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
+__attribute__((unused)) static long x_close_range(unsigned int first, unsigned int last) {
+#if defined(__linux__) && defined(SYS_close_range)
+    return result(syscall(SYS_close_range, first, last, 0));
+#else
+    (void)first;
+    (void)last;
+    return -ENOSYS;
+#endif
+}
+#if defined(__linux__) && defined(SYS_getdents64)
+#define X_PROC_FDS 1
+static long x_open_dir(const char *path) {
+    return result(open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+}
+static long x_entries(int fd, void *buffer, size_t size) {
+    return result(syscall(SYS_getdents64, fd, buffer, size));
+}
+#endif
 static long x_get_limit(int resource, struct rlimit *limit) {
     return result(getrlimit(resource, limit));
 }
@@ -343,6 +384,47 @@ static long parse_number(const char **text, unsigned long limit) {
     return (long)value;
 }
 
+/* close [first, last]: close_range, else /proc/self/fd's entries, else every number up to
+   the open-files limit (the slow way, for kernels before 5.9 without /proc) */
+static void close_span(unsigned int first, unsigned int last) {
+    if (first > last) return;
+#ifndef CRONSTABLE_EXEC_NO_CLOSE_RANGE /* the tests' build of the other ways */
+    if (x_close_range(first, last) == 0) return;
+#endif
+#ifdef X_PROC_FDS
+    long dir = x_open_dir("/proc/self/fd");
+    if (dir >= 0) {
+        /* struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name */
+        static char entries[4096] __attribute__((aligned(8)));
+        long got;
+        while ((got = x_entries((int)dir, entries, sizeof entries)) > 0) {
+            for (long at = 0; at < got;) {
+                unsigned short reclen;
+                memcpy(&reclen, entries + at + 16, sizeof reclen);
+                const char *name = entries + at + 19;
+                long fd = parse_number(&name, 0x7fffffffUL);
+                if (fd >= 0 && *name == '\0' && fd != dir && (unsigned long)fd >= first &&
+                    (unsigned long)fd <= last)
+                    x_close((int)fd);
+                at += reclen;
+            }
+        }
+        x_close((int)dir);
+        return;
+    }
+#endif
+    struct rlimit limit;
+    unsigned long top = 65536;
+    if (x_get_limit(RLIMIT_NOFILE, &limit) == 0 && (unsigned long)limit.rlim_cur < top)
+        top = (unsigned long)limit.rlim_cur;
+    for (unsigned long fd = first; fd <= last && fd < top; fd++) x_close((int)fd);
+}
+
+static void close_inherited(void) {
+    if (report_fd > 3) close_span(3, (unsigned int)report_fd - 1);
+    close_span((unsigned int)report_fd + 1, ~0U);
+}
+
 static void parse_identity(const char *text) {
     if (text[0] == '-' && text[1] == '\0') return;
     const unsigned long id_limit = 0xffffffffUL; /* (uid_t)-1 means "unchanged" */
@@ -465,6 +547,7 @@ int main(int argc, char **argv, char **envp) {
     if (fd < 3 || *fd_text != '\0') usage("bad REPORT_FD");
     report_fd = (int)fd;
     if (x_cloexec(report_fd) < 0) usage("REPORT_FD is not open");
+    close_inherited();
     parse_identity(argv[2]);
     parse_nofile(argv[3]);
     char **command = argv + 4;
