@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import os
 import threading
 import tracemalloc
 
@@ -230,35 +231,59 @@ def test_matches_reference_whatever_the_chunking(
     assert out.getvalue() == b"".join(line + b"\n" for line in lines if len(line) <= max_line)
 
 
-# ------------------------------------------------------------------ consume
+# ------------------------------------------------------------------ the pipe's protocol
 
 
 @pytest.mark.asyncio
-async def test_consume_reads_a_stream_reader_to_the_end() -> None:
-    reader = asyncio.StreamReader()
-    cap = capture(save_limit=4)
-    task = asyncio.create_task(cap.consume(reader))
-    for i in range(1, 11):
-        reader.feed_data(b"%d\n" % i)
-        await asyncio.sleep(0)
-    reader.feed_data(b"tail without newline")
-    reader.feed_eof()
-    await task
-    assert cap.text() == "1\n2\n[.... 7 lines discarded ...]\n10\ntail without newline"
-
-
-@pytest.mark.asyncio
-async def test_consume_survives_a_broken_stream(caplog: pytest.LogCaptureFixture) -> None:
-    reader = asyncio.StreamReader()
+async def test_the_protocol_survives_a_broken_stream(caplog: pytest.LogCaptureFixture) -> None:
     cap = capture()
-    task = asyncio.create_task(cap.consume(reader))
-    reader.feed_data(b"one\ntwo")
-    for _ in range(3):
-        await asyncio.sleep(0)
-    reader.set_exception(ConnectionResetError("gone"))
-    await task
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    protocol = cap.protocol(done)
+    protocol.data_received(b"one\ntwo")
+    protocol.connection_lost(ConnectionResetError("gone"))
+    assert done.done() and cap.ended
     assert cap.text() == "one\ntwo"
-    assert "reading stdout failed" in caplog.text
+    assert "reading stdout failed: gone" in caplog.text
+
+
+@pytest.mark.asyncio
+async def test_the_protocol_feeds_a_real_pipe_to_its_end() -> None:
+    # how runs capture: the pipe's protocol feeds the capture, no reader and no task
+    loop = asyncio.get_running_loop()
+    read_end, write_end = os.pipe()
+    cap = capture(save_limit=4)
+    done: asyncio.Future[None] = loop.create_future()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: cap.protocol(done), os.fdopen(read_end, "rb", buffering=0)
+    )
+    for i in range(1, 11):
+        os.write(write_end, b"%d\n" % i)
+        await asyncio.sleep(0.01)
+    assert not done.done() and not cap.ended
+    os.write(write_end, b"tail without newline")
+    os.close(write_end)
+    await asyncio.wait_for(done, 5)
+    assert cap.ended
+    assert cap.text() == "1\n2\n[.... 7 lines discarded ...]\n10\ntail without newline"
+    assert transport.is_closing()
+
+
+@pytest.mark.asyncio
+async def test_the_protocol_ends_when_the_daemon_closes_the_pipe() -> None:
+    # a descendant holding the pipe past the grace: the run closes it, the stream ends
+    loop = asyncio.get_running_loop()
+    read_end, write_end = os.pipe()
+    cap = capture()
+    done: asyncio.Future[None] = loop.create_future()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: cap.protocol(done), os.fdopen(read_end, "rb", buffering=0)
+    )
+    os.write(write_end, b"one\ntwo")
+    await asyncio.sleep(0.05)
+    transport.close()
+    await asyncio.wait_for(done, 5)
+    os.close(write_end)
+    assert cap.text() == "one\ntwo" and cap.ended
 
 
 # ------------------------------------------------------------------ mirror

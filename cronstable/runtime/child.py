@@ -32,7 +32,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
@@ -286,6 +286,7 @@ async def spawn(
     identity: Identity | None = None,
     direct: bool = False,
     shim: str | None = None,
+    protocols: Mapping[int, Callable[[], asyncio.Protocol]] | None = None,
 ) -> tuple[Child, dict[int, asyncio.StreamReader]]:
     """Start ``argv`` in a session of its own; readers of ``capture``.
 
@@ -293,7 +294,9 @@ async def spawn(
     without it the child reads /dev/null.  ``identity``: the user and groups the
     command runs as (None: the daemon's).
 
-    ``capture`` names the descriptors (1, 2) to pipe; the others are inherited.
+    ``capture`` names the descriptors (1, 2) to pipe; the others are inherited.  A
+    captured descriptor with a factory in ``protocols`` is read by that protocol; the
+    others by a :class:`asyncio.StreamReader` of ``reader_limit``, returned by descriptor.
     The command is started through the exec shim where it is built (``shim``: another
     build of it), unless ``direct``.  Raises what :class:`subprocess.Popen` raises when the command
     cannot start, with the same errno and message whichever way it was spawned.
@@ -340,6 +343,10 @@ async def spawn(
     readers: dict[int, asyncio.StreamReader] = {}
     for fd, pipe in ((1, popen.stdout), (2, popen.stderr)):
         if pipe is None:
+            continue
+        factory = None if protocols is None else protocols.get(fd)
+        if factory is not None:
+            child.pipes[fd], _ = await loop.connect_read_pipe(factory, pipe)
             continue
         reader = asyncio.StreamReader(limit=reader_limit, loop=loop)
         transport, _ = await loop.connect_read_pipe(

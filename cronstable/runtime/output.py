@@ -157,8 +157,8 @@ class OutputMirror:
 class StreamCapture:
     """Lines of one output stream of one run: the first and last ones, and a count of the rest.
 
-    Feed it bytes with :meth:`feed`/:meth:`feed_eof`, or let :meth:`consume` read
-    an :class:`asyncio.StreamReader` to its end.  The first ``save_limit // 2``
+    Feed it bytes with :meth:`feed`/:meth:`feed_eof`, or connect its :meth:`protocol`
+    to the stream's pipe.  The first ``save_limit // 2``
     lines and the last ``save_limit - save_limit // 2`` are kept; lines in between
     are counted in :attr:`discarded`.  A line longer than ``max_line_length`` bytes
     (newline excluded) is dropped as it streams, also counted in :attr:`discarded`,
@@ -216,15 +216,10 @@ class StreamCapture:
             parts.append(b"\n".join(self._bottom))
         return b"\n".join(parts).decode("utf-8", "replace")
 
-    async def consume(self, reader: asyncio.StreamReader) -> None:
-        """Read ``reader`` to its end in chunks, then :meth:`feed_eof`."""
-        try:
-            while chunk := await reader.read(CHUNK_SIZE):
-                self.feed(chunk)
-        except Exception as exc:  # a broken pipe ends the stream, not the run
-            logger.warning("job %s: reading %s failed: %s", self.job_name, self.stream_name, exc)
-        finally:
-            self.feed_eof()
+    def protocol(self, done: asyncio.Future[None]) -> CaptureProtocol:
+        """A protocol for the stream's pipe that feeds this capture as bytes arrive and
+        resolves ``done`` at its end: no reader, and no task of its own for every run."""
+        return CaptureProtocol(self, done)
 
     def feed(self, data: bytes) -> None:
         """Take the next bytes of the stream."""
@@ -300,3 +295,28 @@ class StreamCapture:
                 self._max_line,
                 self.stream_name,
             )
+
+
+class CaptureProtocol(asyncio.Protocol):
+    """A pipe's bytes fed to a :class:`StreamCapture` as they are read; ``done`` resolves
+    once the pipe is closed (its end, or closed by the daemon), the capture fed its end."""
+
+    def __init__(self, capture: StreamCapture, done: asyncio.Future[None]) -> None:
+        self._capture = capture
+        self._done = done
+
+    def data_received(self, data: bytes) -> None:
+        self._capture.feed(data)
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes itself: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:  # a broken pipe ends the stream, not the run
+            capture = self._capture
+            logger.warning(
+                "job %s: reading %s failed: %s", capture.job_name, capture.stream_name, exc
+            )
+        self._capture.feed_eof()
+        if not self._done.done():
+            self._done.set_result(None)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -149,10 +150,6 @@ def monitor_reason(config: RunSettings, usage: Usage | None) -> str | None:
     return None
 
 
-async def _wait_all(waitables: list[asyncio.Future[Any]]) -> None:
-    await asyncio.wait(waitables)
-
-
 class JobProcess:
     """One run of a job: :meth:`start` it, then :meth:`wait` for its :class:`RunResult`.
 
@@ -194,10 +191,12 @@ class JobProcess:
         self._started_at: datetime | None = None
         self._started_mono = 0.0
         self._captures: dict[StreamName, StreamCapture] = {}
-        self._capture_tasks: list[asyncio.Task[None]] = []
+        self._capture_ends: list[asyncio.Future[None]] = []
+        """Each captured stream's end (its pipe closed, the capture fed its end)."""
         self._run_task: asyncio.Task[RunResult] | None = None
         self._result: RunResult | None = None
-        self._stop = asyncio.Event()
+        self._stop: asyncio.Future[None] | None = None
+        """Resolved by :meth:`cancel` (made by :meth:`start`, which has a loop)."""
 
     @property
     def name(self) -> str:
@@ -215,7 +214,26 @@ class JobProcess:
         if self._started:
             raise RuntimeError("JobProcess.start() called twice")
         self._started = True
+        loop = asyncio.get_running_loop()
+        self._stop = loop.create_future()
         config = self.job.config
+        captures: dict[int, StreamCapture] = {}
+        streams: tuple[tuple[int, StreamName, bool], ...] = (
+            (1, "stdout", config.capture_stdout),
+            (2, "stderr", config.capture_stderr),
+        )
+        for fd, stream, on in streams:
+            if on:
+                captures[fd] = self._captures[stream] = StreamCapture(
+                    stream,
+                    save_limit=config.save_limit,
+                    max_line_length=config.max_line_length,
+                    job_name=self.name,
+                    mirror=self._mirror,
+                    prefix=self._prefix(stream),
+                )
+                self._capture_ends.append(loop.create_future())
+        ends = dict(zip(captures, self._capture_ends, strict=True))
         self._started_at = self._wall_clock()
         self._started_mono = time.monotonic()
         if self._channel is not None:
@@ -234,18 +252,22 @@ class JobProcess:
             )
             if self._grant is not None:
                 env.update(self._grant.environment)
-            child, readers = await spawn(
+            child, _ = await spawn(
                 command_argv(config),
                 env=env,
-                capture=[
-                    fd for fd, on in ((1, config.capture_stdout), (2, config.capture_stderr)) if on
-                ],
+                capture=list(captures),
                 reader_limit=CHUNK_SIZE,
                 stdin=None if config.stdin is None else config.stdin.encode(),
                 identity=self.identity,
+                protocols={
+                    fd: functools.partial(capture.protocol, ends[fd])
+                    for fd, capture in captures.items()
+                },
             )
         except (OSError, ValueError, UnicodeEncodeError, subprocess.SubprocessError) as exc:
             logger.error("job %s: could not start the command: %s", self.name, exc)
+            self._captures.clear()  # nothing was captured: the result has no output
+            self._capture_ends.clear()
             self._revoke()
             self._result = self._make_result(
                 returncode=SPAWN_FAILED_RETURNCODE,
@@ -258,25 +280,6 @@ class JobProcess:
         logger.debug("job %s: started, pid %d, attempt %d", self.name, pid, self.attempt)
         if config.priority is not None:
             self._set_priority(pid, config.priority)
-        streams: list[tuple[StreamName, asyncio.StreamReader | None]] = [
-            ("stdout", readers.get(1)),
-            ("stderr", readers.get(2)),
-        ]
-        for stream, reader in streams:
-            if reader is None:
-                continue
-            capture = StreamCapture(
-                stream,
-                save_limit=config.save_limit,
-                max_line_length=config.max_line_length,
-                job_name=self.name,
-                mirror=self._mirror,
-                prefix=self._prefix(stream),
-            )
-            self._captures[stream] = capture
-            self._capture_tasks.append(
-                asyncio.create_task(capture.consume(reader), name=f"{self.name} {stream}")
-            )
         self._run_task = asyncio.create_task(
             self._supervise(child), name=f"job {self.name} pid {pid}"
         )
@@ -306,7 +309,8 @@ class JobProcess:
         """
         if not self._started or self._result is not None:
             return
-        self._stop.set()
+        if self._stop is not None and not self._stop.done():
+            self._stop.set_result(None)
         if self._run_task is not None:
             await asyncio.shield(self._run_task)
 
@@ -315,18 +319,20 @@ class JobProcess:
     async def _supervise(self, child: Child) -> RunResult:
         pid = child.pid
         exited = child.exited
-        stop_task = asyncio.create_task(self._stop.wait())
-        drained: asyncio.Task[None] | None = None
+        stop = self._stop
+        assert stop is not None  # made by start()
+        ends = self._capture_ends
+        drained: asyncio.Future[Any] | None = None
         outcome: Outcome = "exit"
         orderly = False
         try:
             # 1. the main process exits (unless stopped or timed out first)
-            ended = await self._until(exited, stop_task, None)
-            if ended == "done" and self._capture_tasks:
+            ended = await self._until(exited, stop, None)
+            if ended == "done" and ends:
                 # 2. its pipes reach EOF, within the grace: a descendant that keeps
                 # them open (a daemonised helper) must not keep the run going
-                drained = asyncio.create_task(_wait_all(list(self._capture_tasks)))
-                ended = await self._until(drained, stop_task, self._grace())
+                drained = ends[0] if len(ends) == 1 else asyncio.gather(*ends)
+                ended = await self._until(drained, stop, self._grace())
                 if ended == "grace":
                     await self._abandon_pipes(child, "its main process exited")
             if ended in ("cancel", "timeout"):
@@ -347,9 +353,8 @@ class JobProcess:
             self._signal_group(child, signal.SIGKILL)
             raise
         finally:
-            for task in (stop_task, drained, *self._capture_tasks):
-                if task is not None and not task.done():
-                    task.cancel()
+            if drained is not None and len(ends) > 1 and not drained.done():
+                drained.cancel()  # the gathering only: closing the pipes ends the streams
             child.close()
             if not orderly:
                 self._revoke()  # the run ended: its channel's token is good no more
@@ -382,7 +387,7 @@ class JobProcess:
         return self._result
 
     async def _until(
-        self, target: asyncio.Future[Any], stop_task: asyncio.Task[Any], grace: float | None
+        self, target: asyncio.Future[Any], stop: asyncio.Future[None], grace: float | None
     ) -> Literal["done", "cancel", "timeout", "grace"]:
         """Wait for ``target``, a stop request, ``executionTimeout`` or ``grace`` seconds."""
         timeout = self.job.config.execution_timeout
@@ -392,11 +397,11 @@ class JobProcess:
         timeout_first = remaining is not None and (grace is None or remaining <= grace)
         limit = remaining if timeout_first else grace
         done, _ = await asyncio.wait(
-            {target, stop_task}, timeout=limit, return_when=asyncio.FIRST_COMPLETED
+            {target, stop}, timeout=limit, return_when=asyncio.FIRST_COMPLETED
         )
         if target in done:
             return "done"
-        if stop_task in done:
+        if stop in done:
             return "cancel"
         return "timeout" if timeout_first else "grace"
 
@@ -451,7 +456,7 @@ class JobProcess:
                     pid,
                     REAP_GRACE,
                 )
-        pending = [task for task in self._capture_tasks if not task.done()]
+        pending = [end for end in self._capture_ends if not end.done()]
         if pending:
             _, still = await asyncio.wait(pending, timeout=self._grace())
             if still:
@@ -463,7 +468,7 @@ class JobProcess:
         The holders are processes that left the job's process group (``setsid``)
         or outlived its main process: they are named, never signalled.
         """
-        pending = [task for task in self._capture_tasks if not task.done()]
+        pending = [end for end in self._capture_ends if not end.done()]
         streams = [capture.stream_name for capture in self._captures.values() if not capture.ended]
         pipes = [pipe for pipe in child.pipes.values() if not pipe.is_closing()]
         inodes: set[int] = set()
