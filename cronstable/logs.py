@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, TextIO
 
 JOB_FIELDS = (
     "job",
@@ -74,9 +75,77 @@ class LogOverrides:
                 handler.setFormatter(make_formatter(self.format))
 
 
+class _Loop(Protocol):
+    def call_soon(self, callback: Callable[[], object], /) -> object: ...
+
+
+class LoopBatchedHandler(logging.StreamHandler[TextIO]):
+    """A stream handler that writes the records logged on a running event loop's thread
+    together, once the loop's current iteration is done: one write for a burst of
+    records (a burst of job starts logs two lines a run) instead of one each.
+
+    Every write releases the GIL, and with another thread busy (the state writer
+    encoding the same burst's records) taking it back cost the loop's thread about
+    12 µs of CPU a line and up to the interpreter's switch interval of wall time
+    (measured: 21 µs of CPU and 371 µs of wall time a line, 9 µs for both alone).
+    Records are formatted at once; only the writing waits.  A record logged on any
+    other thread is written at once, after the loop's pending ones, so the order
+    holds.  Pending records are written by :meth:`flush` too, which
+    :func:`logging.shutdown` calls at exit: a daemon killed with SIGKILL loses at
+    most the lines of the iteration it was killed in.
+    """
+
+    def __init__(self, stream: TextIO, running_loop: Callable[[], _Loop | None]) -> None:
+        super().__init__(stream)
+        self._running_loop = running_loop
+        self._pending: list[str] = []
+        self._scheduled = False
+
+    def emit(self, record: logging.LogRecord) -> None:  # called with the handler's lock held
+        try:
+            loop = self._running_loop()
+            if loop is None:
+                self._write_pending()
+                super().emit(record)
+                return
+            self._pending.append(self.format(record) + self.terminator)
+            if not self._scheduled:
+                self._scheduled = True
+                loop.call_soon(self._write_later)
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+
+    def _write_later(self) -> None:
+        with self.lock:  # type: ignore[union-attr]  # made by createLock()
+            self._scheduled = False
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        if not self._pending:
+            return
+        text = "".join(self._pending)
+        self._pending.clear()
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except OSError:
+            pass  # stderr itself is gone: there is nowhere left to say so
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            self._write_pending()
+        super().flush()
+
+
 def setup_logging(level: str, fmt: str) -> None:
-    """Route the root logger to stderr in the chosen format (``text`` or ``json``)."""
-    handler = logging.StreamHandler(sys.stderr)
+    """Route the root logger to stderr in the chosen format (``text`` or ``json``): the
+    daemon's, whose records logged on its event loop are written a loop iteration at a
+    time (:class:`LoopBatchedHandler`)."""
+    import asyncio  # the daemon's own logging: its event loop is about to run
+
+    handler = LoopBatchedHandler(sys.stderr, asyncio._get_running_loop)
     handler.setFormatter(make_formatter(fmt))
     root = logging.getLogger()
     for old in list(root.handlers):
