@@ -26,7 +26,7 @@ from cronstable.runtime.history import RunHistory
 from cronstable.runtime.scheduler import Scheduler
 from cronstable.state.base import node_key
 from cronstable.state.filesystem import FilesystemStore
-from cronstable.state.keeper import HISTORY_OUTPUT, StateKeeper
+from cronstable.state.keeper import HISTORY_GAP, HISTORY_OUTPUT, StateKeeper
 from cronstable.state.writer import Writer
 from cronstable.web import encode
 
@@ -314,6 +314,48 @@ async def test_the_history_comes_back_with_its_output_capped(
     assert len(kept) == 2
     assert kept[0].stdout is not None and len(kept[0].stdout) == HISTORY_OUTPUT
     assert kept[0].stdout_dropped == HISTORY_OUTPUT
+
+
+async def test_the_rounds_write_a_jobs_history_at_most_once_a_gap(
+    life: Callable[..., Any], tmp_path: Path
+) -> None:
+    # each write is the job's whole history: a job that runs often is rewritten once in
+    # HISTORY_GAP by the rounds, its first change at once; a stop writes what waits
+    text = 'jobs: [{name: t, command: "true", schedule: "*/10 * * * *"}]'
+    first: Life = await life(jobs(text), T0 + timedelta(minutes=9), {})
+    await first.advance(120, step=10)
+    (run,) = first.history.finished("t")
+    now = [1000.0]
+    first.keeper.monotonic = lambda: now[0]
+
+    async def kept() -> int:
+        await first.settle()
+        found = await record(tmp_path, "history", "t")
+        return 0 if found is None else len(found["runs"])
+
+    from dataclasses import replace
+
+    def ran() -> int:  # the job ran once more: how many runs its history holds
+        first.history.restore("t", [replace(run, duration=len(first.history.finished("t")))])
+        first.keeper._dirty_history.add("t")
+        return len(first.history.finished("t"))
+
+    two = ran()
+    first.keeper._flush_history(spaced=True)
+    assert await kept() == two  # the first change: written at the round
+    three = ran()
+    now[0] += HISTORY_GAP - 1
+    first.keeper._flush_history(spaced=True)
+    assert await kept() == two  # within the gap: it waits
+    assert "t" in first.keeper._dirty_history
+    now[0] += 1
+    first.keeper._flush_history(spaced=True)
+    assert await kept() == three  # the gap passed
+    four = ran()
+    first.keeper._flush_history(spaced=True)
+    assert await kept() == three
+    await first.crash()  # close() writes what waits, gap or not
+    assert len((await record(tmp_path, "history", "t") or {}).get("runs", [])) == four > three
 
 
 async def test_the_writer_coalesces_and_retries_until_the_store_answers(tmp_path: Path) -> None:
