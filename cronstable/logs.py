@@ -99,7 +99,9 @@ class LoopBatchedHandler(logging.StreamHandler[TextIO]):
         super().__init__(stream)
         self._running_loop = running_loop
         self._pending: list[str] = []
-        self._scheduled = False
+        self._scheduled_on: _Loop | None = None
+        """The loop a write of the pending records is scheduled on (None: none is): a
+        loop that stopped before running it must not hold back the next loop's lines."""
 
     def emit(self, record: logging.LogRecord) -> None:  # called with the handler's lock held
         try:
@@ -109,8 +111,8 @@ class LoopBatchedHandler(logging.StreamHandler[TextIO]):
                 super().emit(record)
                 return
             self._pending.append(self.format(record) + self.terminator)
-            if not self._scheduled:
-                self._scheduled = True
+            if self._scheduled_on is not loop:
+                self._scheduled_on = loop
                 loop.call_soon(self._write_later)
         except RecursionError:
             raise
@@ -119,7 +121,7 @@ class LoopBatchedHandler(logging.StreamHandler[TextIO]):
 
     def _write_later(self) -> None:
         with self.lock:  # type: ignore[union-attr]  # made by createLock()
-            self._scheduled = False
+            self._scheduled_on = None
             self._write_pending()
 
     def _write_pending(self) -> None:

@@ -120,6 +120,31 @@ def test_lines_pending_when_the_loop_stops_are_written_by_a_flush(
     assert stream.getvalue() == "stopping\n"
 
 
+def test_a_loop_that_stopped_with_lines_pending_does_not_hold_back_the_next_ones(
+    logged: tuple[logging.Logger, CountingStream, LoopBatchedHandler],
+) -> None:
+    log, stream, _ = logged
+    first = asyncio.new_event_loop()
+    try:
+
+        async def last_words() -> None:
+            log.info("first loop")
+            first.stop()  # its write never runs
+
+        first.create_task(last_words())
+        first.run_forever()
+    finally:
+        first.close()
+
+    async def next_loop() -> None:
+        log.info("second loop")
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    asyncio.run(next_loop())  # no flush: the second loop writes both, in order
+    assert stream.getvalue() == "first loop\nsecond loop\n"
+
+
 def test_an_exception_is_formatted_when_logged(
     logged: tuple[logging.Logger, CountingStream, LoopBatchedHandler],
 ) -> None:
