@@ -218,6 +218,7 @@ class JobProcess:
         self._stop = loop.create_future()
         config = self.job.config
         captures: dict[int, StreamCapture] = {}
+        ends: dict[int, asyncio.Future[None]] = {}
         streams: tuple[tuple[int, StreamName, bool], ...] = (
             (1, "stdout", config.capture_stdout),
             (2, "stderr", config.capture_stderr),
@@ -232,8 +233,8 @@ class JobProcess:
                     mirror=self._mirror,
                     prefix=self._prefix(stream),
                 )
-                self._capture_ends.append(loop.create_future())
-        ends = dict(zip(captures, self._capture_ends, strict=True))
+                ends[fd] = loop.create_future()
+        self._capture_ends = list(ends.values())
         self._started_at = self._wall_clock()
         self._started_mono = time.monotonic()
         if self._channel is not None:

@@ -696,7 +696,7 @@ class StateKeeper:
         """Write the changed histories; ``spaced`` (the rounds): only the jobs whose
         history was not written in the last :data:`HISTORY_GAP` seconds."""
         dirty, self._dirty_history = self._dirty_history, set()
-        if spaced:
+        if spaced and dirty:  # (idle rounds leave the times as they are: nothing to weigh)
             now = self.monotonic()
             written = self._history_written = {
                 job: at for job, at in self._history_written.items() if now - at < HISTORY_GAP
