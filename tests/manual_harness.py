@@ -60,6 +60,10 @@ class StandInRun:
     def pid(self) -> int | None:
         return 4242
 
+    @property
+    def start_ticks(self) -> int | None:
+        return None  # 4242 is no process: the state keeper reads /proc and finds none
+
     async def start(self) -> None:
         self.started = self.clock.now()
 

@@ -34,6 +34,7 @@ import pytest
 import yaml
 from daemon_proc import DaemonProcess, http, wait_for, write_config
 
+from cronstable import platform
 from cronstable.config import Job, MemoryTree, load
 from cronstable.ports import RunResult
 from cronstable.runtime import exec_shim
@@ -147,6 +148,34 @@ async def test_jobs_start_from_the_shim_and_lead_a_session_of_their_own(shim: st
     assert parent == Path(shim).name
     # the run's pid is the command's, and its group and session are the run's own
     assert int(pid) == int(pgid) == int(sid) == result.pid
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+@async_test
+async def test_the_shim_reads_the_commands_start_ticks(tmp_path: Path, shim: str) -> None:
+    # the daemon records them with the run (a pid reused later is told apart by them):
+    # the shim reads them, so the daemon does not open /proc for every start.  A name
+    # with ") " in it must not shift the fields (the last ")" ends the command's name)
+    tricky = tmp_path / "a) 1 2 (b"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", tricky)
+    for argv in (["sleep", "2"], [str(tricky), "2"]):
+        child, _ = await spawn(argv, env=os.environ, capture=[], reader_limit=1024)
+        try:
+            ticks = platform.process_start_ticks(child.pid)
+            assert ticks is not None
+            assert child.start_ticks == ticks, argv
+        finally:
+            os.killpg(child.pid, signal.SIGKILL)
+            await child.exited
+            child.close()
+
+
+def test_a_shim_that_gives_no_start_ticks_is_still_understood() -> None:
+    # one built before it said them (or without /proc): the daemon reads them itself
+    assert exec_shim.parse_first(b"started 42") == exec_shim.Started(42, None)
+    assert exec_shim.parse_first(b"started 42 1234") == exec_shim.Started(42, 1234)
+    assert exec_shim.parse_first(b"started 42 x") is None
+    assert exec_shim.parse_first(b"started 42 1 2") is None
 
 
 @async_test

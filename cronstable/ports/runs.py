@@ -182,6 +182,9 @@ class RunStart:
     digest: str | None = None
     """The job's digest (:attr:`cronstable.config.desired.Job.digest`) the run started
     with (None: not known, as for :attr:`revision`)."""
+    start_ticks: int | None = None
+    """When the process started, in clock ticks since boot (``/proc/PID/stat`` field
+    22), where the run knew it (the exec shim reads it); None: read it from /proc."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -172,6 +172,9 @@ class Child:
         self._popen = popen  # kept: a collected Popen would reap the child behind our back
         self.pid = popen.pid
         """The command's pid: the shim's until its ``started`` line gives the command's."""
+        self.start_ticks: int | None = None
+        """When the command started (``/proc/PID/stat`` field 22), as the shim read it;
+        None when spawned without the shim, or from a shim that could not read it."""
         self.reaped_pid = popen.pid
         self._report = report
         self.returncode: int | None = None
@@ -209,6 +212,7 @@ class Child:
         answer = None if line is None else exec_shim.parse_first(line)
         if isinstance(answer, exec_shim.Started):
             self.pid = answer.pid
+            self.start_ticks = answer.start_ticks
             return
         self.close_popen_pipes()
         # the shim exits right after its line: reaped (and its pipe closed) before the

@@ -77,6 +77,9 @@ def nofile_argument(limit: int | None) -> str:
 @dataclass(frozen=True, slots=True)
 class Started:
     pid: int
+    start_ticks: int | None = None
+    """When the command started, in clock ticks since boot (``/proc/PID/stat`` field 22),
+    read by the shim; None from a shim without ``/proc`` (or built before it said so)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +100,8 @@ def parse_first(line: bytes) -> Started | Failed | None:
     """The shim's first line; None when it is not one (a broken shim)."""
     words = line.split()
     try:
-        if len(words) == 2 and words[0] == b"started":
-            return Started(int(words[1]))
+        if len(words) in (2, 3) and words[0] == b"started":
+            return Started(int(words[1]), int(words[2]) if len(words) == 3 else None)
         if len(words) == 3 and words[0] == b"failed" and words[2] in (b"exec", b"setup"):
             return Failed(int(words[1]), words[2].decode())
     except ValueError:

@@ -187,6 +187,9 @@ class JobProcess:
         self._channel = channel
         self._grant: RunGrant | None = None
         self.pid: int | None = None
+        self.start_ticks: int | None = None
+        """When the command started (``/proc/PID/stat`` field 22) as the exec shim read
+        it; None without the shim or /proc (the state keeper then reads it itself)."""
         self._started = False
         self._started_at: datetime | None = None
         self._started_mono = 0.0
@@ -278,6 +281,7 @@ class JobProcess:
             return
         pid = child.pid
         self.pid = pid
+        self.start_ticks = child.start_ticks
         logger.debug("job %s: started, pid %d, attempt %d", self.name, pid, self.attempt)
         if config.priority is not None:
             self._set_priority(pid, config.priority)

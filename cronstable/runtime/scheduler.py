@@ -1345,6 +1345,7 @@ class Scheduler:
                 attempt=attempt,
                 started_at=inst.adopted or self.clock.now(),
                 pid=inst.run.pid,
+                start_ticks=inst.run.start_ticks,
                 manual=launch.kind == "manual",
                 pool_wait=inst.ticket.waited if inst.ticket is not None else None,
                 planned_start=self.start_of(launch.job, scheduled)

@@ -638,7 +638,9 @@ class StateKeeper:
         self._running_keys[run.id] = running
         if self.writer.held:
             self._running_meanwhile.add(running)
-        ticks = process_start_ticks(run.pid)
+        ticks = run.start_ticks
+        if ticks is None:  # spawned without the exec shim, or adopted without them
+            ticks = process_start_ticks(run.pid)
         self._submit(
             running,
             {

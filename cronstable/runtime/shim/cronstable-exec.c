@@ -29,7 +29,11 @@
  *     searched in PATH as Python's subprocess does: each entry in turn, the
  *     first error other than ENOENT/ENOTDIR wins, no /bin/sh retry on ENOEXEC.
  *  3. Lines written to REPORT_FD (a pipe to the daemon):
- *        "started PID"          G runs; PID is its pid, pgid and sid
+ *        "started PID [TICKS]"  G runs; PID is its pid, pgid and sid, TICKS when
+ *                               it started in clock ticks since boot (field 22 of
+ *                               /proc/PID/stat, Linux), so that the daemon can tell
+ *                               it from a later process given the same pid without
+ *                               reading the file itself (absent without /proc)
  *        "failed ERRNO STAGE"   G could not start; STAGE is "exec" (COMMAND
  *                               itself) or "setup" (setsid, the limit, ids, fork); then
  *                               this process exits 127
@@ -146,6 +150,9 @@ __attribute__((unused)) static long x_close_range(unsigned int first, unsigned i
 static long x_open_dir(const char *path) {
     return SYS(SYS_openat, AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0, 0);
 }
+static long x_open_read(const char *path) {
+    return SYS(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0, 0);
+}
 static long x_entries(int fd, void *buffer, size_t size) {
     return SYS(SYS_getdents64, fd, buffer, size, 0, 0);
 }
@@ -252,6 +259,7 @@ __attribute__((unused)) static long x_close_range(unsigned int first, unsigned i
 static long x_open_dir(const char *path) {
     return result(open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
 }
+static long x_open_read(const char *path) { return result(open(path, O_RDONLY | O_CLOEXEC)); }
 static long x_entries(int fd, void *buffer, size_t size) {
     return result(syscall(SYS_getdents64, fd, buffer, size));
 }
@@ -342,8 +350,8 @@ static void put_number(char **at, long value) {
     while (n) *(*at)++ = digits[--n];
 }
 
-/* one line to the daemon: WORD NUMBER [WORD2] */
-static void report(const char *word, long number, const char *word2) {
+/* one line to the daemon: WORD NUMBER [WORD2] [NUMBER2, when not negative] */
+static void report_line(const char *word, long number, const char *word2, long number2) {
     char line[96];
     char *at = line;
     put(&at, word);
@@ -353,6 +361,10 @@ static void report(const char *word, long number, const char *word2) {
         *at++ = ' ';
         put(&at, word2);
     }
+    if (number2 >= 0) {
+        *at++ = ' ';
+        put_number(&at, number2);
+    }
     *at++ = '\n';
     const char *from = line;
     while (from < at) {
@@ -361,6 +373,52 @@ static void report(const char *word, long number, const char *word2) {
         if (n <= 0) return; /* the daemon is gone (EPIPE): nobody to tell */
         from += n;
     }
+}
+
+static void report(const char *word, long number, const char *word2) {
+    report_line(word, number, word2, -1);
+}
+
+static long parse_number(const char **text, unsigned long limit);
+
+/* when PID started, in clock ticks since boot (/proc/PID/stat field 22); -1 if unknown.
+   G is this process's child and not yet waited for: its entry is there, a zombie's too */
+static long start_ticks(long pid) {
+#ifdef X_PROC_FDS
+    char path[40];
+    char *at = path;
+    put(&at, "/proc/");
+    put_number(&at, pid);
+    put(&at, "/stat");
+    *at = '\0';
+    long fd = x_open_read(path);
+    if (fd < 0) return -1;
+    /* pid, (comm: 16 bytes at most, may hold spaces and parentheses), then 50 numbers */
+    static char stat[1024];
+    long got = 0, n;
+    while (got < (long)sizeof stat - 1 &&
+           (n = x_read((int)fd, stat + got, sizeof stat - 1 - (size_t)got)) != 0) {
+        if (n == -EINTR) continue;
+        if (n < 0) break;
+        got += n;
+    }
+    x_close((int)fd);
+    const char *close_paren = NULL;
+    for (long i = 0; i < got; i++)
+        if (stat[i] == ')') close_paren = stat + i;
+    if (!close_paren) return -1;
+    stat[got] = '\0';
+    const char *field = close_paren + 1; /* " S ppid ...": field 3 is the first after it */
+    for (int number = 3; number < 22; number++) {
+        while (*field == ' ') field++;
+        while (*field && *field != ' ') field++;
+    }
+    while (*field == ' ') field++;
+    return parse_number(&field, 0x7fffffffffffffffUL);
+#else
+    (void)pid;
+    return -1;
+#endif
 }
 
 static NORETURN void usage(const char *why) {
@@ -578,7 +636,7 @@ int main(int argc, char **argv, char **envp) {
         report("failed", error[0], error[1] ? "exec" : "setup");
         x_exit(127);
     }
-    report("started", pid, NULL);
+    report_line("started", pid, NULL, start_ticks(pid));
     /* the job's streams are G's alone: their end of file is G's (and its children's) */
     x_close(0);
     x_close(1);
