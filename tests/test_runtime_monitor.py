@@ -190,6 +190,22 @@ async def test_history_and_metrics_carry_the_usage(tmp_path: Path) -> None:
     assert cpu is not None and cpu >= 0.3
     metrics.forget(["hog"])
     assert registry.get_sample_value("cronstable_job_run_max_rss_bytes", {"job": "hog"}) is None
+    # a job of that name again (a later revision): its runs make new series, not the
+    # dropped ones' (the listener keeps each job's series once made)
+    runs = {"job": "hog", "outcome": "succeeded"}
+    metrics.run_started(start)
+    metrics.run_finished(start, result, "succeeded")
+    assert registry.get_sample_value("cronstable_job_runs_total", runs) == 1
+    assert registry.get_sample_value("cronstable_job_run_max_rss_bytes", {"job": "hog"})
+    metrics.keep_per_job(False)
+    assert registry.get_sample_value("cronstable_job_runs_total", runs) is None
+    metrics.keep_per_job(True)
+    metrics.run_started(start)
+    metrics.run_finished(start, result, "failed")
+    assert registry.get_sample_value("cronstable_job_runs_total", runs) is None
+    failed = {"job": "hog", "outcome": "failed"}
+    assert registry.get_sample_value("cronstable_job_runs_total", failed) == 1
+    assert registry.get_sample_value("cronstable_job_running", {"job": "hog"}) == 0
 
 
 @async_test

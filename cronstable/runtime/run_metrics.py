@@ -9,6 +9,7 @@ scheduler when scraped.  Last success is absent, not 0, until a run succeeds.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -189,7 +190,22 @@ class RunMetrics:
         """The runs going whose start ``running`` counted (a run started while the
         series were off is not taken off it when it ends)."""
         self._flows_going: set[str] = set()
+        self._series: dict[str, dict[tuple[object, str], Any]] = {}
+        """Each job's series made so far, by (metric, outcome): ``labels()`` checks and
+        locks on every call, which a run's end paid six times.  Dropped with the series."""
         registry.register(_SchedulerCollector(scheduler, lambda: self.per_job))
+
+    def _of(self, metric: Counter | Gauge | Histogram, job: str, outcome: str = "") -> Any:
+        """``metric``'s series of ``job`` (and ``outcome``), made on first use."""
+        series = self._series.get(job)
+        if series is None:
+            series = self._series[job] = {}
+        child = series.get((metric, outcome))
+        if child is None:
+            child = series[(metric, outcome)] = (
+                metric.labels(job, outcome) if outcome else metric.labels(job)
+            )
+        return child
 
     @property
     def scheduler(self) -> Scheduler:
@@ -199,28 +215,29 @@ class RunMetrics:
         if not self.per_job or not self.scheduler.has_job(run.job):
             return
         self._counted.add(run.id)
-        self.running.labels(run.job).inc()
+        self._of(self.running, run.job).inc()
         if run.attempt > 1 and not run.manual:
-            self.retries.labels(run.job).inc()
+            self._of(self.retries, run.job).inc()
 
     def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
         counted = run.id in self._counted
         self._counted.discard(run.id)
         if not self.per_job or not self.scheduler.has_job(run.job):
             return  # a run of a job a revision removed: its series are gone
+        job = run.job
         if counted:
-            self.running.labels(run.job).dec()
-        self.runs.labels(run.job, outcome).inc()
+            self._of(self.running, job).dec()
+        self._of(self.runs, job, outcome).inc()
         if outcome != "lost":
             # a lost run's "duration" runs to when another node found its node dead, not
             # to its end (unknown): it would put a failover's wait into the histogram
-            self.duration.labels(run.job).observe(result.duration)
+            self._of(self.duration, job).observe(result.duration)
         if result.cpu_seconds is not None:
-            self.cpu.labels(run.job).observe(result.cpu_seconds)
+            self._of(self.cpu, job).observe(result.cpu_seconds)
         if result.max_rss is not None:
-            self.max_rss.labels(run.job).set(result.max_rss)
+            self._of(self.max_rss, job).set(result.max_rss)
         if outcome == "succeeded":
-            self.last_success.labels(run.job).set(result.finished_at.timestamp())
+            self._of(self.last_success, job).set(result.finished_at.timestamp())
 
     def keep_per_job(self, keep: bool) -> None:
         """Keep the series labelled by job, or drop every one of them and keep none."""
@@ -236,6 +253,7 @@ class RunMetrics:
             ):
                 metric.clear()
             self._counted.clear()
+            self._series.clear()
         self.per_job = keep
 
     def flow_started(self, run: FlowRunView) -> None:
@@ -270,6 +288,7 @@ class RunMetrics:
     def forget(self, jobs: Iterable[str]) -> None:
         """Drop every series of ``jobs`` (removed by a revision)."""
         for job in jobs:
+            self._series.pop(job, None)
             for outcome in RUN_OUTCOMES:
                 _remove(self.runs, job, outcome)
             for metric in (
