@@ -411,3 +411,26 @@ async def test_missed_fires_report_once_per_reason_per_hour_by_default() -> None
     )
     assert "did not run: forbid" in body["message"]
     assert reports.suppressed.labels("slow", "missed")._value.get() >= 1
+
+
+def test_whether_a_report_is_wanted_is_kept_by_model_and_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # asked at every run's end; the answer is kept by (frozen) model, within a bound
+    from cronstable.config.models import Report
+    from cronstable.reporting import dispatcher as module
+
+    monkeypatch.setattr(module, "WANTED_KEPT", 2)
+    reports = ReportDispatcher()
+    off = Report()
+    on = Report.model_validate({"shell": {"command": "true"}})
+    for _ in range(2):
+        assert reports._wanted(off) is False
+        assert reports._wanted(on) is True
+    others = [Report.model_validate({"shell": {"command": f"echo {n}"}}) for n in range(5)]
+    assert all(reports._wanted(report) for report in others)
+    assert len(reports._wanted_by) <= 2
+    assert reports._wanted(off) is False
+    # a model made anew (a revision's) is judged anew, whatever its id
+    del others
+    assert [reports._wanted(Report()) for _ in range(3)] == [False] * 3

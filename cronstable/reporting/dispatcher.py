@@ -39,6 +39,9 @@ from cronstable.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
 
+WANTED_KEPT = 4096
+"""Report settings whose "any reporter on?" answer is kept (:meth:`ReportDispatcher._wanted`)."""
+
 
 class ReportDispatcher:
     name = "reporting"
@@ -60,6 +63,8 @@ class ReportDispatcher:
         """The reports being sent."""
         self._windows: dict[tuple[str, ...], tuple[float, int]] = {}
         """(job, moment[, reason]) → (when the last report was let through, held back since)."""
+        self._wanted_by: dict[int, tuple[Report, bool]] = {}
+        """:meth:`_wanted`'s answers, by the model's id (at most :data:`WANTED_KEPT`)."""
         self.sent = Counter(
             "cronstable_reports",
             "Reports attempted, by reporter and result (sent, failed, timeout).",
@@ -266,9 +271,18 @@ class ReportDispatcher:
 
     # ------------------------------------------------------------ internals
 
-    @staticmethod
-    def _wanted(report: Report) -> bool:
-        return any(settings.enabled for settings in report.reporters().values())
+    def _wanted(self, report: Report) -> bool:
+        """Whether any of ``report``'s reporters is on.  Asked at every run's end, and
+        asking each reporter costs several µs: the answer is kept by model (frozen, and
+        most jobs share one), the model held so that its id is not another's."""
+        known = self._wanted_by.get(id(report))
+        if known is not None and known[0] is report:
+            return known[1]
+        wanted = any(settings.enabled for settings in report.reporters().values())
+        if len(self._wanted_by) >= WANTED_KEPT:  # past revisions' models: start again
+            self._wanted_by.clear()
+        self._wanted_by[id(report)] = (report, wanted)
+        return wanted
 
     def _let_through(self, job: str, what: tuple[str, ...], rate_limit: float) -> int | None:
         """How many reports were held back before this one, or None to hold it back."""
