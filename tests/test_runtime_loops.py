@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
 import os
 import subprocess
@@ -93,3 +94,29 @@ def test_loop_uvloop_without_uvloop_is_a_usage_error(tmp_path: Path) -> None:
     bad = subprocess.run([*argv, "--executor-workers", "0"], capture_output=True, text=True,
                          env=env, timeout=60)  # fmt: skip
     assert bad.returncode == 2 and "from 1 to 1024" in bad.stderr
+
+
+def test_the_daemon_collects_its_youngest_generation_less_often() -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 11, 12)
+        loops.tune_collector()
+        assert gc.get_threshold() == (loops.GC_YOUNG, 11, 12)
+        assert loops.GC_YOUNG > 700
+        # still collected: a garbage cycle is freed within GC_YOUNG allocations
+        gc.collect()
+        freed: list[str] = []
+
+        class Cycle:
+            def __init__(self) -> None:
+                self.me = self
+
+            def __del__(self) -> None:
+                freed.append("yes")
+
+        Cycle()
+        keep = [[] for _ in range(loops.GC_YOUNG + 10)]
+        assert freed == ["yes"]
+        del keep
+    finally:
+        gc.set_threshold(*before)

@@ -52,6 +52,7 @@ def cmd_run(
         log.error("%s", exc)
         return 2
     workers = executor_workers or loops.default_executor_workers()
+    loops.tune_collector()
     log_open_files_limit()
     try:
         source = open_source(spec, cache_dir=node.cache_dir, limits=limits, settle=settle)

@@ -9,11 +9,15 @@
   ``--executor-workers`` says otherwise, its threads named ``cronstable-worker_N``
   (what ``top -H`` and ``py-spy`` show).  The long waits (git fetches, a stream
   source's reads, output mirroring) have threads of their own and never hold it.
+* The cyclic garbage collector's youngest generation is collected every
+  :data:`GC_YOUNG` net allocations of container objects, not 700
+  (:func:`tune_collector`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +28,15 @@ LoopChoice = Literal["auto", "asyncio", "uvloop"]
 LOOP_CHOICES: tuple[LoopChoice, ...] = ("auto", "asyncio", "uvloop")
 WORKER_THREAD_PREFIX = "cronstable-worker"
 MAX_DEFAULT_WORKERS = 32
+GC_YOUNG = 10_000
+"""The daemon's threshold of the collector's youngest generation (the interpreter's is 700).
+
+A run in flight holds a few hundred container objects (its task, futures, pipes'
+transports, records): in a burst of starts the collector ran every few runs and moved
+each run's objects, all alive and freed later by reference counting, into the older
+generations, whose collections then walked them again.  That was a tenth of the
+daemon's CPU in a burst of 500 starts (measured: 350 ms against 310 ms a burst).  A
+garbage cycle waits at most this many allocations longer to be freed."""
 
 _T = TypeVar("_T")
 
@@ -73,6 +86,13 @@ def plan_loop(choice: LoopChoice = "auto") -> EventLoopPlan:
             version = getattr(uvloop, "__version__", "")
             return EventLoopPlan(f"uvloop {version}".strip(), uvloop.new_event_loop, choice)
     return EventLoopPlan("asyncio", None, choice)
+
+
+def tune_collector(young: int = GC_YOUNG) -> None:
+    """Collect the youngest generation every ``young`` net allocations (the older
+    generations' thresholds, counted in younger collections, stay as they are)."""
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(young, middle, old)
 
 
 def run(
