@@ -536,3 +536,60 @@ jobs:
     # runs that came and went meanwhile leave nothing queued (the queue stays bounded)
     assert waiting.keeper.writer is not None
     assert [k for k in waiting.keeper.writer._queued if "/running/" in k] == []
+
+
+async def test_a_run_that_ends_within_the_linger_writes_no_running_record(
+    life: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a running record is queued RUNNING_LINGER after the start: a short run leaves
+    # nothing to write and then remove; a long one is written, and removed at its end
+    from cronstable.state import keeper as keeper_module
+
+    monkeypatch.setattr(keeper_module, "RUNNING_LINGER", 0.3)
+    text = """\
+    jobs:
+      - {name: quick, command: "true", schedule: "*/10 * * * *"}
+      - {name: long, command: "true", schedule: "*/10 * * * *"}
+    """
+    first: Life = await life(
+        jobs(text), T0 + timedelta(minutes=9, seconds=59), {"quick": (1, 0), "long": (600, 0)}
+    )
+    written: list[tuple[str, bool]] = []
+    apply = first.store.apply
+
+    async def spy(changes: Any) -> None:
+        written.extend((key, record is not None) for key, record in changes)
+        await apply(changes)
+
+    monkeypatch.setattr(first.store, "apply", spy)
+    running = node_key("n1", "running") + "/"
+    await first.advance(3)  # both started at :10:00; quick ended a (manual) second later
+    assert len(first.history.finished("quick")) == 1
+    assert not [key for key, _ in written if key.startswith(running)]  # nothing yet
+    await asyncio.sleep(0.5)  # the linger passes (real time): long's record is queued
+    await first.settle()
+    records = await first.store.list(running)
+    assert [record["job"] for record in records.values() if record] == ["long"]
+    assert [r for r in records.values() if r and r["job"] == "long"][0]["pid"] == 4242
+    assert [key for key, _ in written if key.startswith(running)] == list(records)
+    await first.advance(600, step=60)  # long ends: its record is removed
+    assert await first.store.list(running) == {}
+    assert [present for key, present in written if key.startswith(running)] == [True, False]
+
+
+async def test_a_stop_writes_the_running_records_still_lingering(
+    life: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the runs a stop leaves going are adopted by the next start: their records must
+    # be written even when the stop came within RUNNING_LINGER of their start
+    from cronstable.state import keeper as keeper_module
+
+    monkeypatch.setattr(keeper_module, "RUNNING_LINGER", 3600.0)
+    text = 'jobs: [{name: long, command: "true", schedule: "*/10 * * * *"}]'
+    first: Life = await life(jobs(text), T0 + timedelta(minutes=9, seconds=59), {"long": (600, 0)})
+    await first.advance(2)
+    running = node_key("n1", "running") + "/"
+    assert await first.store.list(running) == {}  # lingering
+    await first.crash()  # the keeper's close (as at a stop) writes it
+    (record,) = (await FilesystemStore(tmp_path / "state").list(running)).values()
+    assert record is not None and record["job"] == "long" and record["bootId"] == "boot-1"

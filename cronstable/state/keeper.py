@@ -31,7 +31,9 @@ in this node's part of the store):
   ``settled`` with a reason when it launches (written before the launch, awaited)
   or will not run; a graceful stop leaves it pending, for the next start.
 * ``running/<run id>``: pid (= process group), boot id, start ticks, from start to
-  finish, so a restart adopts a run that is still alive.
+  finish, so a restart adopts a run that is still alive.  Written
+  :data:`RUNNING_LINGER` after the start: a run that ended by then (most do) leaves
+  no record to write and then remove.
 * ``reboot/<job>``: the boot id and digest an @reboot job last ran for (written
   before the launch); a ``Leader`` @reboot job under leader election uses
   ``cluster/reboot/<job>`` (its digest, once per cluster) instead.
@@ -153,6 +155,12 @@ RECORD_WAIT = 2.0
 """Seconds a launch waits for the record written before it (then onStoreUnavailable)."""
 HISTORY_RECORD = 1024 * 1024
 """Most bytes of one job's history record (older runs are left out to fit)."""
+RUNNING_LINGER = 1.0
+"""Seconds a run's ``running`` record waits before it is queued; a run that ends sooner
+is never written (a burst of 500 short runs wrote 1,000 records for nothing: each
+record, then its removal).  A daemon killed within this time of a start does not adopt
+that run when it comes back (the process runs on; its end is not recorded).  A graceful
+stop writes the waiting records of the runs it leaves going."""
 FLUSH_AT_CLOSE = 5.0
 """Seconds a stopping daemon waits for queued records to be written."""
 FLOW_BEAT = 2.0
@@ -258,6 +266,10 @@ class StateKeeper:
         """Owned jobs with a run going on another live node: record key → node."""
         self._running_keys: dict[str, str] = {}
         """The record key of each run going here (run id → key)."""
+        self._lingering: dict[str, tuple[RunStart, int | None, str | None]] = {}
+        """The ``running`` records not queued yet (:data:`RUNNING_LINGER`), by key:
+        the start, its ticks and the job's digest."""
+        self._linger_timer: asyncio.TimerHandle | None = None
 
     @property
     def scheduler(self) -> Restorable:
@@ -273,6 +285,7 @@ class StateKeeper:
         ``store`` has not answered yet; records are queued, not written, until
         :meth:`came_up`."""
         old = self.store
+        self._write_lingering()  # to the store they started under, as the rest
         self.store, self.policy = store, policy
         self.writer = (
             Writer(store, on_result=self._written, held=waiting is not None)
@@ -327,6 +340,7 @@ class StateKeeper:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._history_task = self._flow_task = None
+        self._write_lingering()  # the runs left going: the next start adopts them
         self._flush_history()
         writer, self.writer = self.writer, None
         if writer is not None:
@@ -630,34 +644,47 @@ class StateKeeper:
         if run.pid is None:
             return
         job = self.scheduler.job(run.job)
-        running = (
-            job_key(run.job, "running", run.id)
-            if job is not None and self._hands_off(job)
-            else self._key(BOOT_SCOPED, run.id)
-        )
+        shared = job is not None and self._hands_off(job)
+        running = job_key(run.job, "running", run.id) if shared else self._key(BOOT_SCOPED, run.id)
         self._running_keys[run.id] = running
-        if self.writer.held:
-            self._running_meanwhile.add(running)
         ticks = run.start_ticks
         if ticks is None:  # spawned without the exec shim, or adopted without them
             ticks = process_start_ticks(run.pid)
-        self._submit(
-            running,
-            {
-                "job": run.job,
-                "digest": job.digest if job is not None else None,
-                "runId": run.id,
-                "pid": run.pid,
-                "pgid": run.pid,
-                "bootId": self.boot,
-                "startTicks": ticks,
-                "scheduled": utc_text(run.scheduled_time),
-                "attempt": run.attempt,
-                "startedAt": utc_text(run.started_at),
-                "manual": run.manual,
-                "node": self.node,
-            },
-        )
+        digest = job.digest if job is not None else None
+        if self.writer.held:
+            self._running_meanwhile.add(running)
+        elif not shared:  # (another node may read a Leader job's record: not held back)
+            self._lingering[running] = (run, ticks, digest)
+            if self._linger_timer is None:
+                loop = asyncio.get_running_loop()
+                self._linger_timer = loop.call_later(RUNNING_LINGER, self._write_lingering)
+            return
+        self._submit(running, self._running_record(run, ticks, digest))
+
+    def _running_record(self, run: RunStart, ticks: int | None, digest: str | None) -> Record:
+        return {
+            "job": run.job,
+            "digest": digest,
+            "runId": run.id,
+            "pid": run.pid,
+            "pgid": run.pid,
+            "bootId": self.boot,
+            "startTicks": ticks,
+            "scheduled": utc_text(run.scheduled_time),
+            "attempt": run.attempt,
+            "startedAt": utc_text(run.started_at),
+            "manual": run.manual,
+            "node": self.node,
+        }
+
+    def _write_lingering(self) -> None:
+        """Queue the ``running`` records that waited (their runs go on)."""
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
+        lingering, self._lingering = self._lingering, {}
+        for running, (run, ticks, digest) in lingering.items():
+            self._submit(running, self._running_record(run, ticks, digest))
 
     def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
         if self.writer is None:
@@ -666,7 +693,9 @@ class StateKeeper:
             self._dirty_history.add(run.job)
             return
         running = self._running_keys.pop(run.id, None) or self._key(BOOT_SCOPED, run.id)
-        if running in self._running_meanwhile:
+        if self._lingering.pop(running, None) is not None:
+            pass  # it ended before its record was queued: there is nothing to remove
+        elif running in self._running_meanwhile:
             # started and ended while nothing was written: the store never had it
             self._running_meanwhile.discard(running)
             self.writer.forget(running)
