@@ -19,7 +19,10 @@ c) Start and idle: ``cronstable run`` on 100,000 yearly jobs (durable state on, 
    daemons in the same window (yacron with 10,000 jobs does not finish loading).
 d) Spawn: 500 jobs due at one instant with durable state on (directory backend): the last
    start, and the CPU the spawning process used, beside a bare asyncio process spawning
-   the same 500 commands (bench/_runtime_floor.py) 5 s later; fire lateness of a
+   the same 500 commands (bench/_runtime_floor.py) 5 s later.  The daemon's CPU is taken
+   over the 4 s around each burst (its runs' ends are recorded after them), less what it
+   uses in 4 s between bursts (its timers, its source's watch, the store's polls: what
+   the floor, which only spawns, has none of); both are printed.  Fire lateness of a
    per-second job beside the same floor's, its own share the difference of the medians.
 e) Throughput: 1,000 jobs due in the same second (last start, fires missed), and per-second
    jobs for a minute: fires per second sustained, and how many were missed.
@@ -484,10 +487,11 @@ def wait_times(path: Path, lo: float, hi: float, count: int, until: float) -> li
 
 
 def bench_spawn(report: Report, tmp: Path, quick: bool) -> None:
-    runs = 3 if quick else 5
+    runs = 3 if quick else 7
     every = 10
+    window = 4.0  # the burst's CPU: from 0.5 s before the instant to 3.5 s after
     daemons = Daemons(threading.Event())
-    rows: list[tuple[float, float, float, float]] = []
+    rows: list[tuple[float, float, float, float, float]] = []
     try:
         schedule = f"{every}-{60 - every}/{every} * * * * * *"
         node = Node(
@@ -510,12 +514,18 @@ def bench_spawn(report: Report, tmp: Path, quick: bool) -> None:
             if len(got) < BURST:
                 raise RuntimeError(f"burst at {instant}: {len(got)} of {BURST} started")
             floor_at = instant + 5.0
-            daemons.sleep_until(floor_at - 1.5)  # the ends are handled (reaped, recorded) too
+            daemons.sleep_until(instant + window - 0.5)  # the ends are handled (reaped, recorded)
             cpu = cpu_seconds(node.proc.pid) - cpu
             out = node.var / f"floor-{len(rows)}.out"
             floor_cpu = floor_burst(out, floor_at, BURST)
             floor_times = read_times(out)
-            rows.append((max(got) - instant, cpu, max(floor_times) - floor_at, floor_cpu))
+            # the daemon between bursts (its timers, its source's watch, the store's
+            # polls): what the window holds besides the burst, which the floor has not
+            quiet = time.time()
+            idle = cpu_seconds(node.proc.pid)
+            daemons.sleep_until(instant + every - 1.0)
+            idle = (cpu_seconds(node.proc.pid) - idle) * window / (time.time() - quiet)
+            rows.append((max(got) - instant, cpu, max(floor_times) - floor_at, floor_cpu, idle))
             instant += every
         node.stop()
         fires = 15 if quick else 30
@@ -542,7 +552,9 @@ def bench_spawn(report: Report, tmp: Path, quick: bool) -> None:
     last = min(r[0] for r in rows)
     floor_last = min(r[2] for r in rows)
     by_run = [r[0] / r[2] for r in rows]
-    cpu = statistics.median(r[1] for r in rows)
+    raw_cpu = statistics.median(r[1] for r in rows)
+    idle_cpu = statistics.median(r[4] for r in rows)
+    cpu = statistics.median(r[1] - r[4] for r in rows)  # the burst's own
     floor_cpu = statistics.median(r[3] for r in rows)
     report.line(
         f"\nd) Spawn: {BURST} jobs due at one instant, durable state on (directory backend)"
@@ -563,10 +575,18 @@ def bench_spawn(report: Report, tmp: Path, quick: bool) -> None:
         + " ".join(f"{x:.2f}" for x in by_run)
         + f", median {statistics.median(by_run):.2f}x",
     )
+    report.line(
+        f"  cronstable's CPU: {raw_cpu * 1000:.0f} ms in the {window:g} s around each burst, of "
+        f"which {idle_cpu * 1000:.0f} ms its rate between bursts; the burst's own "
+        f"{cpu * 1000:.0f} ms (each run: "
+        + " ".join(f"{(r[1] - r[4]) * 1000:.0f}" for r in rows)
+        + ")"
+    )
     report.target(
         f"spawn CPU <= {TARGET_SPAWN_CPU}x the floor",
         cpu <= TARGET_SPAWN_CPU * floor_cpu,
-        ratio(cpu, floor_cpu),
+        f"{ratio(cpu, floor_cpu)} (the window whole, between-burst rate included: "
+        f"{ratio(raw_cpu, floor_cpu)})",
     )
     own = statistics.median(ours) - statistics.median(floor)
     report.line(

@@ -53,7 +53,11 @@ class RunHistory:
         finished = FinishedRun.of(run, result, outcome, keep=OUTPUT_TAIL)
         self._finished.setdefault(run.job, deque(maxlen=self.per_job)).append(finished)
         if outcome == "succeeded":
-            self._succeeded[run.job] = _without_output(finished)
+            self._succeeded[run.job] = (
+                finished
+                if finished.stdout is None and finished.stderr is None
+                else _without_output(finished)
+            )
 
     def running(self, job: str) -> list[RunStart]:
         return list(self._running.get(job, {}).values())

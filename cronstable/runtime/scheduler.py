@@ -1322,7 +1322,7 @@ class Scheduler:
                         "was removed while it waited",
                         name,
                         launch.kind,
-                        scheduled.isoformat(),
+                        fields["scheduled_time"],
                         inst.ticket.pool.name,
                         extra=fields,
                     )
@@ -1364,7 +1364,7 @@ class Scheduler:
                 "Job %s %s: scheduled %s, attempt %d, pid %s",
                 name,
                 "adopted (it outlived the previous daemon)" if inst.adopted else "started",
-                scheduled.isoformat(),
+                fields["scheduled_time"],
                 attempt,
                 inst.run.pid,
                 extra=fields | {"pid": inst.run.pid},
@@ -1402,7 +1402,7 @@ class Scheduler:
             f" ({result.fail_reason})" if outcome in FAILURES else "",
             result.returncode,
             result.duration,
-            scheduled.isoformat(),
+            fields["scheduled_time"],
             attempt,
             extra=fields
             | {
