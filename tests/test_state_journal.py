@@ -364,3 +364,45 @@ async def test_a_compactions_file_left_by_a_crash_is_removed_at_the_next_start(
     stale.write_bytes(b"half a compaction")
     assert list(await fresh_list(tmp_path / "state")) == [k(1)]
     assert not stale.exists()
+
+
+def test_a_list_by_prefix_reads_the_keys_of_that_prefix_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # listed by directory (a poll of the pauses must not walk 100,000 jobs' histories):
+    # the same answers as a scan of every key, through puts, removals, another writer's
+    # appends (replayed) and compactions
+    monkeypatch.setattr(journal, "COMPACT_AT", 4096)
+    log = journal.RecordLog(tmp_path / "state")
+    other = journal.RecordLog(tmp_path / "state")  # as another process would append
+    keys = [
+        "top",
+        "tops",
+        "nodes/n1/history/a",
+        "nodes/n1/history/ab",
+        "nodes/n1/history/b",
+        "nodes/n1/pauses/a",
+        "nodes/n1/pauses/a/deeper",
+        "nodes/n10/pauses/a",
+        "nodes/n1/running/x#1",
+        "cluster/lastrun/a",
+    ]
+    prefixes = ["", "t", "top", "nodes/", "nodes/n1", "nodes/n1/", "nodes/n1/pauses/"]
+    prefixes += ["nodes/n1/pauses/a", "nodes/n1/history/a", "nodes/n1/running/x", "c", "zzz"]
+    alive: set[str] = set()
+    for step in range(60):
+        name = keys[(step * 7) % len(keys)]
+        writer = other if step % 5 == 0 else log
+        if name in alive and step % 3 == 0:
+            writer.apply([(name, None)])
+            alive.discard(name)
+        else:
+            writer.apply([(name, {"step": step, "pad": "x" * 200})])
+            alive.add(name)
+        for prefix in prefixes:
+            listed = log.list(prefix)
+            assert list(listed) == sorted(k for k in alive if k.startswith(prefix)), prefix
+            assert all(record is not None for record in listed.values())
+    assert (tmp_path / "state" / LOG_NAME).stat().st_size < 40_000  # it was compacted
+    log.close()
+    other.close()
