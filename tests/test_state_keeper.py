@@ -593,3 +593,68 @@ async def test_a_stop_writes_the_running_records_still_lingering(
     await first.crash()  # the keeper's close (as at a stop) writes it
     (record,) = (await FilesystemStore(tmp_path / "state").list(running)).values()
     assert record is not None and record["job"] == "long" and record["bootId"] == "boot-1"
+
+
+def _start(job: str, run: str, *, adopted: bool = False) -> Any:
+    from cronstable.ports import RunStart
+
+    at = T0 + timedelta(minutes=10)
+    return RunStart(run, job, at, 1, at, 4242, False, adopted=adopted)
+
+
+def _ended(start: Any) -> Any:
+    from cronstable.ports import RunResult
+
+    at = start.started_at
+    return RunResult(start.job, at, 1, at, at, 0.1, 0, None, None, 0, 0, None, False, False, 4242)
+
+
+async def test_each_running_record_waits_its_own_linger(
+    life: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a run that started just before another's record was queued waits its own time:
+    # ending within it, it writes nothing
+    from cronstable.state import keeper as keeper_module
+
+    monkeypatch.setattr(keeper_module, "RUNNING_LINGER", 0.3)
+    text = 'jobs: [{name: long, command: "true", schedule: "0 0 1 1 *"}]'
+    first: Life = await life(jobs(text), T0, {})
+    keeper = first.keeper
+    written: list[str] = []
+    apply = first.store.apply
+
+    async def spy(changes: Any) -> None:
+        written.extend(key for key, _ in changes)
+        await apply(changes)
+
+    monkeypatch.setattr(first.store, "apply", spy)
+    early, late = _start("long", "long@a#1"), _start("long", "long@b#1")
+    keeper.run_started(early)
+    await asyncio.sleep(0.2)
+    keeper.run_started(late)
+    await asyncio.sleep(0.2)  # early's linger passed (written), late's not yet
+    keeper.run_finished(late, _ended(late), "succeeded")
+    await asyncio.sleep(0.3)
+    await first.settle()
+    running = await first.store.list(node_key("n1", "running") + "/")
+    assert [record["runId"] for record in running.values() if record] == ["long@a#1"]
+    assert written == [node_key("n1", "running", "long@a#1")]  # nothing of late's
+
+
+async def test_an_adopted_run_that_ends_at_once_still_removes_its_record(
+    life: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # its record is the previous daemon's, in the store already: not held back, so its
+    # end removes it even within RUNNING_LINGER
+    from cronstable.state import keeper as keeper_module
+
+    monkeypatch.setattr(keeper_module, "RUNNING_LINGER", 3600.0)
+    text = 'jobs: [{name: long, command: "true", schedule: "0 0 1 1 *"}]'
+    first: Life = await life(jobs(text), T0, {})
+    key = node_key("n1", "running", "long@a#1")
+    await first.store.put(key, {"job": "long", "runId": "long@a#1", "pid": 4242})
+    adopted = _start("long", "long@a#1", adopted=True)
+    first.keeper.run_started(adopted)
+    first.keeper.run_finished(adopted, _ended(adopted), "unknown")
+    await first.settle()
+    assert await first.store.get(key) is None

@@ -185,6 +185,9 @@ class RunStart:
     start_ticks: int | None = None
     """When the process started, in clock ticks since boot (``/proc/PID/stat`` field
     22), where the run knew it (the exec shim reads it); None: read it from /proc."""
+    adopted: bool = False
+    """A run that outlived the previous daemon, watched by this one (its ``running``
+    record is the previous daemon's, already in the store)."""
 
 
 @dataclass(frozen=True, slots=True)

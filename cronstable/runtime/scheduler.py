@@ -1346,6 +1346,7 @@ class Scheduler:
                 started_at=inst.adopted or self.clock.now(),
                 pid=inst.run.pid,
                 start_ticks=inst.run.start_ticks,
+                adopted=inst.adopted is not None,
                 manual=launch.kind == "manual",
                 pool_wait=inst.ticket.waited if inst.ticket is not None else None,
                 planned_start=self.start_of(launch.job, scheduled)

@@ -266,9 +266,10 @@ class StateKeeper:
         """Owned jobs with a run going on another live node: record key → node."""
         self._running_keys: dict[str, str] = {}
         """The record key of each run going here (run id → key)."""
-        self._lingering: dict[str, tuple[RunStart, int | None, str | None]] = {}
-        """The ``running`` records not queued yet (:data:`RUNNING_LINGER`), by key:
-        the start, its ticks and the job's digest."""
+        self._lingering: dict[str, tuple[float, RunStart, int | None, str | None]] = {}
+        """The ``running`` records not queued yet (:data:`RUNNING_LINGER`), by key, in
+        the order the runs started: when (the loop's time, as its timer's), the start,
+        its ticks and the job's digest."""
         self._linger_timer: asyncio.TimerHandle | None = None
 
     @property
@@ -653,11 +654,12 @@ class StateKeeper:
         digest = job.digest if job is not None else None
         if self.writer.held:
             self._running_meanwhile.add(running)
-        elif not shared:  # (another node may read a Leader job's record: not held back)
-            self._lingering[running] = (run, ticks, digest)
+        elif not shared and not run.adopted:
+            # (another node may read a Leader job's record, and an adopted run's is in
+            # the store already: its end must remove it; neither is held back)
+            self._lingering[running] = (asyncio.get_running_loop().time(), run, ticks, digest)
             if self._linger_timer is None:
-                loop = asyncio.get_running_loop()
-                self._linger_timer = loop.call_later(RUNNING_LINGER, self._write_lingering)
+                self._arm_linger(RUNNING_LINGER)
             return
         self._submit(running, self._running_record(run, ticks, digest))
 
@@ -677,13 +679,30 @@ class StateKeeper:
             "node": self.node,
         }
 
+    def _arm_linger(self, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._linger_timer = loop.call_later(max(0.0, delay), self._linger_passed)
+
+    def _linger_passed(self) -> None:
+        """Queue the ``running`` records of the runs going for :data:`RUNNING_LINGER`;
+        wait again for the next one's time."""
+        self._linger_timer = None
+        now = asyncio.get_running_loop().time()
+        while self._lingering:
+            running, (since, run, ticks, digest) = next(iter(self._lingering.items()))
+            if now - since < RUNNING_LINGER:
+                self._arm_linger(since + RUNNING_LINGER - now)
+                return
+            del self._lingering[running]
+            self._submit(running, self._running_record(run, ticks, digest))
+
     def _write_lingering(self) -> None:
-        """Queue the ``running`` records that waited (their runs go on)."""
+        """Queue every ``running`` record that waits (a stop, a switch of store)."""
         if self._linger_timer is not None:
             self._linger_timer.cancel()
             self._linger_timer = None
         lingering, self._lingering = self._lingering, {}
-        for running, (run, ticks, digest) in lingering.items():
+        for running, (_, run, ticks, digest) in lingering.items():
             self._submit(running, self._running_record(run, ticks, digest))
 
     def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
