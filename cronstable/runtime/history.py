@@ -53,11 +53,7 @@ class RunHistory:
         finished = FinishedRun.of(run, result, outcome, keep=OUTPUT_TAIL)
         self._finished.setdefault(run.job, deque(maxlen=self.per_job)).append(finished)
         if outcome == "succeeded":
-            self._succeeded[run.job] = (
-                finished
-                if finished.stdout is None and finished.stderr is None
-                else _without_output(finished)
-            )
+            self._succeeded[run.job] = _without_output(finished)
 
     def running(self, job: str) -> list[RunStart]:
         return list(self._running.get(job, {}).values())
@@ -104,6 +100,8 @@ class RunHistory:
 
 
 def _without_output(run: FinishedRun) -> FinishedRun:
+    if run.stdout is None and run.stderr is None:
+        return run  # (frozen: nothing to copy)
     return dataclasses.replace(run, stdout=None, stderr=None)
 
 
