@@ -538,6 +538,19 @@ jobs:
     assert [k for k in waiting.keeper.writer._queued if "/running/" in k] == []
 
 
+def store_writes(store: FilesystemStore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """Each change the store applies from now on: (key, whether a record was put)."""
+    written: list[tuple[str, bool]] = []
+    apply = store.apply
+
+    async def spy(changes: Any) -> None:
+        written.extend((key, record is not None) for key, record in changes)
+        await apply(changes)
+
+    monkeypatch.setattr(store, "apply", spy)
+    return written
+
+
 async def test_a_run_that_ends_within_the_linger_writes_no_running_record(
     life: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -554,14 +567,7 @@ async def test_a_run_that_ends_within_the_linger_writes_no_running_record(
     first: Life = await life(
         jobs(text), T0 + timedelta(minutes=9, seconds=59), {"quick": (1, 0), "long": (600, 0)}
     )
-    written: list[tuple[str, bool]] = []
-    apply = first.store.apply
-
-    async def spy(changes: Any) -> None:
-        written.extend((key, record is not None) for key, record in changes)
-        await apply(changes)
-
-    monkeypatch.setattr(first.store, "apply", spy)
+    written = store_writes(first.store, monkeypatch)
     running = node_key("n1", "running") + "/"
     await first.advance(3)  # both started at :10:00; quick ended a (manual) second later
     assert len(first.history.finished("quick")) == 1
@@ -620,14 +626,7 @@ async def test_each_running_record_waits_its_own_linger(
     text = 'jobs: [{name: long, command: "true", schedule: "0 0 1 1 *"}]'
     first: Life = await life(jobs(text), T0, {})
     keeper = first.keeper
-    written: list[str] = []
-    apply = first.store.apply
-
-    async def spy(changes: Any) -> None:
-        written.extend(key for key, _ in changes)
-        await apply(changes)
-
-    monkeypatch.setattr(first.store, "apply", spy)
+    written = store_writes(first.store, monkeypatch)
     early, late = _start("long", "long@a#1"), _start("long", "long@b#1")
     keeper.run_started(early)
     await asyncio.sleep(0.2)
@@ -638,7 +637,7 @@ async def test_each_running_record_waits_its_own_linger(
     await first.settle()
     running = await first.store.list(node_key("n1", "running") + "/")
     assert [record["runId"] for record in running.values() if record] == ["long@a#1"]
-    assert written == [node_key("n1", "running", "long@a#1")]  # nothing of late's
+    assert written == [(node_key("n1", "running", "long@a#1"), True)]  # nothing of late's
 
 
 async def test_an_adopted_run_that_ends_at_once_still_removes_its_record(
