@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from cronstable.config.yamlread import MAX_DEPTH, DuplicateKeyError, YamlError, locate, parse
+from cronstable.config import yamlread
+from cronstable.config.yamlread import (
+    MAX_DEPTH,
+    DuplicateKeyError,
+    NodeLimitError,
+    YamlError,
+    locate,
+    parse,
+)
 
 
 def data(text: str | bytes) -> object:
@@ -273,6 +281,47 @@ def test_alias_expansion_bomb_is_refused_quickly() -> None:
     exc = error("\n".join(lines) + "\n")
     assert "too many values" in exc.message
     assert exc.line is not None
+
+
+DENSE = [
+    "?\n" * 200,
+    "? " * 200,
+    "{" + "?," * 200 + "}",
+    "[" + ",".join(["{?}"] * 100) + "]",
+    "[?:]",
+    "[?]",
+    "{" * 60 + "}" * 60,
+    "[a, b, c]",
+    "a:\n" * 100,
+    "- " * 200,
+    "",
+]
+
+
+@pytest.mark.parametrize("text", DENSE, ids=lambda t: repr(t[:12]))
+def test_a_document_composes_at_most_a_node_per_byte_and_four(text: str) -> None:
+    """What lets a short document be composed without counting its nodes
+    (yamlread._SmallLoader): it is used only where the budget is twice this bound."""
+    loader = yamlread._NodeLoader(text.encode(), 10**9)  # counts what it composes
+    try:
+        loader.get_single_node()
+    finally:
+        loader.dispose()
+    assert 0 < loader.count <= len(text.encode()) + 4 or text == ""
+
+
+@pytest.mark.parametrize("budget", [180, 181, 1001, 1002, 10**6])
+def test_the_budget_holds_on_either_side_of_the_short_document_bound(budget: int) -> None:
+    """A document of 493 bytes is composed counting its nodes below a budget of 1,002
+    and without from there; the builder counts every value either way (each use of an
+    alias a copy, so test_alias_expansion_bomb_is_refused_quickly holds uncounted)."""
+    text = "a: [" + ", ".join(["x"] * 150) + "]\nb: &b [y, y, y, y]\nc: [*b, *b, *b, *b]\n"
+    assert len(text) == 493
+    if budget < 181:
+        with pytest.raises(NodeLimitError):
+            parse(text.encode(), budget)
+    else:
+        assert parse(text.encode(), budget).size == 181
 
 
 # --------------------------------------------------------------------------
