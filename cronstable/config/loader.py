@@ -1057,21 +1057,22 @@ class _Loader:
         # that grows by less than the file's jobs (_Clash).
         unique: list[_JobEntry | _Reused] = []
         first_seen: dict[str, _JobEntry] = {}
-        seen: set[tuple[str, int]] = set()
+        unnamed: set[tuple[str, int]] = set()  # seen without a name (reached twice: once)
         for entry in entries:
             if isinstance(entry, _Reused):
                 unique.append(entry)
                 continue
             name = entry.raw.get("name")
-            again = (entry.file, entry.index) in seen
-            if isinstance(name, str) and name in first_seen:
-                self._duplicate(name, first_seen[name], entry)
-                continue
-            if again:
-                continue
-            seen.add((entry.file, entry.index))
             if isinstance(name, str):
+                first = first_seen.get(name)
+                if first is not None:  # reached twice too: the same entry, said so
+                    self._duplicate(name, first, entry)
+                    continue
                 first_seen[name] = entry
+            elif (entry.file, entry.index) in unnamed:
+                continue
+            else:
+                unnamed.add((entry.file, entry.index))
             unique.append(entry)
         reused = any(isinstance(e, _Reused) for e in unique)
         parts: list[Mapping[str, Job]] = []
@@ -1090,8 +1091,7 @@ class _Loader:
                 parts.append(self.groups[-1])
             else:  # not kept (no cache, or problems): its jobs by name all the same
                 grouped = False
-                built = (results.get(entry.index) for entry in batch)
-                parts.append({job.name: job for job in built if job is not None})
+                parts.append({job.name: job for job in results.values()})
         jobs = self.cache.jobs_like(parts) if grouped and self.cache is not None else None
         if jobs is None:
             jobs = {}
