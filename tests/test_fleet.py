@@ -74,6 +74,23 @@ def _result(job: str, at: datetime) -> RunResult:
     )
 
 
+def test_a_nodes_own_store_gets_no_last_run_records() -> None:
+    """Only this node would read them, and its run history has them: a run's end on a
+    node's own store writes nothing; once the store in use is shared, it does."""
+    written: list[str] = []
+    shared = False
+    recorder = LastRuns("n1", lambda key, record: written.append(key), lambda: shared)
+    at = datetime(2026, 5, 1, 3, 0, tzinfo=UTC)
+    flow = FlowRunView("etl@t", "etl", "d", at, at, "fire", (), at, "succeeded")
+    recorder.run_finished(_start("nightly", at), _result("x", at), "succeeded")
+    recorder.flow_finished(flow)
+    assert written == []
+    shared = True
+    recorder.run_finished(_start("nightly", at), _result("x", at), "succeeded")
+    recorder.flow_finished(flow)
+    assert written == [last_run_key("job", "nightly"), last_run_key("workflow", "etl")]
+
+
 @pytest.mark.asyncio
 async def test_last_runs_and_runs_going_on_every_state_store(
     state_backend: StateBackend, tmp_path: Path
@@ -82,7 +99,7 @@ async def test_last_runs_and_runs_going_on_every_state_store(
     writer = Writer(store)
     try:
         at = datetime(2026, 5, 1, 3, 0, tzinfo=UTC)
-        recorder = LastRuns("n1", lambda key, record: writer.submit(key, record))
+        recorder = LastRuns("n1", lambda key, record: writer.submit(key, record), lambda: True)
         for minute in range(3):  # a burst: the last one stays
             moment = at.replace(minute=minute)
             recorder.run_finished(

@@ -199,7 +199,7 @@ async def cluster(state_backend: StateBackend, tmp_path: Path) -> AsyncIterator[
             gate=gate,
             guards=[keeper],
             hooks=keeper,
-            run_listeners=[history, keeper, LastRuns(name, keeper.submit)],
+            run_listeners=[history, keeper, LastRuns(name, keeper.submit, lambda: True)],
             report_listeners=[reports],
         )
         made = counted(store())

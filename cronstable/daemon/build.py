@@ -178,7 +178,10 @@ def build_daemon(
         registry=registry,
         workflows=lambda: scheduler_of().workflows,
     )  # suspend and the API's pauses, kept in the state store; the gate asks it
-    last_runs = LastRuns(node.name, keeper.submit)  # the fleet view's last run of each job
+    # the fleet view's last run of each job, where other nodes read it
+    last_runs = LastRuns(
+        node.name, keeper.submit, lambda: keeper.store is not None and keeper.store.shared
+    )
     alerts = AlertWatch(
         node.name,
         lambda: keeper.store,

@@ -98,9 +98,10 @@ class Fleet:
         shared = records is not None and records.shared
         stored: Mapping[tuple[FleetKind, str], RunRecord] = {}
         elsewhere: list[RunRecord] = []
-        if records is not None and backend is not None:
-            others = [m.name for m in cluster.members if not m.this_node] if shared else []
-            handed = self._handed_off(page, cluster) if shared else []
+        if records is not None and shared:
+            # a node's own store holds no last runs (its history has them) nor others' runs
+            others = [m.name for m in cluster.members if not m.this_node]
+            handed = self._handed_off(page, cluster)
             try:
                 async with asyncio.timeout(self.read_within):
                     stored, going = await asyncio.gather(

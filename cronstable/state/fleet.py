@@ -95,12 +95,24 @@ def read_run(record: Record | None, node: str | None = None) -> RunRecord | None
 
 class LastRuns:
     """A run listener and a workflow listener: each run that ends is its job's
-    ``lastrun`` record.  ``submit``: the keeper's writer
-    (:meth:`~cronstable.state.keeper.StateKeeper.submit`; nothing without a store)."""
+    ``lastrun`` record, on a store the nodes share.  ``submit``: the keeper's writer
+    (:meth:`~cronstable.state.keeper.StateKeeper.submit`; nothing without a store);
+    ``shared``: whether the store in use now is shared.
 
-    def __init__(self, node: str, submit: Callable[[str, Record | None], None]) -> None:
+    On a node's own store the record would tell only this node what its run history
+    already holds (restored from the ``history`` records at a start): it is not
+    written, which takes a record write off every run's end (a burst of 500 runs wrote
+    500 of them)."""
+
+    def __init__(
+        self,
+        node: str,
+        submit: Callable[[str, Record | None], None],
+        shared: Callable[[], bool],
+    ) -> None:
         self.node = node
         self.submit = submit
+        self.shared = shared
 
     def run_started(self, run: RunStart) -> None:
         return None
@@ -108,6 +120,8 @@ class LastRuns:
     def run_finished(self, run: RunStart, result: RunResult, outcome: RunOutcome) -> None:
         if outcome == "lost":
             return  # it went on another node: the keeper that found it writes its record
+        if not self.shared():
+            return
         self.submit(
             last_run_key("job", run.job),
             last_run_record(run, self.node, result.finished_at, outcome),
@@ -122,6 +136,8 @@ class LastRuns:
     def flow_finished(self, run: FlowRunView) -> None:
         if run.detached or run.finished_at is None:
             return  # another node goes on with it, and writes its end
+        if not self.shared():
+            return
         self.submit(
             last_run_key("workflow", run.workflow),
             {
