@@ -51,7 +51,10 @@ class RunHistory:
             if not going:
                 del self._running[run.job]
         finished = FinishedRun.of(run, result, outcome, keep=OUTPUT_TAIL)
-        self._finished.setdefault(run.job, deque(maxlen=self.per_job)).append(finished)
+        runs = self._finished.get(run.job)
+        if runs is None:  # (not setdefault: it would make a deque for every run)
+            runs = self._finished[run.job] = deque(maxlen=self.per_job)
+        runs.append(finished)
         if outcome == "succeeded":
             self._succeeded[run.job] = _without_output(finished)
 

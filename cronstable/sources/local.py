@@ -428,8 +428,15 @@ class LocalDirSource(Source):
     """Seconds between full rescans that need no event."""
     debounce_ms: int = 1_600
     """watchfiles: the longest a burst of events is grouped before a rescan."""
-    step_ms: int = 50
-    """watchfiles: a burst ends after this many quiet milliseconds."""
+    step_ms: int = 250
+    """watchfiles: a burst ends after this many quiet milliseconds.  The watch's thread
+    wakes every step (to look for the stop request) even when nothing changes: at 50 ms
+    those wakeups were a third of an idle daemon's CPU."""
+    watch_timeout: float = 5.0
+    """Seconds a watch's thread waits for events before it comes back to the loop empty
+    (and is sent again): the first return proves the watch is up; later ones cost a round
+    trip through a thread each.  Stopping does not wait for it (the stop is seen within a
+    step)."""
     watch_retry: float = 30.0
     """Seconds of polling (a rescan per ``poll_interval``) after the watch failed to arm."""
 
@@ -645,7 +652,7 @@ class LocalDirSource(Source):
             debounce=self.debounce_ms,
             step=self.step_ms,
             stop_event=stop,
-            rust_timeout=int(self.poll_interval * 1000),
+            rust_timeout=int(self.watch_timeout * 1000),
             yield_on_timeout=True,
             recursive=False,
             force_polling=False,

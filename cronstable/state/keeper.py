@@ -1274,6 +1274,8 @@ def _capped(run: FinishedRun) -> FinishedRun:
     """``run`` with at most :data:`HISTORY_OUTPUT` bytes of each stream (the end)."""
     stdout, out_cut = tail_text(run.stdout, HISTORY_OUTPUT)
     stderr, err_cut = tail_text(run.stderr, HISTORY_OUTPUT)
+    if not (out_cut or err_cut):
+        return run  # (frozen: the run as it is; a history's flush copied every run)
     return replace(
         run,
         stdout=stdout,
