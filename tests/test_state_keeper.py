@@ -601,6 +601,19 @@ async def test_a_stop_writes_the_running_records_still_lingering(
     assert record is not None and record["job"] == "long" and record["bootId"] == "boot-1"
 
 
+async def _yearly_job(
+    life: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, *, linger: float
+) -> Life:
+    """A daemon's life with one job, ``long``, that never fires on its own (its runs are
+    started by hand), and ``linger`` seconds of RUNNING_LINGER."""
+    from cronstable.state import keeper as keeper_module
+
+    monkeypatch.setattr(keeper_module, "RUNNING_LINGER", linger)
+    text = 'jobs: [{name: long, command: "true", schedule: "0 0 1 1 *"}]'
+    made: Life = await life(jobs(text), T0, {})
+    return made
+
+
 def _start(job: str, run: str, *, adopted: bool = False) -> Any:
     from cronstable.ports import RunStart
 
@@ -620,11 +633,7 @@ async def test_each_running_record_waits_its_own_linger(
 ) -> None:
     # a run that started just before another's record was queued waits its own time:
     # ending within it, it writes nothing
-    from cronstable.state import keeper as keeper_module
-
-    monkeypatch.setattr(keeper_module, "RUNNING_LINGER", 0.3)
-    text = 'jobs: [{name: long, command: "true", schedule: "0 0 1 1 *"}]'
-    first: Life = await life(jobs(text), T0, {})
+    first = await _yearly_job(life, monkeypatch, linger=0.3)
     keeper = first.keeper
     written = store_writes(first.store, monkeypatch)
     early, late = _start("long", "long@a#1"), _start("long", "long@b#1")
@@ -645,11 +654,7 @@ async def test_an_adopted_run_that_ends_at_once_still_removes_its_record(
 ) -> None:
     # its record is the previous daemon's, in the store already: not held back, so its
     # end removes it even within RUNNING_LINGER
-    from cronstable.state import keeper as keeper_module
-
-    monkeypatch.setattr(keeper_module, "RUNNING_LINGER", 3600.0)
-    text = 'jobs: [{name: long, command: "true", schedule: "0 0 1 1 *"}]'
-    first: Life = await life(jobs(text), T0, {})
+    first = await _yearly_job(life, monkeypatch, linger=3600.0)
     key = node_key("n1", "running", "long@a#1")
     await first.store.put(key, {"job": "long", "runId": "long@a#1", "pid": 4242})
     adopted = _start("long", "long@a#1", adopted=True)
