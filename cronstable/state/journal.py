@@ -151,7 +151,7 @@ class RecordLog:
         self._dirs: dict[str, set[str]] = {}
         """The index's keys by their directory (the key up to its last ``/``): a list of
         one kind of record (the pauses, every 2 s) reads that kind's keys, not every
-        key of a node whose 100,000 jobs each have a history and a last run."""
+        key of a node whose 100,000 jobs each have a history."""
         self._end = 0
         """The offset after the last good line indexed: where this process's next
         append goes, once a torn tail is cut off."""
@@ -210,6 +210,10 @@ class RecordLog:
         if self._fd is not None:
             os.close(self._fd)
         self._fd = None
+        self._forget_index()
+
+    def _forget_index(self) -> None:
+        """Nothing indexed: the next read indexes the file from its start."""
         self._index, self._end, self._live = {}, 0, 0
         self._dirs = {}
 
@@ -220,8 +224,7 @@ class RecordLog:
             fd = os.open(self.path, _OPEN_FLAGS, 0o600)
             stat = os.fstat(fd)
             self._fd, self._inode = fd, (stat.st_dev, stat.st_ino)
-            self._index, self._end, self._live = {}, 0, 0
-            self._dirs = {}
+            self._forget_index()
         return self._fd
 
     def _current(self, mode: int) -> int:
@@ -337,8 +340,7 @@ class RecordLog:
         a bad one followed by a good one is skipped and counted, bad ones at the end
         (a torn tail) are left past ``self._end``."""
         if size < self._end:  # shorter than what was indexed: read it again whole
-            self._index, self._end, self._live = {}, 0, 0
-            self._dirs = {}
+            self._forget_index()
         bad = pending = 0
         for offset, line in self._lines(size):
             parsed = parse_line(line)
