@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import select
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -45,6 +46,38 @@ class Clock(Protocol):
         ...
 
 
+SETTLE = 0.003
+"""Seconds before a deadline below which the thread sleeps the rest itself.
+
+A wait of the event loop ends late: the kernel lets a poll's timeout run over by
+a thousandth of it (a millisecond on a one-second wait) and the loops count their
+timeouts in whole milliseconds, so a fire the loop alone waited for started 1-3 ms
+after its second.  The loop's wait therefore ends short of the deadline (by
+:data:`LEAD` and the thousandth), and the last few milliseconds are slept by the
+thread on a high-resolution timer, late by tens of microseconds.  That blocks the
+loop for at most this long, once per deadline, and costs no CPU."""
+LEAD = 0.002
+"""Seconds the loop's wait aims before the deadline, besides the kernel's thousandth."""
+
+
+async def _wait(wake: asyncio.Event, seconds: float) -> bool:
+    """Whether ``wake`` was set within ``seconds`` (the event loop's wait)."""
+    try:
+        async with asyncio.timeout(seconds):
+            await wake.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
+def _block_for(seconds: float) -> None:
+    """Sleep the thread, on purpose, loop and all (at most :data:`SETTLE`).
+
+    ``select`` with no descriptors, not :func:`time.sleep`: libfaketime (0.9.10) fails
+    the latter's absolute monotonic sleep under ``FAKETIME_DONT_FAKE_MONOTONIC``."""
+    select.select([], [], [], seconds)
+
+
 class SystemClock:
     def now(self) -> datetime:
         return datetime.now(UTC)
@@ -53,15 +86,28 @@ class SystemClock:
         return time.monotonic()
 
     async def sleep_until(self, deadline: datetime | None, wake: asyncio.Event) -> None:
-        timeout = MAX_SLEEP
-        if deadline is not None:
-            timeout = min(timeout, max(0.0, (deadline - self.now()).total_seconds()))
+        """The loop waits until just short of ``deadline``, the thread sleeps the rest.
+
+        The rest is measured on the monotonic clock from the call: a wall clock that
+        stepped meanwhile is the caller's to notice when it re-reads :meth:`now`, at
+        the moment it asked to be woken (not a few milliseconds before it, in
+        another second)."""
         if wake.is_set():
             return
-        try:
-            await asyncio.wait_for(wake.wait(), timeout)
-        except TimeoutError:
-            pass
+        if deadline is None:
+            await _wait(wake, MAX_SLEEP)
+            return
+        left = (deadline - self.now()).total_seconds()
+        if left > SETTLE:
+            end = time.monotonic() + left
+            if left > MAX_SLEEP:
+                await _wait(wake, MAX_SLEEP)
+                return
+            if await _wait(wake, left - LEAD - left / 1000):
+                return
+            left = end - time.monotonic()
+        if 0 < left <= SETTLE:
+            _block_for(left)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
