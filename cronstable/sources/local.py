@@ -73,6 +73,7 @@ import time
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from watchfiles import awatch
 
@@ -130,6 +131,17 @@ class _Scan:
     """Each file's modification time (``st_mtime``, wall clock)."""
     taken: float
     """Wall-clock time the scan started."""
+
+
+class _Tree(Protocol):
+    """What :meth:`LocalDirSource._same` compares: a scan, or the snapshot made of one."""
+
+    @property
+    def revision(self) -> str: ...
+    @property
+    def files(self) -> Mapping[str, bytes]: ...
+    @property
+    def outside(self) -> Mapping[str, str]: ...
 
 
 def _identity(path: str) -> Identity | None:
@@ -520,14 +532,20 @@ class LocalDirSource(Source):
         # a new configuration file in a directory the load listed (the root, an include)
         return any(path.startswith(d) and is_loadable_name(path[len(d) :]) for d in self._listed)
 
-    def _key(self, files: Mapping[str, bytes], revision: str, outside: Mapping[str, str]) -> str:
-        """What decides whether two scans differ: the files (and outside links) that matter."""
+    def _same(self, a: _Tree, b: _Tree) -> bool:
+        """Whether two readings of the tree agree on what decides a snapshot: the files
+        (and outside links) that matter.  Compared as they are, not hashed: the tree's
+        revision already is, and a resync of a large tree compares it several times."""
+        if a.revision == b.revision:
+            return True
         if self._reads is None:
-            return revision
-        return _revision(
-            {p: d for p, d in files.items() if self._matters(p)},
-            {p: t for p, t in outside.items() if p.endswith("/") or self._matters(p)},
-        )
+            return False
+        matters = self._matters
+        return {p: d for p, d in a.files.items() if matters(p)} == {
+            p: d for p, d in b.files.items() if matters(p)
+        } and {p: t for p, t in a.outside.items() if p.endswith("/") or matters(p)} == {
+            p: t for p, t in b.outside.items() if p.endswith("/") or matters(p)
+        }
 
     async def recheck(self, snapshot: Snapshot) -> bool:
         """``snapshot`` did not load: True if it was read while a file was being written.
@@ -559,9 +577,7 @@ class LocalDirSource(Source):
                 newer = await self._stable_scan()
             except (_Gone, _Problem, _Unstable):
                 return False  # the watch reports these; reject what was read
-            if self._key(newer.files, newer.revision, newer.outside) == self._key(
-                scan.files, scan.revision, scan.outside
-            ):
+            if self._same(newer, scan):
                 return False
             logger.info(
                 "%s: revision %s does not load and was read while %s was being written; "
@@ -795,10 +811,11 @@ class LocalDirSource(Source):
                 moving.add(exc.path)
                 previous = None
             else:
-                if previous is not None and (
-                    self._key(previous.files, previous.revision, previous.outside),
-                    previous.watch,
-                ) == (self._key(scan.files, scan.revision, scan.outside), scan.watch):
+                if (
+                    previous is not None
+                    and previous.watch == scan.watch
+                    and self._same(previous, scan)
+                ):
                     return scan
                 if previous is not None:
                     moving |= {p for p in _changed_paths(previous, scan) if self._matters(p)}
@@ -810,9 +827,7 @@ class LocalDirSource(Source):
     def _publish(self, scan: _Scan) -> None:
         self._latest_scan = scan
         latest = self._latest
-        if latest is not None and self._key(
-            latest.files, latest.revision, latest.outside
-        ) == self._key(scan.files, scan.revision, scan.outside):
+        if latest is not None and self._same(latest, scan):
             return
         self._latest = Snapshot(
             revision=scan.revision,
