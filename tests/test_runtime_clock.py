@@ -1,25 +1,29 @@
 """The real clock's waits: a wake ends them, a deadline ends them on time.
 
-The loop's wait aims short of a deadline and the thread sleeps the last few
-milliseconds itself (:data:`cronstable.runtime.clock.SETTLE`): these tests check
-the split and that a caller's loop reaches its deadline, never how precisely
-(timing is the bench's: bench/bench_scale.py, fire lateness).
+For a ``precise`` deadline (a fire) the loop's wait ends short of it and the
+thread sleeps the last few milliseconds itself (:data:`cronstable.runtime.clock.SETTLE`);
+any other deadline (a poll) is the loop's alone.  These tests check the split and
+that a caller's loop reaches its deadline, never how precisely (timing is the
+bench's: bench/bench_scale.py, fire lateness).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Iterator
-from datetime import timedelta
-from typing import Any
+import time
+from collections.abc import Awaitable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
 import pytest
 
 from cronstable.runtime import clock as clock_module
 from cronstable.runtime.clock import LEAD, MAX_SLEEP, SETTLE, SystemClock
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
+pytestmark = pytest.mark.timeout(30)
+async_test = pytest.mark.asyncio
+
+_T = TypeVar("_T")
 
 SLEW = timedelta(microseconds=50)
 """What the wall clock may fall behind the monotonic one over a few milliseconds
@@ -30,101 +34,182 @@ while NTP slews it (500 ppm at most): a deadline counts as reached within it."""
 def loop_waits(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
     """The timeouts the clock gives the event loop's waits, in order."""
     given: list[float] = []
-    real = asyncio.timeout
+    real = asyncio.wait_for
 
-    def recording(delay: float | None) -> Any:
-        assert delay is not None
-        given.append(delay)
-        return real(delay)
+    def recording(waited: Awaitable[_T], timeout: float | None) -> Awaitable[_T]:
+        assert timeout is not None
+        given.append(timeout)
+        return real(waited, timeout)
 
-    monkeypatch.setattr(clock_module.asyncio, "timeout", recording)
+    monkeypatch.setattr(clock_module.asyncio, "wait_for", recording)
     yield given
 
 
-async def test_a_deadline_passed_returns_at_once(loop_waits: list[float]) -> None:
-    clock = SystemClock()
-    await clock.sleep_until(clock.now() - timedelta(seconds=1), asyncio.Event())
-    assert loop_waits == []
-
-
-async def test_a_wake_already_set_returns_at_once(loop_waits: list[float]) -> None:
+@async_test
+@pytest.mark.parametrize("precise", [True, False])
+async def test_a_wake_already_set_returns_at_once(loop_waits: list[float], precise: bool) -> None:
     clock = SystemClock()
     wake = asyncio.Event()
     wake.set()
-    await clock.sleep_until(clock.now() + timedelta(hours=1), wake)
+    await clock.sleep_until(clock.now() + timedelta(hours=1), wake, precise=precise)
     assert loop_waits == []
 
 
+@async_test
+async def test_a_precise_deadline_passed_returns_after_one_turn(loop_waits: list[float]) -> None:
+    clock = SystemClock()
+    ran: list[bool] = []
+    asyncio.get_running_loop().call_soon(ran.append, True)
+    await clock.sleep_until(clock.now() - timedelta(seconds=1), asyncio.Event(), precise=True)
+    assert ran == [True]  # the loop's other work had its turn
+    assert loop_waits == []
+
+
+@async_test
 async def test_a_wake_ends_a_wait_without_deadline(loop_waits: list[float]) -> None:
     clock = SystemClock()
     wake = asyncio.Event()
     asyncio.get_running_loop().call_later(0.02, wake.set)
-    await asyncio.wait_for(clock.sleep_until(None, wake), 10)
+    async with asyncio.timeout(10):
+        await clock.sleep_until(None, wake, precise=True)
     assert wake.is_set()
     assert loop_waits == [MAX_SLEEP]
 
 
-async def test_the_loop_wait_aims_short_of_the_deadline(loop_waits: list[float]) -> None:
+@async_test
+async def test_the_loop_wait_aims_short_of_a_precise_deadline(loop_waits: list[float]) -> None:
     clock = SystemClock()
     wake = asyncio.Event()
     asyncio.get_running_loop().call_later(0.02, wake.set)  # not a second's wait: a wake ends it
     before = clock.now()
-    await asyncio.wait_for(clock.sleep_until(before + timedelta(seconds=1), wake), 10)
+    async with asyncio.timeout(10):
+        await clock.sleep_until(before + timedelta(seconds=1), wake, precise=True)
     (given,) = loop_waits
     # the kernel's thousandth and LEAD taken off: the loop's wait ends before the deadline
     assert given <= 1.0 - LEAD - 0.9 / 1000
     assert given > 1.0 - LEAD - 1.0 / 1000 - 0.5  # and not long before it
 
 
+@async_test
+async def test_a_far_precise_deadline_is_waited_for_in_capped_turns(
+    loop_waits: list[float],
+) -> None:
+    clock = SystemClock()
+    wake = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.02, wake.set)
+    deadline = clock.now() + timedelta(seconds=MAX_SLEEP + 5)
+    async with asyncio.timeout(10):
+        await clock.sleep_until(deadline, wake, precise=True)
+    assert loop_waits == [MAX_SLEEP]
+
+
+@async_test
+async def test_a_precise_deadline_just_past_the_cap_is_aimed_short_of(
+    loop_waits: list[float],
+) -> None:
+    """A fire 30.01 s away: a plain 30 s wait could overrun it by the kernel's 30 ms."""
+    clock = SystemClock()
+    wake = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.02, wake.set)
+    deadline = clock.now() + timedelta(seconds=MAX_SLEEP + 0.01)
+    async with asyncio.timeout(10):
+        await clock.sleep_until(deadline, wake, precise=True)
+    (given,) = loop_waits
+    assert given < MAX_SLEEP
+
+
+@async_test
 async def test_the_last_milliseconds_are_slept_by_the_thread(loop_waits: list[float]) -> None:
     clock = SystemClock()
     ran: list[bool] = []
     asyncio.get_running_loop().call_soon(ran.append, True)
     deadline = clock.now() + timedelta(seconds=SETTLE / 2)
-    await clock.sleep_until(deadline, asyncio.Event())
+    await clock.sleep_until(deadline, asyncio.Event(), precise=True)
     assert clock.now() >= deadline - SLEW  # reached in the one call
     assert ran == []  # without handing the loop over: no callback ran meanwhile
     assert loop_waits == []
 
 
-async def test_one_call_ends_at_the_deadline(loop_waits: list[float]) -> None:
+@async_test
+async def test_a_poll_deadline_is_the_loops_alone(loop_waits: list[float]) -> None:
+    """Not precise (a pool's poll): never the thread's sleep, however close."""
+    clock = SystemClock()
+    ran: list[bool] = []
+    asyncio.get_running_loop().call_soon(ran.append, True)
+    await clock.sleep_until(clock.now() + timedelta(seconds=SETTLE / 2), asyncio.Event())
+    assert ran == [True]
+    assert len(loop_waits) == 1 and 0 < loop_waits[0] <= SETTLE / 2
+
+
+@async_test
+async def test_one_call_ends_at_a_precise_deadline(loop_waits: list[float]) -> None:
     """The loop's wait ends short of the deadline, the thread sleeps the rest: the
     caller wakes once, at its deadline (asyncio's timers here never fire early)."""
     clock = SystemClock()
     deadline = clock.now() + timedelta(milliseconds=50)
-    await clock.sleep_until(deadline, asyncio.Event())
+    await clock.sleep_until(deadline, asyncio.Event(), precise=True)
     assert clock.now() >= deadline - SLEW
     (given,) = loop_waits
     assert given < 0.050 - LEAD
 
 
-async def test_a_caller_reaches_its_deadline_in_a_few_calls(loop_waits: list[float]) -> None:
-    """The scheduler's use: sleep, re-read the clock, sleep again until the deadline."""
+class _SteppedBack(SystemClock):
+    """The wall clock steps back an hour once the first reading was taken (the one
+    :meth:`SystemClock.sleep_until` starts from)."""
+
+    def __init__(self) -> None:
+        self.readings = 0
+
+    def now(self) -> datetime:
+        self.readings += 1
+        real = super().now()
+        return real if self.readings == 1 else real - timedelta(hours=1)
+
+
+@async_test
+async def test_the_rest_is_measured_on_the_monotonic_clock() -> None:
+    """A step of the wall clock during the wait does not cut it short: the call ends
+    when it was asked to, and the caller notices the step then."""
+    clock = _SteppedBack()
+    started = time.monotonic()
+    deadline = datetime.now(UTC) + timedelta(milliseconds=50)
+    await clock.sleep_until(deadline, asyncio.Event(), precise=True)
+    assert time.monotonic() - started >= 0.050 - SLEW.total_seconds()
+
+
+@async_test
+async def test_a_cancel_from_outside_goes_through(loop_waits: list[float]) -> None:
+    """Shutdown cancels the scheduler while it waits: the wait must not swallow it."""
     clock = SystemClock()
-    deadline = clock.now() + timedelta(milliseconds=60)
+    waiting = asyncio.create_task(
+        clock.sleep_until(clock.now() + timedelta(seconds=5), asyncio.Event(), precise=True)
+    )
+    await asyncio.sleep(0.01)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+
+
+async def _reach(deadline_in: float) -> int:
+    """The scheduler's use: sleep, re-read the clock, sleep again until the deadline;
+    how many calls it took (a precise wait returns at its deadline: one)."""
+    clock = SystemClock()
+    deadline = clock.now() + timedelta(seconds=deadline_in)
     calls = 0
     while clock.now() < deadline - SLEW:
         calls += 1
         assert calls <= 6, "the waits do not converge on the deadline"
-        await clock.sleep_until(deadline, asyncio.Event())
-    assert loop_waits and all(0 < given < 0.060 for given in loop_waits)
+        await clock.sleep_until(deadline, asyncio.Event(), precise=True)
+    return calls
 
 
-@contextlib.asynccontextmanager
-async def _never(delay: float | None) -> AsyncIterator[None]:
-    raise AssertionError("a wait within SETTLE of its deadline went to the loop")
-    yield  # pragma: no cover
+@async_test
+async def test_a_caller_reaches_its_deadline_in_one_call() -> None:
+    assert await _reach(0.060) == 1
 
 
-async def test_past_settle_a_wake_cannot_cut_the_sleep_short(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Within SETTLE the call blocks (the loop is not asked): at most SETTLE, once."""
-    monkeypatch.setattr(clock_module.asyncio, "timeout", _never)
-    clock = SystemClock()
-    wake = asyncio.Event()
-    asyncio.get_running_loop().call_soon(wake.set)
-    deadline = clock.now() + timedelta(seconds=SETTLE * 0.9)
-    await clock.sleep_until(deadline, wake)
-    assert clock.now() >= deadline - SLEW
-    assert not wake.is_set()  # the loop did not run while the thread slept
+def test_a_caller_reaches_its_deadline_in_one_call_on_uvloop() -> None:
+    """uvloop reckons its timers in whole milliseconds from the time its turn began:
+    one may fire a little early, and the clock then waits again itself."""
+    uvloop: Any = pytest.importorskip("uvloop")
+    assert uvloop.run(_reach(0.060)) == 1

@@ -34,10 +34,14 @@ class Clock(Protocol):
         """Seconds on a clock that never jumps."""
         ...
 
-    async def sleep_until(self, deadline: datetime | None, wake: asyncio.Event) -> None:
+    async def sleep_until(
+        self, deadline: datetime | None, wake: asyncio.Event, *, precise: bool = False
+    ) -> None:
         """Return at ``deadline`` (None: never), when ``wake`` is set, or earlier.
 
         Callers re-read :meth:`now` after it returns: an early return is allowed.
+        ``precise``: the deadline is a fire, worth a few milliseconds of the thread's
+        own sleep (see :data:`SETTLE`); a poll's deadline is not.
         """
         ...
 
@@ -47,24 +51,30 @@ class Clock(Protocol):
 
 
 SETTLE = 0.003
-"""Seconds before a deadline below which the thread sleeps the rest itself.
+"""Seconds before a precise deadline below which the thread sleeps the rest itself.
 
 A wait of the event loop ends late: the kernel lets a poll's timeout run over by
 a thousandth of it (a millisecond on a one-second wait) and the loops count their
 timeouts in whole milliseconds, so a fire the loop alone waited for started 1-3 ms
-after its second.  The loop's wait therefore ends short of the deadline (by
-:data:`LEAD` and the thousandth), and the last few milliseconds are slept by the
-thread on a high-resolution timer, late by tens of microseconds.  That blocks the
-loop for at most this long, once per deadline, and costs no CPU."""
+after its second.  For a ``precise`` deadline the loop's wait therefore ends short
+of it (by :data:`LEAD` and a thousandth of the wait), and what is left, when it is
+at most this long, is slept by the thread on a high-resolution timer, late by tens
+of microseconds.  That blocks the loop for at most this long per such wait, and
+costs no CPU."""
 LEAD = 0.002
-"""Seconds the loop's wait aims before the deadline, besides the kernel's thousandth."""
+"""Seconds a precise wait of the loop ends before its deadline, besides the kernel's
+thousandth of the wait."""
+
+
+def _short_of(seconds: float) -> float:
+    """How long the loop waits for a precise deadline ``seconds`` away."""
+    return seconds - LEAD - seconds / 1000
 
 
 async def _wait(wake: asyncio.Event, seconds: float) -> bool:
     """Whether ``wake`` was set within ``seconds`` (the event loop's wait)."""
     try:
-        async with asyncio.timeout(seconds):
-            await wake.wait()
+        await asyncio.wait_for(wake.wait(), seconds)
     except TimeoutError:
         return False
     return True
@@ -85,10 +95,14 @@ class SystemClock:
     def monotonic(self) -> float:
         return time.monotonic()
 
-    async def sleep_until(self, deadline: datetime | None, wake: asyncio.Event) -> None:
-        """The loop waits until just short of ``deadline``, the thread sleeps the rest.
+    async def sleep_until(
+        self, deadline: datetime | None, wake: asyncio.Event, *, precise: bool = False
+    ) -> None:
+        """Wait on the loop; for a ``precise`` deadline, until just short of it, the
+        thread sleeping the rest (:data:`SETTLE`).
 
-        The rest is measured on the monotonic clock from the call: a wall clock that
+        A precise wait returns when ``wake`` is set, after :data:`MAX_SLEEP`, or at
+        the deadline measured on the monotonic clock from the call: a wall clock that
         stepped meanwhile is the caller's to notice when it re-reads :meth:`now`, at
         the moment it asked to be woken (not a few milliseconds before it, in
         another second)."""
@@ -98,15 +112,23 @@ class SystemClock:
             await _wait(wake, MAX_SLEEP)
             return
         left = (deadline - self.now()).total_seconds()
-        if left > SETTLE:
-            end = time.monotonic() + left
-            if left > MAX_SLEEP:
+        if not precise:
+            await _wait(wake, min(MAX_SLEEP, max(0.0, left)))
+            return
+        if left <= 0:
+            await asyncio.sleep(0)  # past due already: the loop's other work gets a turn
+            return
+        end = time.monotonic() + left
+        while left > SETTLE:
+            if _short_of(left) > MAX_SLEEP:
                 await _wait(wake, MAX_SLEEP)
                 return
-            if await _wait(wake, left - LEAD - left / 1000):
+            if await _wait(wake, _short_of(left)):
                 return
+            # a loop's timer may fire a little early (uvloop reckons from the time its
+            # turn began): wait again, so that the caller wakes when it asked to
             left = end - time.monotonic()
-        if 0 < left <= SETTLE:
+        if left > 0:
             _block_for(left)
 
     async def sleep(self, seconds: float) -> None:
@@ -130,7 +152,9 @@ class ManualClock:
     def monotonic(self) -> float:
         return self._mono
 
-    async def sleep_until(self, deadline: datetime | None, wake: asyncio.Event) -> None:
+    async def sleep_until(
+        self, deadline: datetime | None, wake: asyncio.Event, *, precise: bool = False
+    ) -> None:
         if wake.is_set() or (deadline is not None and deadline <= self._now):
             return
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

@@ -731,7 +731,7 @@ class Scheduler:
             if self._reboot_waiting:
                 self._reboot_when_known(now)
             self._service(now)
-            await self.clock.sleep_until(self._soonest(), self._wake)
+            await self.clock.sleep_until(self._soonest(), self._wake, precise=True)
         if self.gate is not None:
             # before the drain, which may last long: another node takes over meanwhile
             try:
