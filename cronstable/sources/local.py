@@ -538,14 +538,15 @@ class LocalDirSource(Source):
         revision already is, and a resync of a large tree compares it several times."""
         if a.revision == b.revision:
             return True
-        if self._reads is None:
-            return False
+        return self._reads is not None and self._that_matter(a) == self._that_matter(b)
+
+    def _that_matter(self, tree: _Tree) -> tuple[dict[str, bytes], dict[str, str]]:
+        """``tree``'s files and outside links that matter (a directory's link always)."""
         matters = self._matters
-        return {p: d for p, d in a.files.items() if matters(p)} == {
-            p: d for p, d in b.files.items() if matters(p)
-        } and {p: t for p, t in a.outside.items() if p.endswith("/") or matters(p)} == {
-            p: t for p, t in b.outside.items() if p.endswith("/") or matters(p)
-        }
+        return (
+            {p: d for p, d in tree.files.items() if matters(p)},
+            {p: t for p, t in tree.outside.items() if p.endswith("/") or matters(p)},
+        )
 
     async def recheck(self, snapshot: Snapshot) -> bool:
         """``snapshot`` did not load: True if it was read while a file was being written.
