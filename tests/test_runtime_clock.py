@@ -45,6 +45,15 @@ def loop_waits(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
     yield given
 
 
+async def _loop_turned(waiting: Awaitable[None]) -> bool:
+    """Whether a callback queued just before ``waiting`` ran while it was awaited: the
+    loop had a turn (the wait was the loop's, not the thread's own sleep)."""
+    ran: list[bool] = []
+    asyncio.get_running_loop().call_soon(ran.append, True)
+    await waiting
+    return ran == [True]
+
+
 @async_test
 @pytest.mark.parametrize("precise", [True, False])
 async def test_a_wake_already_set_returns_at_once(loop_waits: list[float], precise: bool) -> None:
@@ -58,32 +67,33 @@ async def test_a_wake_already_set_returns_at_once(loop_waits: list[float], preci
 @async_test
 async def test_a_precise_deadline_passed_returns_after_one_turn(loop_waits: list[float]) -> None:
     clock = SystemClock()
-    ran: list[bool] = []
-    asyncio.get_running_loop().call_soon(ran.append, True)
-    await clock.sleep_until(clock.now() - timedelta(seconds=1), asyncio.Event(), precise=True)
-    assert ran == [True]  # the loop's other work had its turn
+    past = clock.now() - timedelta(seconds=1)
+    # the loop's other work had its turn
+    assert await _loop_turned(clock.sleep_until(past, asyncio.Event(), precise=True))
     assert loop_waits == []
+
+
+async def _woken_in_20_ms(deadline_in: float | None) -> None:
+    """A precise wait for a deadline ``deadline_in`` seconds away (None: none) that a
+    wake ends 20 ms in: what the tests look at is the loop's wait it began."""
+    clock = SystemClock()
+    wake = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.02, wake.set)
+    deadline = None if deadline_in is None else clock.now() + timedelta(seconds=deadline_in)
+    async with asyncio.timeout(10):
+        await clock.sleep_until(deadline, wake, precise=True)
+    assert wake.is_set()
 
 
 @async_test
 async def test_a_wake_ends_a_wait_without_deadline(loop_waits: list[float]) -> None:
-    clock = SystemClock()
-    wake = asyncio.Event()
-    asyncio.get_running_loop().call_later(0.02, wake.set)
-    async with asyncio.timeout(10):
-        await clock.sleep_until(None, wake, precise=True)
-    assert wake.is_set()
+    await _woken_in_20_ms(None)
     assert loop_waits == [MAX_SLEEP]
 
 
 @async_test
 async def test_the_loop_wait_aims_short_of_a_precise_deadline(loop_waits: list[float]) -> None:
-    clock = SystemClock()
-    wake = asyncio.Event()
-    asyncio.get_running_loop().call_later(0.02, wake.set)  # not a second's wait: a wake ends it
-    before = clock.now()
-    async with asyncio.timeout(10):
-        await clock.sleep_until(before + timedelta(seconds=1), wake, precise=True)
+    await _woken_in_20_ms(1.0)  # not a second's wait: the wake ends it
     (given,) = loop_waits
     # the kernel's thousandth and LEAD taken off: the loop's wait ends before the deadline
     assert given <= 1.0 - LEAD - 0.9 / 1000
@@ -94,12 +104,7 @@ async def test_the_loop_wait_aims_short_of_a_precise_deadline(loop_waits: list[f
 async def test_a_far_precise_deadline_is_waited_for_in_capped_turns(
     loop_waits: list[float],
 ) -> None:
-    clock = SystemClock()
-    wake = asyncio.Event()
-    asyncio.get_running_loop().call_later(0.02, wake.set)
-    deadline = clock.now() + timedelta(seconds=MAX_SLEEP + 5)
-    async with asyncio.timeout(10):
-        await clock.sleep_until(deadline, wake, precise=True)
+    await _woken_in_20_ms(MAX_SLEEP + 5)
     assert loop_waits == [MAX_SLEEP]
 
 
@@ -108,12 +113,7 @@ async def test_a_precise_deadline_just_past_the_cap_is_aimed_short_of(
     loop_waits: list[float],
 ) -> None:
     """A fire 30.01 s away: a plain 30 s wait could overrun it by the kernel's 30 ms."""
-    clock = SystemClock()
-    wake = asyncio.Event()
-    asyncio.get_running_loop().call_later(0.02, wake.set)
-    deadline = clock.now() + timedelta(seconds=MAX_SLEEP + 0.01)
-    async with asyncio.timeout(10):
-        await clock.sleep_until(deadline, wake, precise=True)
+    await _woken_in_20_ms(MAX_SLEEP + 0.01)
     (given,) = loop_waits
     assert given < MAX_SLEEP
 
@@ -121,12 +121,10 @@ async def test_a_precise_deadline_just_past_the_cap_is_aimed_short_of(
 @async_test
 async def test_the_last_milliseconds_are_slept_by_the_thread(loop_waits: list[float]) -> None:
     clock = SystemClock()
-    ran: list[bool] = []
-    asyncio.get_running_loop().call_soon(ran.append, True)
     deadline = clock.now() + timedelta(seconds=SETTLE / 2)
-    await clock.sleep_until(deadline, asyncio.Event(), precise=True)
+    # without handing the loop over: no callback ran meanwhile
+    assert not await _loop_turned(clock.sleep_until(deadline, asyncio.Event(), precise=True))
     assert clock.now() >= deadline - SLEW  # reached in the one call
-    assert ran == []  # without handing the loop over: no callback ran meanwhile
     assert loop_waits == []
 
 
@@ -134,10 +132,8 @@ async def test_the_last_milliseconds_are_slept_by_the_thread(loop_waits: list[fl
 async def test_a_poll_deadline_is_the_loops_alone(loop_waits: list[float]) -> None:
     """Not precise (a pool's poll): never the thread's sleep, however close."""
     clock = SystemClock()
-    ran: list[bool] = []
-    asyncio.get_running_loop().call_soon(ran.append, True)
-    await clock.sleep_until(clock.now() + timedelta(seconds=SETTLE / 2), asyncio.Event())
-    assert ran == [True]
+    deadline = clock.now() + timedelta(seconds=SETTLE / 2)
+    assert await _loop_turned(clock.sleep_until(deadline, asyncio.Event()))
     assert len(loop_waits) == 1 and 0 < loop_waits[0] <= SETTLE / 2
 
 
